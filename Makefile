@@ -1,0 +1,49 @@
+# The README's two commands: `make demo` and `make test`. Everything installs itself.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+PYTEST  := $(PY) -m pytest
+
+.PHONY: install system-deps test unit integration e2e check fmt demo bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+install: system-deps $(STAMP)
+
+# Sandbox hosts need OpenSSH's server and sudo (root only; CI and fresh machines).
+system-deps:
+	@bash sandbox/system-deps.sh
+
+test: install
+	$(PYTEST)
+
+unit: $(STAMP)
+	$(PYTEST) -m "not integration and not e2e and not slow"
+
+integration: install
+	$(PYTEST) -m integration
+
+e2e: install
+	$(PYTEST) -m e2e
+
+check: $(STAMP)
+	$(VENV)/bin/ruff format --check src tests sandbox bench examples
+	$(VENV)/bin/ruff check src tests sandbox bench examples
+	$(VENV)/bin/mypy
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format src tests sandbox bench examples
+	$(VENV)/bin/ruff check --fix src tests sandbox bench examples
+
+demo: install
+	$(PY) examples/demo.py
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+"""`python -m remediate`."""
+
+from remediate.cli import main
+
+main()

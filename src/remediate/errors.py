@@ -1,0 +1,128 @@
+"""The single exception tree of remediate.
+
+::
+
+    RemediateError
+    ├─ ConfigError            exit 2   bad input: inventory, flags, unit-file content, templates
+    │  └─ OwnedElsewhereError          the value lives in another file (EnvironmentFile=, $VAR)
+    ├─ TransportError         exit 3
+    │  ├─ ConnectError                 DNS / refused / timeout: retryable
+    │  ├─ AuthError                    authentication, sudo password, host-key mismatch: never retried
+    │  └─ CommandError                 a remote action exited non-zero; carries the CommandResult
+    └─ RemediationError       exit 1   applied, but the host did not become healthy / verify failed
+       ├─ ConflictError                the unit changed under us, or another run holds the lock
+       └─ UnhealthyError               the server failed, crashed or timed out while we waited
+
+Exceptions store data and build their message in ``__str__``. Anything that is not a
+``RemediateError`` reaching the CLI is a bug: it prints a traceback and exits 70.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from remediate.transport.base import CommandResult
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 3
+EXIT_BUG = 70
+
+
+class RemediateError(Exception):
+    """Base of every error remediate raises on purpose."""
+
+    exit_code = EXIT_FAILED
+
+
+class ConfigError(RemediateError):
+    """Bad input: a flag, an inventory, a unit file. Nothing was changed anywhere."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.source = source
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.message}" if self.source else self.message
+
+
+class OwnedElsewhereError(ConfigError):
+    """A setting is not in the file we were given; ``where`` names the file that owns it."""
+
+    def __init__(self, setting: str, where: str, *, source: str | None = None) -> None:
+        super().__init__(f"{setting} comes from {where}", source=source)
+        self.setting = setting
+        self.where = where
+
+
+class TransportError(RemediateError):
+    """The host could not be reached or a remote command failed."""
+
+    exit_code = EXIT_UNREACHABLE
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"{host}: {message}")
+        self.host = host
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.message}"
+
+
+class ConnectError(TransportError):
+    """DNS failure, connection refused, timeout: worth retrying."""
+
+
+class AuthError(TransportError):
+    """Authentication, sudo password, or host-key failure: never retried."""
+
+
+
+
+class CommandError(TransportError):
+    """A remote action exited non-zero."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, host: str, what: str, result: CommandResult) -> None:
+        self.what = what
+        self.result = result
+        super().__init__(host, what)
+
+    def __str__(self) -> str:
+        tail = (self.result.stderr.strip() or self.result.stdout.strip()).splitlines()[-3:]
+        detail = " | ".join(tail)
+        return f"{self.host}: {self.what} failed (exit {self.result.exited})" + (
+            f": {detail}" if detail else ""
+        )
+
+
+class RemediationError(RemediateError):
+    """The change was applied (or attempted) but the host is not healthy."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"{host}: {message}")
+        self.host = host
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.message}"
+
+
+class ConflictError(RemediationError):
+    """The unit changed between read and commit, or another run holds the lock."""
+
+
+class UnhealthyError(RemediationError):
+    """The server did not become healthy: failed unit, crash loop, or timeout."""
+
+    def __init__(self, host: str, message: str, *, journal: list[str] | None = None) -> None:
+        super().__init__(host, message)
+        self.journal = journal or []

@@ -1,0 +1,47 @@
+"""The Transport protocol and its value types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one remote command produced. A non-zero exit of a probe is data, not an error."""
+
+    argv: str
+    exited: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exited == 0
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    """A response read through the SSH connection (direct-tcpip), or ``status=None`` when refused."""
+
+    status: int | None
+    body: bytes
+    error: str | None = None
+
+
+class Transport(Protocol):
+    """One connection to one host, reused for every step of a remediation."""
+
+    host: str
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
+        """Run a shell command (already quoted) on the host; never raises on non-zero exit."""
+        ...
+
+    def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
+        """GET http://host:port/path as seen from the remote host, through the SSH connection."""
+        ...
+
+    def close(self) -> None:
+        """Close the connection."""
+        ...
