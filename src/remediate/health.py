@@ -1,0 +1,142 @@
+"""Waiting for an sglang server to come back: poll through the host's SSH connection.
+
+Connection refused is normal for minutes while weights load; ``/health`` then answers 503 until the
+warm-up request succeeds, then 200. Healthy means ``/health`` 200 *and* a ``max_total_num_tokens``
+(from ``/server_info`` on sglang ≥ 0.5.6, ``/get_server_info`` before, or the journal's capacity
+line). Every poll also reads ``systemctl show`` so a crash fails fast instead of timing out.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
+
+from remediate.errors import UnhealthyError
+from remediate.probes import ServiceState, explain_crash, parse_capacity_line, parse_server_info, parse_show
+from remediate.transport.base import Transport
+from remediate.unitfile.report import mask_secrets
+
+_STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
+
+
+class _NotReady(Exception):
+    """The server is still starting: keep polling."""
+
+
+@dataclass(frozen=True)
+class Healthy:
+    tokens: int
+    source: str
+    seconds: float
+    polls: int
+
+
+def journal_since(transport: Transport, unit: str, since_epoch: float | None, lines: int = 400) -> list[str]:
+    """Journal lines of the unit since an epoch (or the last ``lines``), secrets masked."""
+    since = f" --since @{int(since_epoch)}" if since_epoch else ""
+    result = transport.run(
+        f"journalctl -u {shlex.quote(unit)} -o cat --no-pager -n {lines}{since} 2>/dev/null"
+    )
+    return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def read_state(transport: Transport, unit: str) -> tuple[ServiceState, str]:
+    """One round trip: the unit's state and its newest journal line."""
+    quoted = shlex.quote(unit)
+    result = transport.run(
+        f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; "
+        f"journalctl -u {quoted} -o cat --no-pager -n 1 2>/dev/null"
+    )
+    show, _, tail = result.stdout.partition("@@journal\n")
+    return ServiceState(unit=unit, properties=parse_show(show)), mask_secrets(tail.strip())
+
+
+def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None, str]:
+    """``max_total_num_tokens`` from the server's info endpoint (new name first, then the old one)."""
+    for path in ("/server_info", "/get_server_info"):
+        response = transport.http_get(host, port, path)
+        if response.status == 200:
+            tokens = parse_server_info(response.body)
+            if tokens is not None:
+                return tokens, path
+    return None, ""
+
+
+def wait_healthy(
+    transport: Transport,
+    unit: str,
+    endpoint: tuple[str, int],
+    *,
+    timeout: float,
+    restart_epoch: float | None,
+    invocation_id: str | None = None,
+    on_progress: Callable[[str, float, str], None] | None = None,
+    max_backoff: float = 2.0,
+) -> Healthy:
+    """Poll until healthy; raise UnhealthyError on failure, crash loop, or timeout."""
+    host, port = endpoint
+    start = time.monotonic()
+    baseline: dict[str, int] = {}
+    polls = 0
+
+    def fail(message: str) -> UnhealthyError:
+        lines = journal_since(transport, unit, restart_epoch)
+        return UnhealthyError(transport.host, message, journal=explain_crash(lines))
+
+    def attempt() -> Healthy:
+        nonlocal polls
+        polls += 1
+        elapsed = time.monotonic() - start
+        state, newest = read_state(transport, unit)
+        if state.active_state == "failed":
+            raise fail(f"{unit} failed (Result={state.result}) while waiting for the server")
+        if invocation_id and state.invocation_id and state.invocation_id != invocation_id:
+            raise fail(f"{unit} was restarted by systemd while loading (crash): new InvocationID")
+        if "restarts" not in baseline:
+            baseline["restarts"] = state.n_restarts
+        elif state.n_restarts > baseline["restarts"]:
+            raise fail(
+                f"{unit} crashed and was restarted (NRestarts {baseline['restarts']} → {state.n_restarts})"
+            )
+        if state.main_pid:
+            if "pid" not in baseline:
+                baseline["pid"] = state.main_pid
+            elif state.main_pid != baseline["pid"]:
+                raise fail(f"{unit} MainPID changed {baseline['pid']} → {state.main_pid} (crash)")
+        if state.active_state in ("inactive", "deactivating") and elapsed > 1.0:
+            raise fail(
+                f"{unit} is {state.active_state} ({state.get('SubState')}) while waiting for the server"
+            )
+        health = transport.http_get(host, port, "/health")
+        if health.status is None:
+            phase = "loading (port closed)"
+        elif health.status != 200:
+            phase = f"warming up (/health {health.status})"
+        else:
+            tokens, source = fetch_tokens(transport, host, port)
+            if tokens is None:
+                tokens = parse_capacity_line(journal_since(transport, unit, restart_epoch))
+                source = "journal"
+            if tokens is not None:
+                return Healthy(tokens=tokens, source=source, seconds=time.monotonic() - start, polls=polls)
+            phase = "healthy, waiting for max_total_num_tokens"
+        if on_progress:
+            on_progress(phase, elapsed, newest)
+        raise _NotReady(phase)
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(_NotReady),
+        wait=wait_random_exponential(multiplier=0.1, max=max_backoff),
+        stop=stop_before_delay(timeout),
+        reraise=False,
+    )
+    try:
+        result: Healthy = retrying(attempt)
+        return result
+    except RetryError as exc:
+        last = exc.last_attempt.exception()
+        raise fail(f"server not healthy after {timeout:.0f}s (last: {last})") from None

@@ -1,0 +1,104 @@
+"""Value types shared by the orchestration layer and the CLI: options in, results out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediate.unitfile.edit import DesiredState
+
+OUTCOMES = ("remediated", "restored", "unchanged", "rolled_back", "failed", "unreachable", "not_attempted")
+SUCCESS_OUTCOMES = frozenset({"remediated", "restored", "unchanged"})
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What to do on each host (the desired state plus how to verify it)."""
+
+    desired: DesiredState = field(default_factory=DesiredState)
+    unit: str | None = None
+    min_tokens: int | None = None
+    target_tokens: int | None = None
+    timeout: float = 900.0
+    dry_run: bool = False
+    rollback: bool = True
+    lock_wait: int = 30
+    server_port: int | None = None
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    seconds: float
+
+
+@dataclass
+class HostResult:
+    """The outcome of one host, in the JSON schema of `remediate oom --json`."""
+
+    host: str
+    outcome: str = "not_attempted"
+    unit: str | None = None
+    unit_path: str | None = None
+    changed: bool = False
+    backup: str | None = None
+    backups: list[str] = field(default_factory=list)
+    diff: str = ""
+    summary: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    flags_before: dict[str, str | None] = field(default_factory=dict)
+    flags_after: dict[str, str | None] = field(default_factory=dict)
+    env_before: dict[str, str | None] = field(default_factory=dict)
+    env_after: dict[str, str | None] = field(default_factory=dict)
+    max_total_num_tokens: int | None = None
+    target_tokens: int | None = None
+    phases: list[Phase] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    journal: list[str] = field(default_factory=list)
+    error: str | None = None
+    exit_code: int = 0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in SUCCESS_OUTCOMES
+
+    @property
+    def seconds(self) -> float:
+        return round(max(0.0, self.finished_at - self.started_at), 3)
+
+    @property
+    def token_gap(self) -> float | None:
+        """Relative gap to the target (negative = below target), e.g. -0.025 for 195,011 vs 200,000."""
+        if self.max_total_num_tokens is None or not self.target_tokens:
+            return None
+        return (self.max_total_num_tokens - self.target_tokens) / self.target_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "unit": self.unit,
+            "unit_path": self.unit_path,
+            "outcome": self.outcome,
+            "changed": self.changed,
+            "backup": self.backup,
+            "backups": self.backups,
+            "diff": self.diff,
+            "summary": self.summary,
+            "notes": self.notes,
+            "flags": {"before": self.flags_before, "after": self.flags_after},
+            "env": {"before": self.env_before, "after": self.env_after},
+            "max_total_num_tokens": self.max_total_num_tokens,
+            "target_tokens": self.target_tokens,
+            "token_gap": None if self.token_gap is None else round(self.token_gap, 4),
+            "phases": [{"name": p.name, "seconds": round(p.seconds, 3)} for p in self.phases],
+            "steps": self.steps,
+            "warnings": self.warnings,
+            "journal": self.journal,
+            "error": self.error,
+            "started_at": round(self.started_at, 3),
+            "finished_at": round(self.finished_at, 3),
+            "seconds": self.seconds,
+        }

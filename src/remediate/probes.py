@@ -1,0 +1,293 @@
+"""PURE: builders for read-only remote probes and parsers of what they print.
+
+Every probe is one shell script (rendered from ``templates/``) run in one round trip; its output is
+framed with ``@@`` header lines so one parser can split it. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+
+SHOW_PROPERTIES = (
+    "FragmentPath",
+    "DropInPaths",
+    "ExecStart",
+    "Environment",
+    "EnvironmentFiles",
+    "NeedDaemonReload",
+    "ActiveState",
+    "SubState",
+    "Result",
+    "NRestarts",
+    "MainPID",
+    "InvocationID",
+)
+
+# sglang's capacity line (SGLANG.md §2.1), every version from 0.4.6 on.
+CAPACITY_RE = re.compile(
+    r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+|None), max_prefill_tokens=(\d+), "
+    r"max_running_requests=(\d+), context_len=(\d+)(?:, available_(?:gpu|cpu)_mem=([\d.]+) GB)?"
+)
+# Lines that explain a crash, most telling first (SGLANG.md §6, §8).
+OOM_RE = re.compile(
+    r"OutOfMemoryError|CUDA out of memory|out of memory|Not enough memory|"
+    r"Prefill out of memory|Decode out of memory|Capture cuda graph failed|reserved by PyTorch but unallocated",
+    re.IGNORECASE,
+)
+CRASH_RE = re.compile(
+    r"hit an exception|Traceback|SIGQUIT|Main process exited|Failed with result|"
+    r"start-limit|Start request repeated|RuntimeError|Exception",
+)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file as read on the host in the probe round trip."""
+
+    path: str
+    exists: bool
+    text: str = ""
+    sha256: str = ""
+    mode: str = ""
+    uid: int = -1
+    gid: int = -1
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """What `systemctl show` said about the unit."""
+
+    unit: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> str:
+        return self.properties.get(name, "")
+
+    @property
+    def active_state(self) -> str:
+        return self.get("ActiveState")
+
+    @property
+    def result(self) -> str:
+        return self.get("Result")
+
+    @property
+    def n_restarts(self) -> int:
+        value = self.get("NRestarts")
+        return int(value) if value.isdigit() else 0
+
+    @property
+    def main_pid(self) -> int:
+        value = self.get("MainPID")
+        return int(value) if value.isdigit() else 0
+
+    @property
+    def invocation_id(self) -> str:
+        return self.get("InvocationID")
+
+    @property
+    def needs_daemon_reload(self) -> bool:
+        return self.get("NeedDaemonReload") == "yes"
+
+    @property
+    def fragment_path(self) -> str:
+        return self.get("FragmentPath")
+
+    @property
+    def dropin_paths(self) -> tuple[str, ...]:
+        return tuple(self.get("DropInPaths").split())
+
+    @property
+    def environment_files(self) -> tuple[tuple[str, bool], ...]:
+        """(path, optional) pairs from ``EnvironmentFiles=/p (ignore_errors=yes)``."""
+        found = re.findall(r"(\S+) \(ignore_errors=(yes|no)\)", self.get("EnvironmentFiles"))
+        return tuple((path, flag == "yes") for path, flag in found)
+
+    @property
+    def exec_argvs(self) -> tuple[tuple[str, ...], ...]:
+        return parse_exec_start(self.get("ExecStart"))
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Everything one probe round trip learned."""
+
+    candidates: tuple[str, ...]
+    state: ServiceState | None
+    files: dict[str, RemoteFile]
+    has_systemd_analyze: bool
+    now: float
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """Parse ``systemctl show -p …`` KEY=VALUE output (values may contain '=')."""
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key and " " not in key:
+            props[key] = value
+    return props
+
+
+def parse_exec_start(value: str) -> tuple[tuple[str, ...], ...]:
+    """The argv lists in systemd's ``{ path=… ; argv[]=… ; … }`` rendering of ExecStart.
+
+    systemd prints argv[] words joined by spaces, quoting words that need it with C-style
+    double quotes; this is what PID 1 will exec after unquoting and continuation joining.
+    """
+    argvs: list[tuple[str, ...]] = []
+    for match in re.finditer(r"argv\[\]=(.*?) ; ignore_errors=", value):
+        argvs.append(tuple(_split_show_words(match.group(1))))
+    return tuple(argvs)
+
+
+def _split_show_words(text: str) -> list[str]:
+    words: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == " ":
+            i += 1
+            continue
+        if text[i] == '"':
+            i += 1
+            buf: list[str] = []
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n:
+                    buf.append({"n": "\n", "t": "\t"}.get(text[i + 1], text[i + 1]))
+                    i += 2
+                    continue
+                buf.append(text[i])
+                i += 1
+            words.append("".join(buf))
+            i += 1
+        else:
+            j = text.find(" ", i)
+            j = n if j < 0 else j
+            words.append(text[i:j])
+            i = j
+    return words
+
+
+def parse_probe(text: str, unit: str | None) -> ProbeResult:
+    """Split the framed output of ``templates/probe.sh.j2``."""
+    candidates: tuple[str, ...] = ()
+    show_lines: list[str] = []
+    files: dict[str, RemoteFile] = {}
+    has_analyze = False
+    now = 0.0
+    section = ""
+    current: dict[str, str] = {}
+    b64: list[str] = []
+
+    def flush_file() -> None:
+        if not current:
+            return
+        path = current["path"]
+        if current.get("exists") != "1":
+            files[path] = RemoteFile(path=path, exists=False)
+        else:
+            raw = base64.b64decode("".join(b64))
+            files[path] = RemoteFile(
+                path=path,
+                exists=True,
+                text=raw.decode("utf-8", "surrogateescape"),
+                sha256=current.get("sha256", ""),
+                mode=current.get("mode", ""),
+                uid=int(current.get("uid", "-1")),
+                gid=int(current.get("gid", "-1")),
+                size=int(current.get("size", "0")),
+            )
+
+    for line in text.splitlines():
+        if line.startswith("@@"):
+            if section == "file":
+                flush_file()
+                current = {}
+                b64 = []
+            head, _, rest = line[2:].partition(" ")
+            section = head
+            if head == "units":
+                candidates = tuple(rest.split())
+            elif head == "unit":
+                unit = rest.strip() or unit
+            elif head == "analyze":
+                has_analyze = rest.strip() == "1"
+            elif head == "now":
+                now = float(rest or 0)
+            elif head == "file":
+                current = dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+            continue
+        if section == "show":
+            show_lines.append(line)
+        elif section == "file":
+            b64.append(line.strip())
+    if section == "file":
+        flush_file()
+    state = ServiceState(unit=unit, properties=parse_show("\n".join(show_lines))) if unit else None
+    return ProbeResult(
+        candidates=candidates, state=state, files=files, has_systemd_analyze=has_analyze, now=now
+    )
+
+
+def parse_server_info(body: bytes) -> int | None:
+    """``max_total_num_tokens`` from /server_info or /get_server_info (top-level key, all versions)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    value = data.get("max_total_num_tokens")
+    if isinstance(value, int):
+        return value
+    states = data.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        usage = states[0].get("memory_usage")
+        if isinstance(usage, dict) and isinstance(usage.get("token_capacity"), int):
+            return int(usage["token_capacity"])
+    return None
+
+
+def parse_capacity_line(lines: list[str]) -> int | None:
+    """The newest ``max_total_num_tokens=`` journal line's value, if any."""
+    for line in reversed(lines):
+        match = CAPACITY_RE.search(line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
+    """Journal lines that explain a failure: OOM lines first, then crash lines, then the tail."""
+    oom = [line for line in lines if OOM_RE.search(line)]
+    crash = [line for line in lines if CRASH_RE.search(line) and line not in oom]
+    picked: list[str] = []
+    for line in oom + crash + lines[-5:]:
+        if line not in picked:
+            picked.append(line)
+    return picked[:limit]
+
+
+def server_endpoint(argv: tuple[str, ...] | list[str]) -> tuple[str, int]:
+    """Where the sglang server listens, as seen from its host (``0.0.0.0`` means loopback)."""
+    host, port = "127.0.0.1", 30000
+    for i, word in enumerate(argv):
+        for name in ("--host", "--port"):
+            value: str | None = None
+            if word == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif word.startswith(name + "="):
+                value = word.split("=", 1)[1]
+            if value is None:
+                continue
+            if name == "--port" and value.isdigit():
+                port = int(value)
+            elif name == "--host":
+                host = value
+    if host in ("0.0.0.0", "", "::", "[::]", "localhost"):
+        host = "127.0.0.1"
+    return host, port

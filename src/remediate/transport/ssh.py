@@ -1,0 +1,287 @@
+"""SSH transport: the only module that imports fabric and paramiko.
+
+Fabric resolves the target (``[user@]host[:port]``, ssh_config aliases, ``IdentityFile``, ``ProxyJump``)
+but hard-codes ``AutoAddPolicy`` and never loads known_hosts (fabric#1804, #2071). We load the
+user's and system known_hosts (or ``--known-hosts FILE``) into every client, gateways included, and
+set ``RejectPolicy`` -- or, only when asked, an accept-new policy that records unknown keys like
+OpenSSH's ``StrictHostKeyChecking=accept-new``. A changed key is always refused (paramiko raises
+``BadHostKeyException`` for a known host whatever the policy).
+
+Commands run on one paramiko session channel each over a single connection per host; HTTP probes
+of the server go through a ``direct-tcpip`` channel of the same connection, so the remote host
+needs no curl and the server may listen on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+from paramiko.ssh_exception import (
+    AuthenticationException,
+    BadHostKeyException,
+    ChannelException,
+    NoValidConnectionsError,
+    PasswordRequiredException,
+    SSHException,
+)
+
+from remediate.errors import AuthError, ConnectError, TransportError
+from remediate.transport.base import CommandResult, HttpResponse
+
+_SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "password for")
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    """How to reach hosts; shared by every remote command."""
+
+    identity: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    ssh_config: str | None = None
+    sudo: bool = False
+    connect_timeout: float = 10.0
+    user: str | None = None
+    port: int | None = None
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Record an unknown key (never a changed one) in the known_hosts file, like ssh's accept-new."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        with self._lock:
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            with self._path.open("a", encoding="utf-8") as fh:
+                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+@contextmanager
+def _translate_errors(host: str) -> Iterator[None]:
+    """Map paramiko/socket exceptions onto remediate's tree (the only place that catches them)."""
+    try:
+        yield
+    except BadHostKeyException as exc:
+        raise AuthError(
+            host,
+            f"host key mismatch (got {exc.key.get_name()} {exc.key.get_fingerprint().hex()}); "
+            "refusing to connect: the host may have been reinstalled or this may be an attack",
+        ) from exc
+    except (AuthenticationException, PasswordRequiredException) as exc:
+        raise AuthError(host, f"authentication failed: {exc}") from exc
+    except NoValidConnectionsError as exc:
+        raise ConnectError(host, f"connection refused ({exc.strerror or exc})") from exc
+    except socket.gaierror as exc:
+        raise ConnectError(host, f"cannot resolve host: {exc.strerror}") from exc
+    except TimeoutError as exc:
+        raise ConnectError(host, "connection timed out") from exc
+    except ConnectionError as exc:
+        raise ConnectError(host, f"connection failed: {exc}") from exc
+    except SSHException as exc:
+        text = str(exc)
+        if "not found in known_hosts" in text:
+            raise AuthError(
+                host,
+                "unknown host key (not in known_hosts); verify it and add it, "
+                "or pass --accept-new-host-key to record it",
+            ) from exc
+        raise ConnectError(host, f"SSH error: {text}") from exc
+    except OSError as exc:
+        raise ConnectError(host, f"connection failed: {exc}") from exc
+
+
+class SSHTransport:
+    """One verified SSH connection to one host."""
+
+    def __init__(self, target: str, options: SSHOptions | None = None, *, label: str | None = None) -> None:
+        self.options = options or SSHOptions()
+        self.target = target
+        self.host = label or target
+        overrides: dict[str, object] = {"load_ssh_configs": True}
+        if self.options.ssh_config:
+            overrides["ssh_config_path"] = self.options.ssh_config
+        config = Config(overrides=overrides)
+        if self.options.ssh_config:
+            config.set_runtime_ssh_path(self.options.ssh_config)
+            config.load_ssh_config()
+        connect_kwargs: dict[str, object] = {}
+        if self.options.identity:
+            connect_kwargs["key_filename"] = [self.options.identity]
+            connect_kwargs["look_for_keys"] = False
+        self._conn = Connection(
+            target,
+            user=self.options.user,
+            port=self.options.port,
+            config=config,
+            connect_timeout=int(self.options.connect_timeout),
+            connect_kwargs=connect_kwargs,
+        )
+        gateway = self._conn.gateway
+        if isinstance(gateway, str):
+            raise TransportError(self.host, "ProxyCommand is not supported; use ProxyJump")
+        hop: Connection | None = self._conn
+        while hop is not None:
+            self._secure(hop.client)
+            if identity := self.options.identity:
+                hop.connect_kwargs.setdefault("key_filename", [identity])
+            nxt = hop.gateway
+            hop = nxt if isinstance(nxt, Connection) else None
+        self._opened = False
+
+    @property
+    def address(self) -> tuple[str, str, int]:
+        """(user, hostname, port) as resolved from the target and ssh_config."""
+        return (str(self._conn.user), str(self._conn.host), int(self._conn.port))
+
+    def _secure(self, client: paramiko.SSHClient) -> None:
+        # Fabric set AutoAddPolicy in Connection.__init__; replace it before anything connects.
+        known = self.options.known_hosts
+        if known:
+            path = Path(known).expanduser()
+            if path.exists():
+                client.load_host_keys(str(path))
+        else:
+            client.load_system_host_keys()
+            for system in ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"):
+                if os.path.exists(system):
+                    client.get_host_keys().load(system)
+            path = Path("~/.ssh/known_hosts").expanduser()
+        policy: paramiko.MissingHostKeyPolicy = (
+            _AcceptNewPolicy(path) if self.options.accept_new_host_key else paramiko.RejectPolicy()
+        )
+        client.set_missing_host_key_policy(policy)
+
+    def open(self) -> None:
+        """Connect and authenticate (host key verified). Idempotent."""
+        if self._opened:
+            return
+        with _translate_errors(self.host):
+            self._conn.open()
+        self._opened = True
+        if self.options.sudo:
+            probe = self.run("true")
+            if not probe.ok:
+                raise self._sudo_error(probe)
+
+    def _sudo_error(self, result: CommandResult) -> TransportError:
+        text = result.stderr.lower()
+        if any(marker in text for marker in _SUDO_PASSWORD_MARKERS):
+            return AuthError(
+                self.host,
+                f"sudo for user {self._conn.user!r} needs a password; remediate uses `sudo -n` "
+                "(configure NOPASSWD for this user, or connect as root)",
+            )
+        return AuthError(self.host, f"sudo failed: {result.stderr.strip() or result.exited}")
+
+    def _wrap(self, command: str) -> str:
+        if self.options.sudo:
+            return "sudo -n -- bash -c " + shlex.quote(command)
+        return command
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
+        """Run ``command`` through the login shell (as root via ``sudo -n`` with --sudo)."""
+        if not self._opened:
+            self.open()
+        wrapped = self._wrap(command)
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(self.host, "connection lost")
+        with _translate_errors(self.host):
+            chan = transport.open_session(timeout=self.options.connect_timeout)
+            try:
+                chan.exec_command(wrapped)
+                if stdin is not None:
+                    chan.sendall(stdin.encode("utf-8"))
+                chan.shutdown_write()
+                out, err = _drain(chan, self.host, timeout)
+                exited = chan.recv_exit_status()
+            finally:
+                chan.close()
+        return CommandResult(
+            argv=command,
+            exited=exited,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+        )
+
+    def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
+        """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections."""
+        if not self._opened:
+            self.open()
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(self.host, "connection lost")
+        try:
+            chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
+        except ChannelException as exc:
+            return HttpResponse(status=None, body=b"", error=f"{host}:{port}: {exc.text}")
+        except SSHException as exc:
+            return HttpResponse(status=None, body=b"", error=str(exc))
+        try:
+            chan.settimeout(timeout)
+            request = (
+                f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+            )
+            chan.sendall(request.encode("ascii"))
+            chunks: list[bytes] = []
+            while True:
+                data = chan.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+        except TimeoutError:
+            return HttpResponse(status=None, body=b"", error=f"{host}:{port}{path}: timed out")
+        except (SSHException, OSError) as exc:
+            return HttpResponse(status=None, body=b"", error=f"{host}:{port}{path}: {exc}")
+        finally:
+            chan.close()
+        return _parse_http(b"".join(chunks))
+
+    def close(self) -> None:
+        self._conn.close()
+        self._opened = False
+
+
+def _drain(chan: paramiko.Channel, host: str, timeout: float | None) -> tuple[bytes, bytes]:
+    """Read stdout and stderr until the command exits; data precedes exit-status on the channel."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out: list[bytes] = []
+    err: list[bytes] = []
+    while True:
+        got = False
+        while chan.recv_ready():
+            out.append(chan.recv(65536))
+            got = True
+        while chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(65536))
+            got = True
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            raise ConnectError(host, f"remote command timed out after {timeout:.0f}s")
+        if not got:
+            chan.status_event.wait(0.01)
+    return b"".join(out), b"".join(err)
+
+
+def _parse_http(raw: bytes) -> HttpResponse:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split()
+    if len(parts) < 2 or not parts[1].isdigit():
+        return HttpResponse(status=None, body=raw, error=f"bad HTTP response: {status_line!r}")
+    return HttpResponse(status=int(parts[1]), body=body)
