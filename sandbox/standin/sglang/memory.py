@@ -1,0 +1,318 @@
+"""Pure GPU-memory model of an sglang 0.5.x server (no I/O, stdlib only).
+
+Everything here is arithmetic on numbers taken from a *profile*; the server module calls it to decide what
+to log, what to report on /server_info and whether a prefill dies with torch's OOM.  See README.md
+("Memory model") for the calibration and the reasoning behind each constant.
+
+Units: GiB floats (as sglang logs them, ``/ (1 << 30)``) unless a name ends in ``_bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GIB = 1 << 30
+MIB = 1 << 20
+KIB = 1 << 10
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A GPU plus a model at a given tensor-parallel degree (numbers are per TP rank)."""
+
+    name: str
+    gpu_total_gib: float  # card capacity, as torch prints it in the OOM text
+    free0_gib: float  # free before weight load (after CUDA context + NCCL): sglang's total_gpu_memory
+    weight_gib_at_profile_tp: float  # weights per rank at ``tp_size``
+    tp_size: int
+    model_type: str
+    architecture: str
+    kv_lora_rank: int  # MLA latent dim
+    qk_rope_head_dim: int
+    num_layers: int
+    context_len: int  # from the model's config.json
+    default_chunked_prefill_size: int  # what an absent --chunked-prefill-size resolves to (see README)
+    default_cuda_graph_max_bs: int
+    # runtime overheads that live in the (1 - mfs) headroom
+    workspace_gib: float  # attention/MoE workspaces, logits and sampling buffers, custom all-reduce
+    graph_base_gib: float  # CUDA graph private pool: base + per captured batch size
+    graph_per_bs_gib: float
+    activation_bytes_per_token: int  # prefill activation spike per token of the prefill chunk
+    frag_step_gib: float  # "reserved but unallocated" growth per served request (>= frag_full_tokens)
+    frag_full_tokens: int  # a request this long (prompt + output) adds a full step, shorter ones pro rata
+    frag_cap_gib: float
+    dtype: str = "torch.bfloat16"
+
+
+KIMI_K26_TP8 = Profile(
+    name="kimi-k2.6-tp8",
+    gpu_total_gib=94.97,
+    free0_gib=91.60,
+    weight_gib_at_profile_tp=72.425297,
+    tp_size=8,
+    model_type="kimi_k25",
+    architecture="KimiK25ForConditionalGeneration",
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    num_layers=61,
+    context_len=262144,
+    default_chunked_prefill_size=-1,
+    default_cuda_graph_max_bs=512,
+    workspace_gib=1.376,
+    graph_base_gib=0.30,
+    graph_per_bs_gib=0.0016,
+    activation_bytes_per_token=28 * KIB,
+    frag_step_gib=0.35,
+    frag_full_tokens=1024,
+    frag_cap_gib=1.4,
+)
+
+PROFILES: dict[str, Profile] = {KIMI_K26_TP8.name: KIMI_K26_TP8}
+
+KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+class NotEnoughMemoryError(RuntimeError):
+    """The KV pool came out <= 0 tokens (sglang's startup RuntimeError)."""
+
+
+class WeightLoadOOMError(RuntimeError):
+    """Weights alone do not fit on a rank."""
+
+
+class GraphCaptureOOMError(RuntimeError):
+    """The CUDA graph pool does not fit in what is left after the KV pool."""
+
+
+def not_enough_memory_message(mem_fraction_static: float) -> str:
+    return (
+        "Not enough memory. Please try to increase --mem-fraction-static. "
+        f"Current value: mem_fraction_static={mem_fraction_static}"
+    )
+
+
+def format_size(size: int) -> str:
+    """torch's c10 ``format_size``: bytes / KiB / MiB / GiB with two decimals."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= MIB:
+        return f"{size / KIB:.2f} KiB"
+    if size <= GIB:
+        return f"{size / MIB:.2f} MiB"
+    return f"{size / GIB:.2f} GiB"
+
+
+def kv_cell_bytes(profile: Profile, kv_cache_dtype: str = "auto") -> int:
+    """MLA cell: (kv_lora_rank + qk_rope_head_dim) * layers * element size."""
+    elem = KV_DTYPE_BYTES.get(kv_cache_dtype, 2)
+    return (profile.kv_lora_rank + profile.qk_rope_head_dim) * profile.num_layers * elem
+
+
+def default_mem_fraction_static(
+    profile: Profile, chunked_prefill_size: int, max_prefill_tokens: int, cuda_graph_max_bs: int, tp_size: int
+) -> float:
+    """sglang 0.5.3's auto mfs (``_handle_gpu_memory_settings``); gpu_mem in MiB."""
+    gpu_mem = profile.gpu_total_gib * 1024
+    reserved = 512.0
+    reserved += max(chunked_prefill_size if chunked_prefill_size > 0 else max_prefill_tokens, 2048) * 1.5
+    reserved += cuda_graph_max_bs * 2
+    reserved += tp_size / 8 * 1024
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mem - reserved) / gpu_mem, 3)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What startup allocates, per rank (GiB unless noted)."""
+
+    mem_fraction_static: float
+    free0: float
+    weight: float
+    free1: float  # "Load weight end ... avail mem="
+    cell_bytes: int
+    max_total_num_tokens: int
+    kv: float  # "KV size"
+    req_to_token: float
+    max_num_reqs: int
+    after_pool: float  # "Memory pool end. avail mem="
+    before_graph: float  # after workspaces: "Capture cuda graph begin ... avail mem="
+    graph: float
+    available: float  # capacity line available_gpu_mem: activation headroom of a fresh server
+    context_len: int
+    max_running_requests: int
+    max_req_input_len: int
+    gpu_total: float
+    headroom: float  # free0 * (1 - mfs)
+
+    @property
+    def allocated_static(self) -> float:
+        """Memory torch has allocated once the server is up (weights, KV, req_to_token, workspaces, graphs)."""
+        return self.free0 - self.available
+
+
+def plan_memory(
+    profile: Profile,
+    mem_fraction_static: float,
+    *,
+    tp_size: int | None = None,
+    page_size: int = 1,
+    kv_cache_dtype: str = "auto",
+    max_total_tokens: int | None = None,
+    context_length: int | None = None,
+    max_running_requests: int | None = None,
+    cuda_graph_max_bs: int | None = None,
+    disable_cuda_graph: bool = False,
+) -> MemoryPlan:
+    """sglang's startup memory arithmetic. Raises the three startup failures."""
+    tp = tp_size or profile.tp_size
+    free0 = profile.free0_gib
+    weight = profile.weight_gib_at_profile_tp * profile.tp_size / tp
+    if weight >= free0:
+        raise WeightLoadOOMError(f"weights need {weight:.2f} GiB per rank, {free0:.2f} GiB free")
+    free1 = free0 - weight
+    cell = kv_cell_bytes(profile, kv_cache_dtype)
+    rest = free1 - free0 * (1 - mem_fraction_static)
+    tokens = int(rest * GIB // cell)
+    if max_total_tokens is not None and max_total_tokens > 0:
+        tokens = min(tokens, max_total_tokens)
+    page = max(1, page_size)
+    tokens = tokens // page * page
+    if tokens <= 0:
+        raise NotEnoughMemoryError(not_enough_memory_message(mem_fraction_static))
+    kv = tokens * cell / GIB
+    context_len = context_length or profile.context_len
+    if max_running_requests:
+        max_num_reqs = max_running_requests
+    else:
+        max_num_reqs = min(max(int(tokens / context_len * 512), 2048), 4096)
+    req_to_token = max_num_reqs * (context_len + 4) * 4 / GIB
+    after_pool = free1 - kv - req_to_token
+    before_graph = after_pool - profile.workspace_gib
+    bs = cuda_graph_max_bs or profile.default_cuda_graph_max_bs
+    graph = 0.0 if disable_cuda_graph else profile.graph_base_gib + profile.graph_per_bs_gib * bs
+    available = before_graph - graph
+    if before_graph <= 0 or available <= 0:
+        raise GraphCaptureOOMError("no room for CUDA graphs")
+    effective_mrr = min(tokens // 2 if max_running_requests is None else max_running_requests, max_num_reqs)
+    return MemoryPlan(
+        mem_fraction_static=mem_fraction_static,
+        free0=free0,
+        weight=weight,
+        free1=free1,
+        cell_bytes=cell,
+        max_total_num_tokens=tokens,
+        kv=kv,
+        req_to_token=req_to_token,
+        max_num_reqs=max_num_reqs,
+        after_pool=after_pool,
+        before_graph=before_graph,
+        graph=graph,
+        available=available,
+        context_len=context_len,
+        max_running_requests=effective_mrr,
+        max_req_input_len=min(context_len - 1, tokens - 1) - 5,
+        gpu_total=profile.gpu_total_gib,
+        headroom=free0 * (1 - mem_fraction_static),
+    )
+
+
+# --------------------------------------------------------------------------------------------- runtime
+
+
+def prefill_chunk_tokens(new_tokens: int, chunked_prefill_size: int) -> int:
+    """Tokens in the largest forward of a prefill: the whole prompt when chunking is off (<= 0)."""
+    if chunked_prefill_size is None or chunked_prefill_size <= 0:
+        return new_tokens
+    return min(new_tokens, chunked_prefill_size)
+
+
+def prefill_spike_bytes(profile: Profile, new_tokens: int, chunked_prefill_size: int) -> int:
+    return profile.activation_bytes_per_token * prefill_chunk_tokens(new_tokens, chunked_prefill_size)
+
+
+def fragmentation_after(profile: Profile, frag_gib: float, served_tokens: int, expandable: bool) -> float:
+    """Reserved-but-unallocated memory after one more served request."""
+    if expandable:
+        return 0.0
+    step = profile.frag_step_gib * min(1.0, served_tokens / profile.frag_full_tokens)
+    return min(profile.frag_cap_gib, frag_gib + step)
+
+
+def has_expandable_segments(alloc_conf: str | None) -> bool:
+    """``PYTORCH_CUDA_ALLOC_CONF`` is a comma list of ``key:value``; torch accepts True/False."""
+    for item in (alloc_conf or "").split(","):
+        key, _, value = item.partition(":")
+        if key.strip() == "expandable_segments":
+            return value.strip() == "True"
+    return False
+
+
+@dataclass(frozen=True)
+class OOM:
+    """A failed allocation, with everything torch's message needs (bytes)."""
+
+    alloc_bytes: int
+    total_bytes: int
+    free_bytes: int
+    process_bytes: int
+    allocated_bytes: int
+    reserved_unallocated_bytes: int
+
+
+def check_prefill(plan: MemoryPlan, profile: Profile, spike_bytes: int, frag_gib: float) -> OOM | None:
+    """torch needs a fresh block of ``spike_bytes``; fragmented reserved memory cannot serve it."""
+    free_bytes = max(0, int((plan.available - frag_gib) * GIB))
+    if spike_bytes <= free_bytes:
+        return None
+    total = int(round(plan.gpu_total * GIB))
+    return OOM(
+        alloc_bytes=spike_bytes,
+        total_bytes=total,
+        free_bytes=free_bytes,
+        process_bytes=total - free_bytes,
+        allocated_bytes=int(plan.allocated_static * GIB),
+        reserved_unallocated_bytes=int(frag_gib * GIB),
+    )
+
+
+def torch_oom_message(oom: OOM, device: int = 0) -> str:
+    """torch >= 2.9's text (c10/cuda/CUDACachingAllocator.cpp), with the NVML own-process clause."""
+    return (
+        f"CUDA out of memory. Tried to allocate {format_size(oom.alloc_bytes)}. GPU {device} has a total "
+        f"capacity of {format_size(oom.total_bytes)} of which {format_size(oom.free_bytes)} is free. "
+        f"Including non-PyTorch memory, this process has {format_size(oom.process_bytes)} memory in use. "
+        f"Of the allocated memory {format_size(oom.allocated_bytes)} is allocated by PyTorch, and "
+        f"{format_size(oom.reserved_unallocated_bytes)} is reserved by PyTorch but unallocated. "
+        "If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
+        "See documentation for Memory Management  "
+        "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+    )
+
+
+def graph_capture_oom(plan_free_gib: float, profile: Profile, device: int = 0) -> OOM:
+    """The OOM of a CUDA graph capture that did not fit (free is what was left before capture)."""
+    free_bytes = max(0, int(plan_free_gib * GIB))
+    total = int(round(profile.gpu_total_gib * GIB))
+    alloc = 448 * MIB if free_bytes < 448 * MIB else free_bytes + 64 * MIB
+    return OOM(
+        alloc_bytes=alloc,
+        total_bytes=total,
+        free_bytes=free_bytes,
+        process_bytes=total - free_bytes,
+        allocated_bytes=int((profile.free0_gib - plan_free_gib) * GIB),
+        reserved_unallocated_bytes=int(0.02 * GIB),
+    )
+
+
+def max_safe_prompt(plan: MemoryPlan, profile: Profile, chunked_prefill_size: int, frag_gib: float) -> int:
+    """Longest prompt (new tokens) that survives at this fragmentation, capped by max_req_input_len."""
+    free_bytes = (plan.available - frag_gib) * GIB
+    if free_bytes <= 0:
+        return 0
+    by_mem = math.floor(free_bytes / profile.activation_bytes_per_token)
+    if chunked_prefill_size and chunked_prefill_size > 0 and by_mem >= chunked_prefill_size:
+        return plan.max_req_input_len - 1
+    return min(by_mem, plan.max_req_input_len - 1)
