@@ -1,0 +1,361 @@
+"""The `remediate` command line: parse options, call the orchestration layer, render, exit.
+
+The only module that imports click. Exit codes: 0 ok, 1 a host failed / was rolled back / not
+attempted (or `edit --check` found changes), 2 bad input (nothing touched), 3 unreachable or
+authentication/host-key failure only, 70 a bug (traceback printed).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from remediate import __version__, api, localfile, render
+from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
+from remediate.models import HostResult
+from remediate.transport.ssh import SSHOptions
+from remediate.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit, validate_desired
+from remediate.unitfile.report import plan_to_dict, summary_lines, unified_diff
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "REMEDIATE", "max_content_width": 100}
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    click.echo(f"remediate: {message}", err=True)
+    sys.exit(code)
+
+
+def _handle_errors(fn: F) -> F:
+    """The CLI boundary: RemediateError → one line + its exit code; anything else is a bug (70)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RemediateError as exc:
+            _fail(str(exc), exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception:  # noqa: BLE001 - the one place a bug is reported
+            traceback.print_exc()
+            click.echo("remediate: internal error (a bug); please report it with the traceback above", err=True)
+            sys.exit(EXIT_BUG)
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _decimal(ctx: click.Context, param: click.Parameter, value: str | None) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        raise click.BadParameter(f"{value!r} is not a number") from None
+    if not number.is_finite():
+        raise click.BadParameter(f"{value!r} is not a number")
+    return number
+
+
+def desired_options(fn: F) -> F:
+    """The desired-state options shared by `edit`, `oom` and `plan`."""
+    decorators = [
+        click.option(
+            "--mem-fraction-static",
+            "mem_fraction_static",
+            callback=_decimal,
+            metavar="F",
+            help="Set --mem-fraction-static to F (0 < F < 1).",
+        ),
+        click.option(
+            "--mem-fraction-step",
+            "mem_fraction_step",
+            callback=_decimal,
+            metavar="S",
+            help="Without --mem-fraction-static: lower the current fraction by S (default 0.01), once.",
+        ),
+        click.option(
+            "--chunked-prefill-size",
+            "chunked_prefill_size",
+            type=int,
+            metavar="N",
+            help="Chunked prefill size (default 4096, kept if already smaller; -1 disables chunking).",
+        ),
+        click.option(
+            "--alloc-conf",
+            "alloc_conf",
+            metavar="OPTS",
+            help="PYTORCH_CUDA_ALLOC_CONF options to ensure (default expandable_segments:True).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def build_desired(
+    mem_fraction_static: Decimal | None,
+    mem_fraction_step: Decimal | None,
+    chunked_prefill_size: int | None,
+    alloc_conf: str | None,
+    *,
+    defaults: dict[str, Any] | None = None,
+) -> DesiredState:
+    """CLI values over inventory values over built-in defaults."""
+    if mem_fraction_static is not None and mem_fraction_step is not None:
+        raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
+    base = defaults or {}
+    kwargs: dict[str, Any] = {}
+    fraction = mem_fraction_static if mem_fraction_static is not None else base.get("mem_fraction_static")
+    if fraction is not None:
+        kwargs["mem_fraction_static"] = Decimal(str(fraction))
+    if mem_fraction_step is not None:
+        kwargs["mem_fraction_step"] = mem_fraction_step
+    chunk = chunked_prefill_size if chunked_prefill_size is not None else base.get("chunked_prefill_size")
+    if chunk is not None:
+        kwargs["chunked_prefill_size"] = int(chunk)
+        kwargs["chunk_is_ceiling"] = False
+    conf = alloc_conf if alloc_conf is not None else base.get("alloc_conf")
+    if conf is not None:
+        kwargs["alloc_conf"] = str(conf)
+    desired = DesiredState(**kwargs)
+    validate_desired(desired)
+    return desired
+
+
+def connection_options(fn: F) -> F:
+    """Target syntax and connection options shared by every remote command."""
+    decorators = [
+        click.argument("targets", nargs=-1, metavar="[TARGET]..."),
+        click.option(
+            "-i",
+            "--inventory",
+            type=click.Path(dir_okay=False),
+            help="Inventory file (default ./inventory.yaml if present).",
+        ),
+        click.option("--identity", type=click.Path(dir_okay=False), help="SSH private key file."),
+        click.option(
+            "--known-hosts",
+            type=click.Path(dir_okay=False),
+            help="known_hosts file (default: ~/.ssh/known_hosts and the system's).",
+        ),
+        click.option(
+            "--accept-new-host-key",
+            is_flag=True,
+            help="Record unknown host keys (like ssh accept-new); changed keys are always refused.",
+        ),
+        click.option(
+            "--ssh-config",
+            type=click.Path(dir_okay=False),
+            help="ssh_config file (default ~/.ssh/config); aliases and ProxyJump work.",
+        ),
+        click.option("--sudo", is_flag=True, help="Log in as a non-root user and run as root with `sudo -n`."),
+        click.option("--unit", help="The systemd unit (default: the unit whose ExecStart runs sglang)."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout."),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def fleet_options(fn: F) -> F:
+    decorators = [
+        click.option(
+            "--canary",
+            type=int,
+            default=None,
+            help="Hosts in the first batch; any failure there stops everything (default 1).",
+        ),
+        click.option(
+            "--batch", default=None, help="Batch sizes: N, N%, or a list like 1,10%,25% (Ansible serial semantics)."
+        ),
+        click.option("--forks", type=int, default=None, help="Hosts worked on at once (default 10)."),
+        click.option(
+            "--max-failures", default=None, help="Failures tolerated over the whole rollout: N or P% (default 0)."
+        ),
+        click.option("--pause-after-canary", is_flag=True, help="Ask before going on after the canary batch."),
+        click.option("--yes", "-y", is_flag=True, help="Answer yes to prompts."),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def _ssh_options(kw: dict[str, Any], timeout: float | None = None) -> SSHOptions:
+    return SSHOptions(
+        identity=kw.get("identity"),
+        known_hosts=kw.get("known_hosts"),
+        accept_new_host_key=bool(kw.get("accept_new_host_key")),
+        ssh_config=kw.get("ssh_config"),
+        sudo=bool(kw.get("sudo")),
+    )
+
+
+def _emit(
+    results: Sequence[HostResult], *, as_json: bool, dry_run: bool = False, extra: dict[str, Any] | None = None
+) -> int:
+    if as_json:
+        click.echo(render.dumps(render.results_document(results, **(extra or {}))))
+    else:
+        out = _stdout()
+        for result in results:
+            render.host_report(out, result, dry_run=dry_run)
+        if len(results) > 1:
+            render.recap(out, results)
+    return api.exit_code(results)
+
+
+def _progress(as_json: bool) -> Callable[[str, str, str], None]:
+    err = _stderr()
+    interactive = err.is_terminal
+
+    def show(host: str, phase: str, detail: str) -> None:
+        if phase == "wait" and not interactive:
+            return  # the live line is for terminals; logs get the phase summary
+        err.print(f"[dim]{host}[/dim] {phase:<9} {detail}", highlight=False, markup=True)
+
+    return show
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "-V", "--version", prog_name="remediate")
+def cli() -> None:
+    """Remediate sglang OOM crashes on GPU hosts: safely, verifiably, idempotently.
+
+    \b
+    Examples:
+      remediate edit /etc/systemd/system/sglang.service
+      remediate oom gpu-01 --dry-run
+      remediate oom gpu-01 --target-tokens 200000
+      remediate oom all -i inventory.yaml --canary 1 --batch 25%
+      remediate rollback gpu-01
+    """
+
+
+@cli.command()
+@click.argument("unit_file", type=click.Path(path_type=Path))
+@desired_options
+@click.option("--write", is_flag=True, help="Write the change in place (after a backup UNIT_FILE.bak.oom.<epoch>).")
+@click.option("--check", is_flag=True, help="Exit 1 when changes are needed, 0 when already remediated.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@_handle_errors
+def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw: Any) -> None:
+    """Show (and with --write apply) the OOM fix to a local unit file.
+
+    \b
+    Example:
+      remediate edit examples/incident/sglang.service
+      remediate edit sglang.service --mem-fraction-static 0.9 --write
+    """
+    desired = build_desired(**desired_kw)
+    text = localfile.read_unit(unit_file)
+    sources = UnitSources(fragment=SourceFile(path=str(unit_file), text=text), env_files=None)
+    now = datetime.now(tz=UTC)
+    plan = plan_edit(sources, desired, now=now)
+    backup = None
+    if write and plan.is_changed:
+        for change in plan.files:
+            if Path(change.path) != unit_file:
+                raise ConfigError(f"the change would touch {change.path}; edit that file", source=str(unit_file))
+        backup = localfile.write_atomically(unit_file, plan.files[0].new_text, backup_epoch=int(now.timestamp()))
+    if as_json:
+        document = plan_to_dict(plan)
+        document["written"] = bool(backup)
+        document["backup"] = str(backup) if backup else None
+        click.echo(render.dumps(document))
+    else:
+        out = _stdout()
+        render.diff_lines(out, "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files))
+        for line in summary_lines(plan):
+            out.print(line, highlight=False)
+        for note in plan.notes:
+            out.print(f"note: {note}", highlight=False)
+        if not plan.is_changed:
+            out.print(f"{unit_file}: already remediated, nothing to change", highlight=False)
+        elif backup:
+            out.print(f"wrote {unit_file} (backup {backup})", highlight=False)
+    if check and plan.is_changed and not write:
+        sys.exit(1)
+
+
+@cli.command()
+@connection_options
+@desired_options
+@fleet_options
+@click.option("--min-tokens", type=click.IntRange(min=1), help="Fail (and roll back) below this max_total_num_tokens.")
+@click.option(
+    "--target-tokens", type=click.IntRange(min=1), help="Report the gap to this capacity (a warning, not a failure)."
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds to wait for the server."
+)
+@click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
+@click.option("--no-rollback", is_flag=True, help="Leave the new state in place when the server does not come back.")
+@_handle_errors
+def oom(**kw: Any) -> None:
+    """Apply the OOM fix to sglang hosts as one verified transaction each.
+
+    Backs up the unit, lowers --mem-fraction-static, sets --chunked-prefill-size and
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, daemon-reloads, restarts, waits for
+    max_total_num_tokens, and rolls back automatically if the server does not come back.
+
+    \b
+    Examples:
+      remediate oom root@gpu-01 --dry-run
+      remediate oom gpu-01 --target-tokens 200000 --json
+      remediate oom gpu-* -i inventory.yaml --canary 1 --batch 25% --forks 4
+    """
+    request = api.OomRequest(
+        targets=tuple(kw["targets"]),
+        inventory=kw["inventory"],
+        ssh=_ssh_options(kw),
+        unit=kw["unit"],
+        cli_desired={
+            "mem_fraction_static": kw["mem_fraction_static"],
+            "mem_fraction_step": kw["mem_fraction_step"],
+            "chunked_prefill_size": kw["chunked_prefill_size"],
+            "alloc_conf": kw["alloc_conf"],
+        },
+        min_tokens=kw["min_tokens"],
+        target_tokens=kw["target_tokens"],
+        timeout=kw["timeout"],
+        dry_run=kw["dry_run"],
+        rollback=not kw["no_rollback"],
+        strategy=api.strategy_from_cli(kw),
+    )
+    confirm = None
+    if kw["pause_after_canary"] and not kw["yes"]:
+        confirm = lambda text: click.confirm(text, default=False, err=True)  # noqa: E731
+    rollout = api.remediate_oom_request(request, progress=_progress(kw["as_json"]), confirm=confirm)
+    code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
+    if rollout.retry_file and not kw["as_json"]:
+        _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
+    sys.exit(code)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="remediate")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,197 @@
+"""Rolling a per-host job over a fleet: canary, batches, forks, failure budget, Ctrl-C.
+
+Semantics (documented in the README):
+- the canary batch runs first; any failure there stops the rollout;
+- then batches sized like Ansible's ``serial`` (``N``, ``P%`` of all selected hosts, or a list whose
+  last element repeats; never below 1); each batch finishes before the next starts;
+- at most ``forks`` hosts are worked on at once;
+- ``max_failures`` (``N`` or ``P%`` of all hosts, default 0) counts failed, rolled-back and unreachable
+  hosts over the whole rollout; once it is *exceeded* no new host starts, in-flight hosts finish
+  (rolling back per their own policy), and the rest are ``not_attempted``;
+- Ctrl-C: no new hosts start; in-flight ones finish; the report still prints.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from remediate.errors import ConfigError
+from remediate.models import HostResult
+
+T = TypeVar("T")
+_SPEC = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    canary: int = 1
+    batch: tuple[str, ...] = ("100%",)
+    forks: int = 10
+    max_failures: str = "0"
+    pause_after_canary: bool = False
+
+
+def parse_batch(spec: str | int | Sequence[str | int]) -> tuple[str, ...]:
+    """``"1,10%,25%"``, ``5``, ``["1", "25%"]`` → validated tuple of elements."""
+    items: list[str]
+    if isinstance(spec, int):
+        items = [str(spec)]
+    elif isinstance(spec, str):
+        items = [part for part in spec.split(",")]
+    else:
+        items = [str(part) for part in spec]
+    if not items:
+        raise ConfigError("--batch needs at least one size")
+    for item in items:
+        match = _SPEC.match(item)
+        if not match or (not match.group(2) and int(match.group(1)) < 1) or int(match.group(1)) < 1:
+            raise ConfigError(f"--batch {item!r}: expected a positive N or P% (e.g. 1,10%,25%)")
+    return tuple(item.strip() for item in items)
+
+
+def _size(item: str, total: int) -> int:
+    match = _SPEC.match(item)
+    assert match
+    value = int(match.group(1))
+    if match.group(2):
+        return max(1, math.floor(total * value / 100))
+    return max(1, value)
+
+
+def plan_batches(total: int, strategy: Strategy) -> list[int]:
+    """Batch sizes covering ``total`` hosts: the canary, then the serial list (its last element repeats)."""
+    sizes: list[int] = []
+    left = total
+    if left and strategy.canary > 0:
+        first = min(strategy.canary, left)
+        sizes.append(first)
+        left -= first
+    i = 0
+    while left > 0:
+        item = strategy.batch[min(i, len(strategy.batch) - 1)]
+        size = min(_size(item, total), left)
+        sizes.append(size)
+        left -= size
+        i += 1
+    return sizes
+
+
+def failure_budget(spec: str | int, total: int) -> int:
+    """How many failures are tolerated: ``N`` or ``P%`` of the hosts (rounded down)."""
+    match = _SPEC.match(str(spec))
+    if not match:
+        raise ConfigError(f"--max-failures {spec!r}: expected N or P%")
+    value = int(match.group(1))
+    if match.group(2):
+        if value > 100:
+            raise ConfigError(f"--max-failures {spec!r}: a percentage is at most 100%")
+        return math.floor(total * value / 100)
+    return value
+
+
+@dataclass
+class Rollout(Generic[T]):
+    """Runs ``work`` over ``hosts`` per a Strategy; collects one HostResult per host, in host order."""
+
+    hosts: Sequence[T]
+    name_of: Callable[[T], str]
+    work: Callable[[T], HostResult]
+    strategy: Strategy = field(default_factory=Strategy)
+    confirm: Callable[[str], bool] | None = None
+    on_event: Callable[[str], None] | None = None
+    halted: str | None = None
+    interrupted: bool = False
+    batches: list[list[str]] = field(default_factory=list)
+    stop_when: Callable[[HostResult], str | None] | None = None
+
+    def run(self) -> list[HostResult]:
+        if self.strategy.forks < 1:
+            raise ConfigError("--forks must be at least 1")
+        total = len(self.hosts)
+        budget = failure_budget(self.strategy.max_failures, total)
+        sizes = plan_batches(total, self.strategy)
+        results: dict[int, HostResult] = {}
+        failures = 0
+        stop = threading.Event()
+        index = 0
+        with ThreadPoolExecutor(max_workers=self.strategy.forks, thread_name_prefix="remediate") as pool:
+            for number, size in enumerate(sizes):
+                batch = list(range(index, index + size))
+                index += size
+                is_canary = number == 0 and self.strategy.canary > 0
+                if stop.is_set():
+                    break
+                self.batches.append([self.name_of(self.hosts[i]) for i in batch])
+                self._event(f"batch {number + 1}/{len(sizes)}{' (canary)' if is_canary else ''}: {len(batch)} host(s)")
+                pending = list(batch)
+                running: dict[Future[HostResult], int] = {}
+                try:
+                    while pending or running:
+                        while pending and len(running) < self.strategy.forks and not stop.is_set():
+                            i = pending.pop(0)
+                            running[pool.submit(self.work, self.hosts[i])] = i
+                        if not running:
+                            break
+                        done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                        for future in done:
+                            i = running.pop(future)
+                            result = future.result()
+                            results[i] = result
+                            if not result.ok:
+                                failures += 1
+                                if is_canary:
+                                    self._halt(stop, f"canary host {result.host} {result.outcome}")
+                                elif failures > budget:
+                                    self._halt(
+                                        stop,
+                                        f"{failures} failure(s) exceed --max-failures {self.strategy.max_failures}",
+                                    )
+                            if self.stop_when and not stop.is_set():
+                                reason = self.stop_when(result)
+                                if reason:
+                                    self._halt(stop, reason)
+                except KeyboardInterrupt:
+                    self.interrupted = True
+                    self._halt(stop, "interrupted (Ctrl-C): in-flight hosts finish, no new host starts")
+                    for future, i in list(running.items()):
+                        results[i] = future.result()
+                    running.clear()
+                if is_canary and not stop.is_set() and self.strategy.pause_after_canary and index < total:
+                    if self.confirm is None or not self.confirm("canary batch healthy; continue the rollout?"):
+                        self._halt(stop, "stopped after the canary batch")
+        out: list[HostResult] = []
+        for i, host in enumerate(self.hosts):
+            if i in results:
+                out.append(results[i])
+            else:
+                out.append(
+                    HostResult(
+                        host=self.name_of(host),
+                        outcome="not_attempted",
+                        error=f"not attempted: {self.halted or 'rollout halted'}",
+                        exit_code=1,
+                    )
+                )
+        return out
+
+    def _halt(self, stop: threading.Event, reason: str) -> None:
+        if not stop.is_set():
+            self.halted = reason
+            stop.set()
+            self._event(f"halting: {reason}")
+
+    def _event(self, text: str) -> None:
+        if self.on_event:
+            self.on_event(text)
+
+
+def now_stamp(clock: Callable[[], float] = time.time) -> str:
+    """UTC timestamp for file names: 20261129T071422Z."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))

@@ -1,0 +1,111 @@
+"""Human output: phases, diffs, recaps. Takes a rich Console; never decides exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from remediate.models import HostResult
+
+_OUTCOME_STYLE = {
+    "remediated": "green",
+    "restored": "green",
+    "unchanged": "cyan",
+    "rolled_back": "yellow",
+    "failed": "red",
+    "unreachable": "red",
+    "not_attempted": "dim",
+}
+
+
+def diff_lines(console: Console, diff: str) -> None:
+    for line in diff.splitlines():
+        style = None
+        if line.startswith("+") and not line.startswith("+++"):
+            style = "green"
+        elif line.startswith("-") and not line.startswith("---"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        console.print(escape(line), style=style, highlight=False)
+
+
+def host_report(console: Console, result: HostResult, *, dry_run: bool = False) -> None:
+    style = _OUTCOME_STYLE.get(result.outcome, "")
+    where = f" {result.unit} ({result.unit_path})" if result.unit else ""
+    console.print(f"[bold]{escape(result.host)}[/bold]{escape(where)}", highlight=False)
+    for phase in result.phases:
+        console.print(f"  {phase.name:<9} {phase.seconds:7.2f}s", highlight=False)
+    for line in result.summary:
+        console.print(f"  {escape(line)}", highlight=False)
+    for note in result.notes:
+        console.print(f"  note: {escape(note)}", highlight=False)
+    if result.diff and (dry_run or result.changed):
+        diff_lines(console, result.diff)
+    if dry_run and result.steps:
+        console.print("  would run on the host:", highlight=False)
+        for step in result.steps:
+            console.print(f"    {escape(step)}", highlight=False)
+    if result.backup:
+        console.print(f"  backup    {escape(result.backup)}", highlight=False)
+    if result.max_total_num_tokens is not None:
+        console.print(f"  tokens    max_total_num_tokens={_tokens(result)}", highlight=False)
+    for warning in result.warnings:
+        console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)
+    if result.error:
+        console.print(f"  [red]error[/red]   {escape(result.error)}", highlight=False)
+    for line in result.journal:
+        console.print(f"  journal │ {escape(line)}", style="dim", highlight=False)
+    label = "dry run: " + ("would change" if result.changed else "nothing to change") if dry_run else result.outcome
+    console.print(f"  [{style}]{escape(label)}[/{style}] in {result.seconds:.1f}s", highlight=False)
+
+
+def _tokens(result: HostResult) -> str:
+    tokens = result.max_total_num_tokens
+    if tokens is None:
+        return "-"
+    return format_tokens(tokens, result.target_tokens)
+
+
+def format_tokens(tokens: int, target: int | None) -> str:
+    """``195,011 (target 200,000: −2.5%)``: the capacity against the operator's target."""
+    if not target:
+        return f"{tokens:,}"
+    gap = (tokens - target) / target
+    sign = "−" if gap < 0 else "+"
+    return f"{tokens:,} (target {target:,}: {sign}{abs(gap) * 100:.1f}%)"
+
+
+def recap(console: Console, results: Sequence[HostResult]) -> None:
+    table = Table(title="recap", show_lines=False)
+    for column in ("host", "outcome", "tokens", "backup", "seconds", "error"):
+        table.add_column(column)
+    for r in results:
+        style = _OUTCOME_STYLE.get(r.outcome, "")
+        table.add_row(
+            escape(r.host),
+            f"[{style}]{r.outcome}[/{style}]",
+            _tokens(r),
+            escape(r.backup or ""),
+            f"{r.seconds:.1f}",
+            escape(r.error or ""),
+        )
+    console.print(table)
+    counts = Counter(r.outcome for r in results)
+    console.print(", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())), highlight=False)
+
+
+def results_document(results: Sequence[HostResult], **extra: Any) -> dict[str, Any]:
+    """The `--json` document shared by oom, rollback and status."""
+    counts = Counter(r.outcome for r in results)
+    return {"results": [r.to_dict() for r in results], "summary": dict(sorted(counts.items())), **extra}
+
+
+def dumps(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)
