@@ -1,0 +1,47 @@
+"""Test/sandbox knobs: JSON from $SGLANG_STANDIN_CONFIG, else /etc/sglang-standin.json (see README)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+DEFAULT_PATH = "/etc/sglang-standin.json"
+FAILURES = ("none", "never_healthy", "crash_during_load", "exit_at_once", "slow_load")
+
+DEFAULTS: dict[str, object] = {
+    "time_scale": 0.004,  # wall seconds per simulated second
+    "failure": "none",
+    "api_version": "0.5.6",
+    "profile": "kimi-k2.6-tp8",
+    "load_s": 450.0,  # simulated startup (torch dist + weights + KV + graphs), the incident's ~7.5 min
+    "warmup_s": 40.0,  # simulated warm-up after the port opens (/health 503 meanwhile)
+    "prefill_scale": 1.0,  # multiplies simulated prefill time
+    "decode_scale": 1.0,  # multiplies simulated decode time
+    "default_chunked_prefill_size": None,  # override the profile's resolution of an absent flag
+    "sigterm": "exit",  # "exit": exit 0 after the graceful line; "kill": SIGKILL itself like kill_process_tree
+    "access_log": True,
+    "exit_message": "RuntimeError: No CUDA GPUs are available",
+}
+
+
+def load_knobs(environ: dict[str, str] | None = None) -> dict[str, object]:
+    env = os.environ if environ is None else environ
+    path = env.get("SGLANG_STANDIN_CONFIG") or (DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None)
+    knobs = dict(DEFAULTS)
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object")
+        knobs.update(data)
+    if knobs["failure"] not in FAILURES:
+        raise ValueError(f"unknown failure mode {knobs['failure']!r}; one of {FAILURES}")
+    return knobs
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in str(version).split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)

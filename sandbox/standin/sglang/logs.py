@@ -1,0 +1,47 @@
+"""sglang's log format: ``[%Y-%m-%d %H:%M:%S TP0] msg`` on stderr, flushed line by line."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+_LOCK = threading.Lock()
+
+
+def _write(stream, line: str) -> None:
+    with _LOCK:
+        try:
+            stream.write(line + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _stamp(prefix: str) -> str:
+    return f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{prefix}]"
+
+
+def main(msg: str) -> None:
+    """The main (tokenizer/HTTP) process: no rank prefix."""
+    first, *rest = msg.split("\n")
+    _write(sys.stderr, f"{_stamp('')} {first}")
+    for line in rest:
+        _write(sys.stderr, line)
+
+
+def tp0(msg: str) -> None:
+    """The rank-0 scheduler: `` TP0`` prefix; continuation lines (tracebacks) are printed raw."""
+    first, *rest = msg.split("\n")
+    _write(sys.stderr, f"{_stamp(' TP0')} {first}")
+    for line in rest:
+        _write(sys.stderr, line)
+
+
+def uvicorn(msg: str, level: str = "INFO") -> None:
+    _write(sys.stderr, f"{level + ':':<9} {msg}")
+
+
+def access(msg: str) -> None:
+    """uvicorn's access log goes to stdout."""
+    _write(sys.stdout, f"INFO:     {msg}")
