@@ -1,0 +1,420 @@
+"""The pure planner: from the unit's sources and a desired state to exact text edits.
+
+Every edit replaces only value characters (or inserts a flag, an option or one line), so bytes that
+are not part of the change stay as they were. The plan is checked by reading the result back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+
+from remediate.errors import ConfigError, OwnedElsewhereError
+from remediate.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
+from remediate.unitfile.envfile import EnvAssignment
+from remediate.unitfile.model import TextEdit, apply_edits
+from remediate.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
+
+__all__ = [
+    "Change", "DesiredState", "EditPlan", "FileEdit", "Settings", "SourceFile", "UnitSources",
+    "find_sglang_exec", "plan_edit", "read_settings", "runs_sglang", "validate_desired",
+]  # fmt: skip
+
+FRACTION = "--mem-fraction-static"
+CHUNK = "--chunked-prefill-size"
+ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
+MARKER = re.compile(r"^[ \t]*# remediate: oom (\S+) mem-fraction-static (\S+)->(\S+)[ \t]*(?=\r?$)", re.MULTILINE)
+_ALLOC_SYNTAX = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+)*$")
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    mem_fraction_static: Decimal | None = None  # absolute value to set, exclusive (0, 1)
+    mem_fraction_step: Decimal = Decimal("0.01")  # used only when mem_fraction_static is None
+    chunked_prefill_size: int | None = 4096  # None = leave alone; -1 = disable
+    chunk_is_ceiling: bool = True  # keep an existing smaller positive chunk
+    alloc_conf: str | None = "expandable_segments:True"  # key:value options to ensure; None = leave alone
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Effective values, as strings exactly as written (None = unset)."""
+
+    mem_fraction_static: str | None
+    chunked_prefill_size: str | None
+    alloc_conf: str | None
+
+
+@dataclass(frozen=True)
+class Change:
+    setting: str
+    old: str | None
+    new: str | None
+    path: str
+    where: str
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    path: str
+    old_text: str
+    new_text: str
+
+
+@dataclass(frozen=True)
+class EditPlan:
+    files: tuple[FileEdit, ...]
+    changes: tuple[Change, ...]
+    notes: tuple[str, ...]
+    before: Settings
+    after: Settings
+
+    @property
+    def is_changed(self) -> bool:
+        return bool(self.files)
+
+
+def validate_desired(desired: DesiredState) -> None:
+    """Reject values sglang or PyTorch would not take (ConfigError)."""
+    fraction = desired.mem_fraction_static
+    if fraction is not None and not (fraction.is_finite() and Decimal(0) < fraction < Decimal(1)):
+        raise ConfigError(f"--mem-fraction-static must be between 0 and 1 (exclusive), got {fraction}")
+    step = desired.mem_fraction_step
+    if not (step.is_finite() and Decimal(0) < step < Decimal(1)):
+        raise ConfigError(f"--mem-fraction-step must be between 0 and 1 (exclusive), got {step}")
+    chunk = desired.chunked_prefill_size
+    if chunk is not None and chunk < 1 and chunk != -1:
+        raise ConfigError(f"--chunked-prefill-size must be >= 1, or -1 to disable, got {chunk}")
+    if desired.alloc_conf is not None and not _ALLOC_SYNTAX.match(desired.alloc_conf):
+        raise ConfigError(f"alloc conf must look like key:value[,key:value], got {desired.alloc_conf!r}")
+
+
+def find_sglang_exec(sources: UnitSources) -> tuple[str, int, SglangCommand]:
+    """(path, line number, command) of the one effective ``ExecStart=`` that runs sglang."""
+    service = load_service(sources)
+    return service.exec_start.path, service.exec_start.directive.first_line.number, service.command
+
+
+@dataclass
+class _Plan:
+    service: Service
+    edits: dict[str, list[TextEdit]] = field(default_factory=dict)
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, path: str, edit: TextEdit) -> None:
+        self.edits.setdefault(path, []).append(edit)
+
+    def text(self, path: str) -> str:
+        for source in self.service.sources.unit_files:
+            if source.path == path:
+                return source.text
+        env = self.service.sources.env_files or {}
+        return env.get(path) or ""
+
+
+def _last_hit(items: Sequence[ArgItem], hits: list[FlagHit], setting: str) -> FlagHit | None:
+    """The winning occurrence; raise when a ``$VAR`` we cannot read could override it."""
+    start = (hits[-1].value if hits[-1].value is not None else hits[-1].flag) + 1 if hits else 0
+    for item in items[start:]:
+        if item.opaque is not None:
+            raise OwnedElsewhereError(setting, item.opaque, source=item.path)
+    if hits and hits[-1].value_chars is None and hits[-1].value_text is not None:
+        holder = items[hits[-1].value if hits[-1].value is not None else hits[-1].flag]
+        raise OwnedElsewhereError(setting, f"{holder.text} in {holder.where}", source=holder.path)
+    return hits[-1] if hits else None
+
+
+def _removal(text: str, start: int, end: int, prev_end: int | None) -> TextEdit:
+    """Delete ``[start, end)`` (a flag and its value) keeping the layout around it sane."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    before = text[line_start:start]
+    after = text[end:line_end].rstrip("\r")
+    if not before.strip(" \t") and after.strip(" \t") == "\\":
+        return TextEdit(line_start, min(line_end + 1, len(text)), "")  # the words had their own line
+    if not before.strip(" \t") and not after.strip(" \t") and prev_end is not None:
+        return TextEdit(prev_end, end, "")  # last line of a continuation: join to the previous word
+    if after[:1] in (" ", "\t") and after.strip(" \t") not in ("", "\\"):
+        return TextEdit(start, end + len(after) - len(after.lstrip(" \t")), "")
+    return TextEdit(start - (len(before) - len(before.rstrip(" \t"))), end, "")
+
+
+def _set_flag(plan: _Plan, items: list[ArgItem], hits: list[FlagHit], hit: FlagHit, value: str) -> None:
+    """Write ``value`` into the winning occurrence and drop earlier ones of the same source."""
+    holder = items[hit.value if hit.value is not None else hit.flag]
+    if hit.value_text != value:
+        assert hit.value_chars is not None
+        if len(hit.value_chars):
+            start, end = hit.value_chars.span_of(0, len(hit.value_chars))
+        else:
+            start = end = hit.eq_point if hit.eq_point is not None else holder.span[1]
+        plan.add(holder.path, TextEdit(start, end, value))
+    _drop_repeats(plan, items, hits)
+
+
+def _drop_repeats(plan: _Plan, items: list[ArgItem], hits: list[FlagHit]) -> None:
+    last = items[hits[-1].flag]
+    for hit in hits[:-1]:
+        flag = items[hit.flag]
+        end_item = items[hit.value] if hit.value is not None else flag
+        if flag.path != last.path or flag.where != last.where or flag.chars is None or end_item.chars is None:
+            continue  # only tidy the source that holds the winning occurrence
+        text = plan.text(flag.path)
+        plan.add(flag.path, _removal(text, flag.span[0], end_item.span[1], flag.prev_end))
+        plan.notes.append(f"removed an earlier --{hit.name} {hit.value_text} ({flag.where})")
+
+
+def _markers(sources: UnitSources) -> list[tuple[str, re.Match[str]]]:
+    found: list[tuple[str, re.Match[str]]] = []
+    texts = [(s.path, s.text) for s in sources.unit_files]
+    texts += [(path, text) for path, text in (sources.env_files or {}).items() if text is not None]
+    for path, text in texts:
+        found.extend((path, match) for match in MARKER.finditer(text))
+    return found
+
+
+def _decimal(text: str | None, where: str, path: str) -> Decimal:
+    try:
+        value = Decimal(text or "")
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite():
+        raise ConfigError(f"{FRACTION} {text!r} in {where} is not a number", source=path)
+    return value
+
+
+def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now: datetime) -> None:
+    hits = find_flags(items, "mem-fraction-static")
+    hit = _last_hit(items, hits, FRACTION)
+    sources = plan.service.sources
+    if hit is None or hit.value_text is None:
+        if desired.mem_fraction_static is None:
+            raise ConfigError(
+                f"no {FRACTION} in the unit: pass --mem-fraction-static to set one",
+                source=plan.service.exec_start.path,
+            )
+        _append_flag(plan, FRACTION, format(desired.mem_fraction_static, "f"))
+        return
+    holder = items[hit.value if hit.value is not None else hit.flag]
+    current = _decimal(hit.value_text, holder.where, holder.path)
+    markers = _markers(sources)
+    if desired.mem_fraction_static is not None:
+        target = desired.mem_fraction_static
+    elif any(_same(match.group(3), current) for _, match in markers):
+        target = current  # an earlier run already lowered it: do not step again
+    else:
+        target = current - desired.mem_fraction_step
+        if target <= 0:
+            raise ConfigError(f"lowering {FRACTION} {hit.value_text} by {desired.mem_fraction_step} reaches 0")
+    new_text = hit.value_text if target == current else format(target, "f")
+    _set_flag(plan, items, hits, hit, new_text)
+    if new_text == hit.value_text:
+        return
+    plan.changes.append(Change(FRACTION, hit.value_text, new_text, holder.path, holder.where))
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = plan.text(holder.path)
+    eol = "\r\n" if "\r\n" in text else "\n"
+    line = f"# remediate: oom {stamp} mem-fraction-static {hit.value_text}->{new_text}"
+    above = text.rfind("\n", 0, max(holder.anchor - 1, 0)) + 1 if holder.anchor else 0
+    replaced = False
+    for path, match in markers:
+        if path == holder.path and match.start() == above and holder.anchor:
+            plan.add(path, TextEdit(match.start(), match.end(), line))
+            replaced = True
+        else:
+            marker_end = match.end() + (len(eol) if plan.text(path)[match.end() :].startswith(eol) else 0)
+            plan.add(path, TextEdit(match.start(), marker_end, ""))
+    if not replaced:
+        plan.add(holder.path, TextEdit(holder.anchor, holder.anchor, line + eol))
+
+
+def _same(text: str, value: Decimal) -> bool:
+    try:
+        return Decimal(text) == value
+    except InvalidOperation:
+        return False
+
+
+def _append_flag(plan: _Plan, setting: str, value: str) -> None:
+    """Add ``setting value`` after the last word of the sglang argv, on that word's line."""
+    command = plan.service.command
+    path = plan.service.exec_start.path
+    point = command.last_word.file_span[1]
+    plan.add(path, TextEdit(point, point, f" {setting} {value}"))
+    plan.changes.append(Change(setting, None, value, path, command.kind))
+
+
+def _plan_chunk(plan: _Plan, desired: DesiredState, items: list[ArgItem]) -> None:
+    wanted = desired.chunked_prefill_size
+    if wanted is None:
+        return
+    hits = find_flags(items, "chunked-prefill-size")
+    hit = _last_hit(items, hits, CHUNK)
+    if hit is None or hit.value_text is None:
+        _append_flag(plan, CHUNK, str(wanted))
+        return
+    holder = items[hit.value if hit.value is not None else hit.flag]
+    try:
+        current = int(hit.value_text)
+    except ValueError:
+        raise ConfigError(
+            f"{CHUNK} {hit.value_text!r} in {holder.where} is not an integer", source=holder.path
+        ) from None
+    keep = desired.chunk_is_ceiling and wanted > 0 and 0 < current <= wanted
+    new_text = hit.value_text if keep or current == wanted else str(wanted)
+    _set_flag(plan, items, hits, hit, new_text)
+    if new_text != hit.value_text:
+        plan.changes.append(Change(CHUNK, hit.value_text, new_text, holder.path, holder.where))
+
+
+def _merge_alloc(assignment: EnvAssignment, wanted: str) -> tuple[list[TextEdit], str]:
+    """Edits that make the comma-separated ``key:value`` list hold every wanted option."""
+    value = assignment.value.text
+    edits: list[TextEdit] = []
+    appended: list[str] = []
+    options: list[tuple[str, int, int]] = []  # (key, value start, value end) in ``value``
+    pos = 0
+    for part in value.split(","):
+        key, colon, _ = part.partition(":")
+        if colon:
+            options.append((key.strip(), pos + len(key) + 1, pos + len(part)))
+        pos += len(part) + 1
+    merged = value
+    for option in wanted.split(","):
+        key, _, new = option.partition(":")
+        existing = [opt for opt in options if opt[0] == key]
+        if existing:
+            _, start, end = existing[-1]
+            if value[start:end].strip() != new:
+                edits.append(assignment.replace_value(start, end, new))
+                merged = merged.replace(f"{key}:{value[start:end]}", f"{key}:{new}")
+        else:
+            appended.append(option)
+    if appended:
+        extra = ",".join(appended)
+        sep = "," if value.strip() else ""
+        edits.append(assignment.replace_value(len(value), len(value), sep + extra))
+        merged = merged + sep + extra
+    return edits, merged
+
+
+def _alloc_target(service: Service) -> tuple[EnvAssignment | None, str, str]:
+    """The assignment that decides PYTORCH_CUDA_ALLOC_CONF for sglang: (assignment, path, where)."""
+    command = service.command
+    path = service.exec_start.path
+    if command.in_container:
+        env = [a for a in command.container_env if a.name == ALLOC]
+        return (env[-1] if env else None), path, f"{command.kind} -e"
+    prefix = [a for a in command.env_prefix if a.name == ALLOC]
+    if prefix:
+        return prefix[-1], path, command.kind if command.shell else "ExecStart= (env)"
+    value = service.lookup(ALLOC)
+    if value.unknown is not None:
+        service.notes.append(f"{ALLOC} could also be set in {value.where}, which was not read")
+    if value.assignment is not None and value.path is not None:
+        return value.assignment, value.path, value.where
+    return None, path, "Environment="
+
+
+def _plan_alloc(plan: _Plan, desired: DesiredState) -> None:
+    wanted = desired.alloc_conf
+    if wanted is None:
+        return
+    service = plan.service
+    assignment, path, where = _alloc_target(service)
+    if assignment is not None:
+        edits, merged = _merge_alloc(assignment, wanted)
+        for edit in edits:
+            plan.add(path, edit)
+        if edits:
+            plan.changes.append(Change(ALLOC, assignment.value.text, merged, path, where))
+        return
+    command = service.command
+    if command.container_run is not None:
+        point = command.container_run.file_span[1]
+        plan.add(path, TextEdit(point, point, f" -e {ALLOC}={wanted}"))
+    else:
+        unit = service.units[path]
+        envs = unit.directives_in("Service", "Environment")
+        line = f"Environment={ALLOC}={wanted}"
+        if envs:
+            last = envs[-1].last_line
+        else:
+            headers = [h for name, h in unit.section_headers if name == "Service"]
+            exec_line = service.exec_start.directive.first_line.number
+            last = [h for h in headers if h.number < exec_line][-1]
+        if last.eol:
+            plan.add(path, TextEdit(last.full_end, last.full_end, line + last.eol))
+        else:
+            plan.add(path, TextEdit(last.end, last.end, unit.eol + line))
+        where = "Environment="
+    plan.changes.append(Change(ALLOC, None, wanted, path, where))
+
+
+def _effective_alloc(service: Service) -> str | None:
+    assignment, _, _ = _alloc_target(service)
+    return assignment.value.text if assignment is not None else None
+
+
+def _flag_value(items: list[ArgItem], name: str, setting: str) -> str | None:
+    hit = _last_hit(items, find_flags(items, name), setting)
+    return hit.value_text if hit is not None else None
+
+
+def read_settings(sources: UnitSources) -> Settings:
+    """Effective values sglang would see (raises like ``plan_edit`` when they cannot be known)."""
+    service = load_service(sources)
+    items = service.items()
+    return Settings(
+        _flag_value(items, "mem-fraction-static", FRACTION),
+        _flag_value(items, "chunked-prefill-size", CHUNK),
+        _effective_alloc(service),
+    )
+
+
+def _apply(sources: UnitSources, edits: dict[str, list[TextEdit]]) -> UnitSources:
+    def new(source: SourceFile) -> SourceFile:
+        return SourceFile(source.path, apply_edits(source.text, edits.get(source.path, [])))
+
+    env_files = sources.env_files
+    if env_files is not None:
+        env_files = {p: (apply_edits(t, edits.get(p, [])) if t is not None else None) for p, t in env_files.items()}
+    return UnitSources(new(sources.fragment), tuple(new(d) for d in sources.dropins), env_files)
+
+
+def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> EditPlan:
+    """Plan the edits that bring the service to ``desired`` (pure; raises ConfigError)."""
+    validate_desired(desired)
+    service = load_service(sources)
+    before = read_settings(sources)
+    plan = _Plan(service)
+    items = service.items()
+    # The alloc line is planned first: at a shared insertion point the marker must come last,
+    # directly above the directive it describes.
+    _plan_alloc(plan, desired)
+    _plan_fraction(plan, desired, items, now)
+    _plan_chunk(plan, desired, items)
+    order = {FRACTION: 0, CHUNK: 1, ALLOC: 2}
+    plan.changes.sort(key=lambda change: order[change.setting])
+    for config in find_flags(items, "config"):
+        for change in plan.changes:
+            if change.setting.startswith("--"):
+                plan.notes.append(
+                    f"{change.setting} on the command line overrides the value in {config.value_text} (--config)"
+                )
+    new_sources = _apply(sources, plan.edits)
+    after = read_settings(new_sources)
+    old_texts = {s.path: s.text for s in sources.unit_files} | {
+        p: t for p, t in (sources.env_files or {}).items() if t is not None
+    }
+    new_texts = {s.path: s.text for s in new_sources.unit_files} | {
+        p: t for p, t in (new_sources.env_files or {}).items() if t is not None
+    }
+    files = tuple(FileEdit(p, old_texts[p], new_texts[p]) for p in old_texts if old_texts[p] != new_texts[p])
+    notes = tuple(dict.fromkeys([*service.notes, *plan.notes]))
+    return EditPlan(files, tuple(plan.changes), notes, before, after)
