@@ -1,0 +1,175 @@
+"""Unit tests of the stand-in's pure memory and timing models."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))
+
+from sglang import memory, timing  # noqa: E402
+from sglang.args import config_to_argv, parse_args  # noqa: E402
+
+P = memory.KIMI_K26_TP8
+OOM_RE = re.compile(
+    r"CUDA out of memory\. Tried to allocate ([\d.]+ (?:bytes|KiB|MiB|GiB))\. GPU (\d+) has a total capacity of "
+    r"([\d.]+ \w+) of which ([\d.]+ \w+|0 bytes) is free\. .*and ([\d.]+ \w+) is reserved by PyTorch but "
+    r"unallocated\. If reserved.*fragmentation\.  See documentation for Memory Management  \(https://"
+)
+
+
+def test_cell_size_is_mla() -> None:
+    assert memory.kv_cell_bytes(P) == (512 + 64) * 61 * 2 == 70272
+    assert memory.kv_cell_bytes(P, "fp8_e4m3") == 35136
+
+
+def test_incident_fix_reports_exactly_195011() -> None:
+    assert memory.plan_memory(P, 0.93).max_total_num_tokens == 195011
+
+
+def test_each_hundredth_moves_about_14k() -> None:
+    t = {m: memory.plan_memory(P, m).max_total_num_tokens for m in (0.90, 0.91, 0.92, 0.93, 0.94, 0.95)}
+    assert 208_000 < t[0.94] < 210_000
+    for a, b in zip(sorted(t), sorted(t)[1:], strict=False):
+        assert 13_800 < t[b] - t[a] < 14_200
+
+
+def test_caps_and_pages() -> None:
+    assert memory.plan_memory(P, 0.93, max_total_tokens=100_000).max_total_num_tokens == 100_000
+    assert memory.plan_memory(P, 0.93, max_total_tokens=10**9).max_total_num_tokens == 195011
+    assert memory.plan_memory(P, 0.93, page_size=64).max_total_num_tokens == 195011 // 64 * 64
+    plan = memory.plan_memory(P, 0.93)
+    assert plan.max_req_input_len == min(262144 - 1, 195011 - 1) - 5
+    assert plan.max_running_requests == 2048
+    assert memory.plan_memory(P, 0.93, context_length=32768).max_req_input_len == 32768 - 1 - 5
+
+
+def test_too_small_fraction_fails_at_startup() -> None:
+    with pytest.raises(memory.NotEnoughMemoryError) as exc:
+        memory.plan_memory(P, 0.78)
+    assert str(exc.value) == (
+        "Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.78"
+    )
+
+
+def test_too_large_fraction_fails_graph_capture() -> None:
+    with pytest.raises(memory.GraphCaptureOOMError):
+        memory.plan_memory(P, 0.97)
+
+
+def test_format_size_matches_torch() -> None:
+    assert memory.format_size(0) == "0 bytes"
+    assert memory.format_size(1024) == "1024 bytes"
+    assert memory.format_size(2048) == "2.00 KiB"
+    assert memory.format_size(896 * memory.MIB) == "896.00 MiB"
+    assert memory.format_size(memory.GIB) == "1024.00 MiB"
+    assert memory.format_size(int(94.97 * memory.GIB)) == "94.97 GiB"
+
+
+def _run(mfs: float, chunk: int, expandable: bool, prompts: list[int]) -> list[bool]:
+    """Serve prompts in order; True where the prefill fits. Stops accumulating after a crash."""
+    plan = memory.plan_memory(P, mfs)
+    frag, ok = 0.0, []
+    for n in prompts:
+        spike = memory.prefill_spike_bytes(P, n, chunk)
+        oom = memory.check_prefill(plan, P, spike, frag)
+        ok.append(oom is None)
+        if oom is not None:
+            break
+        frag = memory.fragmentation_after(P, frag, n + 128, expandable)
+    return ok
+
+
+def test_incident_crashes_on_32k_after_some_load() -> None:
+    assert _run(0.94, -1, False, [32768]) == [True]  # a fresh server survives one
+    assert _run(0.94, -1, False, [2000, 2000, 32768]) == [True, True, False]
+    plan = memory.plan_memory(P, 0.94)
+    oom = memory.check_prefill(plan, P, memory.prefill_spike_bytes(P, 32768, -1), 1.4)
+    assert oom is not None
+    msg = memory.torch_oom_message(oom)
+    m = OOM_RE.search(msg)
+    assert m and m.group(1) == "896.00 MiB" and m.group(3) == "94.97 GiB"
+    assert "Including non-PyTorch memory, this process has " in msg
+    assert (
+        "https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
+        in msg
+    )
+
+
+def test_fix_survives_32k_and_185k() -> None:
+    load = [2000] * 10
+    assert all(_run(0.93, 4096, True, load + [32768, 185_000, 32768]))
+    plan = memory.plan_memory(P, 0.93)
+    assert 185_000 < plan.max_req_input_len
+
+
+@pytest.mark.parametrize(
+    ("mfs", "chunk", "expandable", "prompt", "survives"),
+    [
+        (0.94, 4096, True, 185_000, True),  # 0.94 is fine once chunked + expandable
+        (0.94, 4096, False, 32768, False),  # chunking alone: fragmentation eats 0.94's 1.0 GiB headroom
+        (0.94, -1, True, 32768, True),  # expandable alone saves a 32k prompt at 0.94 ...
+        (0.94, -1, True, 40000, False),  # ... but not a 40k one
+        (0.93, 4096, False, 185_000, True),  # 0.93 + chunking survives even full fragmentation
+        (0.93, -1, False, 32768, False),  # 0.93 alone does not
+    ],
+)
+def test_decision_table(mfs: float, chunk: int, expandable: bool, prompt: int, survives: bool) -> None:
+    assert _run(mfs, chunk, expandable, [2000] * 6 + [prompt])[-1] is survives
+
+
+def test_expandable_segments_parsing() -> None:
+    assert memory.has_expandable_segments("expandable_segments:True")
+    assert memory.has_expandable_segments("max_split_size_mb:128, expandable_segments:True")
+    assert not memory.has_expandable_segments("expandable_segments:False")
+    assert not memory.has_expandable_segments(None)
+
+
+def test_default_mem_fraction_like_sglang_053() -> None:
+    assert memory.default_mem_fraction_static(P, 8192, 16384, 512, 8) == round((97249.28 - 14848) / 97249.28, 3)
+
+
+def test_timing_passes_through_the_incident_table() -> None:
+    assert timing.decode_rate(1400) == pytest.approx(118.6, rel=1e-6)
+    assert timing.decode_rate(11000) == pytest.approx(19.9, rel=1e-6)
+    assert timing.decode_rate(32000) == pytest.approx(6.3, rel=1e-6)
+    assert timing.prefill_rate(1000) == pytest.approx(9000)
+    assert timing.prefill_rate(185_000) == pytest.approx(2500)
+    rates = [timing.decode_rate(x) for x in range(0, 200_000, 1000)]
+    assert all(a > b for a, b in zip(rates, rates[1:], strict=False))
+
+
+def test_argparse_forms() -> None:
+    ns, unknown = parse_args(
+        [
+            "--model",
+            "m",
+            "--mem-frac",
+            "0.9",
+            "--mem-fraction-static=0.94",
+            "--tp",
+            "8",
+            "--max-prefill",
+            "4096",
+            "--foo",
+            "bar",
+            "--chunked-prefill-size=-1",
+            "--dp",
+            "2",
+        ]
+    )
+    assert (ns.model_path, ns.mem_fraction_static, ns.tp_size, ns.max_prefill_tokens) == ("m", 0.94, 8, 4096)
+    assert (ns.chunked_prefill_size, ns.dp_size, unknown) == (-1, 2, ["--foo", "bar"])
+    with pytest.raises(SystemExit):
+        parse_args(["--model-path", "m", "--max", "3"])  # ambiguous prefix, as in argparse
+
+
+def test_config_file_precedence(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("# comment\nmem_fraction_static: 0.91\nchunked-prefill-size: 2048\ntrust_remote_code: true\n")
+    ns, _ = parse_args(["--model-path", "m", "--config", str(cfg), "--mem-fraction-static", "0.93"])
+    assert (ns.mem_fraction_static, ns.chunked_prefill_size, ns.trust_remote_code) == (0.93, 2048, True)
+    assert config_to_argv("a_b: 'x y'\nflag: false\n") == ["--a-b", "x y"]
