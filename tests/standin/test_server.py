@@ -1,0 +1,275 @@
+"""The stand-in as a subprocess: phases, endpoints, the incident crash, failure modes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+STANDIN = Path(__file__).resolve().parents[2] / "sandbox" / "standin"
+CAPACITY_RE = re.compile(
+    r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
+    r"max_running_requests=(\d+), context_len=(\d+)(?:, available_(?:gpu|cpu)_mem=([\d.]+) GB)?"
+)
+INCIDENT = ["--model-path", "moonshotai/Kimi-K2.6", "--tp", "8", "--trust-remote-code", "--mem-fraction-static", "0.94"]
+FIX = [*INCIDENT[:-1], "0.93", "--chunked-prefill-size", "4096"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, tmp: Path, args: list[str], knobs: dict, env: dict | None = None, module: str = "") -> None:
+        self.port = _free_port()
+        cfg = tmp / f"knobs-{self.port}.json"
+        cfg.write_text(json.dumps({"time_scale": 0.001, **knobs}))
+        self.log = tmp / f"out-{self.port}.log"
+        full_env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+        full_env.update({"PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_CONFIG": str(cfg), **(env or {})})
+        argv = [sys.executable, "-m", module or "sglang.launch_server", *args]
+        if module == "sglang.cli.main":
+            argv.insert(3, "serve")
+        argv += ["--host", "127.0.0.1", "--port", str(self.port)]
+        self.fh = self.log.open("wb")
+        self.proc = subprocess.Popen(argv, stdout=self.fh, stderr=subprocess.STDOUT, env=full_env)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def get(self, path: str, timeout: float = 5) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def post(self, path: str, body: dict, timeout: float = 10) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def wait_healthy(self, deadline: float = 10) -> None:
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            assert self.proc.poll() is None, self.output()
+            try:
+                if self.get("/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError("not healthy in time:\n" + self.output())
+
+    def wait_exit(self, deadline: float = 10) -> int:
+        return self.proc.wait(timeout=deadline)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.fh.close()
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator:
+    servers: list[Server] = []
+
+    def _start(args: list[str], knobs: dict | None = None, **kw: object) -> Server:
+        srv = Server(tmp_path, args, knobs or {}, **kw)  # type: ignore[arg-type]
+        servers.append(srv)
+        return srv
+
+    yield _start
+    for srv in servers:
+        srv.stop()
+
+
+def test_refused_then_503_then_200(start) -> None:
+    srv = start(INCIDENT, {"time_scale": 0.002, "warmup_s": 150})
+    with pytest.raises(urllib.error.URLError) as exc:
+        srv.get("/health")
+    assert isinstance(exc.value.reason, ConnectionRefusedError)
+    seen: list[int] = []
+    end = time.monotonic() + 10
+    while time.monotonic() < end and (not seen or seen[-1] != 200):
+        try:
+            seen.append(srv.get("/health")[0])
+        except urllib.error.URLError:
+            pass
+        time.sleep(0.01)
+    assert 503 in seen and seen[-1] == 200
+    out = srv.output()
+    assert out.index("Uvicorn running on http://127.0.0.1:") < out.index("The server is fired up and ready to roll!")
+    m = CAPACITY_RE.search(out)
+    assert m and m.group(1) == "209007" and m.group(2) == "-1"
+    assert re.search(
+        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] KV Cache is allocated\. #tokens: 209007, KV size: 13\.68 GB", out
+    )
+    assert "server_args=ServerArgs(model_path='moonshotai/Kimi-K2.6'" in out
+
+
+@pytest.mark.parametrize("api", ["0.5.3", "0.5.6"])
+def test_server_info_modes(start, api: str) -> None:
+    srv = start([*FIX, "--cuda-graph-max-bs=256"], {"api_version": api}, module="sglang.cli.main")
+    srv.wait_healthy()
+    code, body = srv.get("/get_server_info")
+    info = json.loads(body)
+    assert code == 200 and info["max_total_num_tokens"] == 195011 and info["status"] == "ready"
+    assert info["internal_states"][0]["memory_usage"]["token_capacity"] == 195011
+    assert info["mem_fraction_static"] == 0.93 and info["chunked_prefill_size"] == 4096
+    assert info["max_req_input_len"] == 195005 and info["version"] == api
+    assert "195011" in CAPACITY_RE.search(srv.output()).group(1)
+    code_new, body_new = srv.get("/server_info")
+    code_mi, _ = srv.get("/model_info")
+    if api == "0.5.3":
+        assert (code_new, code_mi) == (404, 404)
+    else:
+        assert code_new == 200 and json.loads(body_new)["max_total_num_tokens"] == 195011
+        assert code_mi == 200
+        assert "Endpoint '/get_server_info' is deprecated" in srv.output()
+
+
+def test_generate_stream_and_flush(start) -> None:
+    srv = start(FIX)
+    srv.wait_healthy()
+    req = urllib.request.Request(
+        srv.url + "/generate",
+        data=json.dumps(
+            {
+                "input_ids": list(range(1, 101)),
+                "sampling_params": {"max_new_tokens": 5, "ignore_eos": True},
+                "stream": True,
+            }
+        ).encode(),
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        raw = r.read().decode()
+    events = [e for e in raw.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
+    assert [c["meta_info"]["completion_tokens"] for c in chunks] == [1, 2, 3, 4, 5]
+    assert all(c["meta_info"]["finish_reason"] is None and "e2e_latency" not in c["meta_info"] for c in chunks[:-1])
+    last = chunks[-1]["meta_info"]
+    assert last["finish_reason"] == {"type": "length", "length": 5} and last["e2e_latency"] >= 0
+    assert last["prompt_tokens"] == 100 and last["cached_tokens"] == 0 and last["weight_version"] == "default"
+    assert chunks[-1]["text"].startswith(chunks[0]["text"])
+    code, body = srv.post("/generate", {"text": "a b c", "sampling_params": {"max_new_tokens": 2}})
+    assert code == 200 and json.loads(body)["meta_info"]["completion_tokens"] == 2
+    code, body = srv.get("/flush_cache")
+    assert code == 200 and body.decode().startswith("Cache flushed.\nPlease check backend logs")
+    code, body = srv.post("/generate", {"input_ids": [1] * 195_006, "sampling_params": {"max_new_tokens": 1}})
+    assert code == 400
+    assert json.loads(body)["error"]["message"] == (
+        "Input length (195006 tokens) exceeds the maximum allowed length (195005 tokens). "
+        "Use a shorter input or enable --allow-auto-truncate."
+    )
+
+
+def _load_then_32k(srv: Server) -> None:
+    for i in range(2):
+        code, _ = srv.post("/generate", {"input_ids": [i + 7] * 2000, "sampling_params": {"max_new_tokens": 8}})
+        assert code == 200
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        srv.post("/generate", {"input_ids": [5] * 32768, "sampling_params": {"max_new_tokens": 8}})
+
+
+def test_incident_crash_sigkills_itself(start) -> None:
+    srv = start(INCIDENT)
+    srv.wait_healthy()
+    _load_then_32k(srv)
+    assert srv.wait_exit() == -signal.SIGKILL
+    out = srv.output()
+    assert re.search(r"TP0\] Scheduler hit an exception: Traceback \(most recent call last\):", out)
+    assert (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. "
+        "GPU 0 has a total capacity of 94.97 GiB" in out
+    )
+    assert "SIGQUIT received. signum=3, frame=<" in out and "It usually means one child failed." in out
+
+
+def test_fix_survives_32k_and_185k(start) -> None:
+    srv = start(FIX, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    srv.wait_healthy()
+    for i in range(2):
+        assert srv.post("/generate", {"input_ids": [i + 7] * 2000, "sampling_params": {"max_new_tokens": 8}})[0] == 200
+    for n in (32768, 185_000):
+        code, body = srv.post("/generate", {"input_ids": [n] * n, "sampling_params": {"max_new_tokens": 2}})
+        assert code == 200 and json.loads(body)["meta_info"]["prompt_tokens"] == n
+    assert srv.proc.poll() is None and "OutOfMemoryError" not in srv.output()
+
+
+def test_sigterm_is_graceful_and_quick(start) -> None:
+    srv = start(FIX)
+    srv.wait_healthy()
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.wait_exit() == 0
+    assert time.monotonic() - t0 < 0.5
+    assert "Gracefully exiting... remaining number of requests 0" in srv.output()
+
+
+def test_too_small_fraction_exits_nonzero(start) -> None:
+    srv = start([*INCIDENT[:-1], "0.75"])
+    assert srv.wait_exit() == 1
+    assert (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        "Current value: mem_fraction_static=0.75" in srv.output()
+    )
+
+
+def test_failure_exit_at_once(start) -> None:
+    srv = start(FIX, {"failure": "exit_at_once"})
+    assert srv.wait_exit() == 1 and srv.output().strip()
+
+
+def test_failure_crash_during_load(start) -> None:
+    srv = start(FIX, {"failure": "crash_during_load"})
+    assert srv.wait_exit() == 1
+    out = srv.output()
+    assert "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate" in out
+    assert "Uvicorn running" not in out
+
+
+def test_failure_never_healthy(start) -> None:
+    srv = start(FIX, {"failure": "never_healthy"})
+    end = time.monotonic() + 5
+    while time.monotonic() < end and "Uvicorn running" not in srv.output():
+        time.sleep(0.02)
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        try:
+            assert srv.get("/health")[0] == 503
+        except urllib.error.URLError:
+            pass
+        time.sleep(0.05)
+    assert "fired up" not in srv.output()
+
+
+def test_failure_slow_load(start) -> None:
+    srv = start(FIX, {"failure": "slow_load", "time_scale": 0.0004})
+    t0 = time.monotonic()
+    srv.wait_healthy()
+    assert time.monotonic() - t0 >= 450 * 10 * 0.0004 * 0.9
