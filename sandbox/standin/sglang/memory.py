@@ -236,6 +236,8 @@ def fragmentation_after(profile: Profile, frag_gib: float, served_tokens: int, e
     """Reserved-but-unallocated memory after one more served request."""
     if expandable:
         return 0.0
+    if served_tokens < 64:  # health checks and the warm-up leave no lasting fragmentation
+        return frag_gib
     step = profile.frag_step_gib * min(1.0, served_tokens / profile.frag_full_tokens)
     return min(profile.frag_cap_gib, frag_gib + step)
 
