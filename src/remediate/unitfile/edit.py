@@ -210,7 +210,9 @@ def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now
     else:
         target = current - desired.mem_fraction_step
         if target <= 0:
-            raise ConfigError(f"lowering {FRACTION} {hit.value_text} by {desired.mem_fraction_step} reaches 0")
+            raise ConfigError(
+                f"lowering {FRACTION} {hit.value_text} by {desired.mem_fraction_step} reaches 0", source=holder.path
+            )
     new_text = hit.value_text if target == current else format(target, "f")
     _set_flag(plan, items, hits, hit, new_text)
     if new_text == hit.value_text:

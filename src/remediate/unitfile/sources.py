@@ -155,7 +155,9 @@ def load_service(sources: UnitSources) -> Service:
         raise ConfigError("no ExecStart= runs sglang", source=sources.fragment.path)
     if len(runners) > 1:
         listed = ", ".join(_describe(located) for located, _ in runners)
-        raise ConfigError(f"several ExecStart= lines run sglang ({listed}); edit one by hand", source=listed)
+        raise ConfigError(
+            f"several ExecStart= lines run sglang ({listed}); edit one by hand", source=sources.fragment.path
+        )
     located, command = runners[0]
     environment = [
         (env, assignment)
