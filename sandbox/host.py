@@ -112,8 +112,7 @@ class SandboxHost:
         target = self.path(inside)
         if target.is_relative_to(self.fs / layout.ETC_UPPER):
             script = f"mkdir -p {shlex.quote(os.path.dirname(inside))} && cat > {shlex.quote(inside)}"
-            self.run("/bin/sh", "-c", f"{script} && chmod {mode:o} {shlex.quote(inside)}", input=text,
-                     check=True)
+            self.run("/bin/sh", "-c", f"{script} && chmod {mode:o} {shlex.quote(inside)}", input=text, check=True)
             return
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
@@ -138,8 +137,17 @@ class SandboxHost:
     def launch(self) -> None:
         self._log = open(self.dir / "sshd.log", "wb")  # noqa: SIM115 - closed in stop()
         self._unshare = subprocess.Popen(
-            ["unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc",
-             "/bin/sh", str(self.dir / "init.sh")],
+            [
+                "unshare",
+                "--mount",
+                "--uts",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "/bin/sh",
+                str(self.dir / "init.sh"),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -206,15 +214,35 @@ class SandboxHost:
         self._unshare = None
         self.pid = 0
 
-    def run(self, *argv: str, check: bool = False, input: str | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *argv: str, check: bool = False, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside the host as root (setup and checks; not audited, not over SSH)."""
         if not self.pid:
             raise SandboxError(f"{self.name} is not running")
-        env = {"PATH": INSIDE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root", "LOGNAME": "root",
-               "FAKE_SYSTEMD_NO_AUDIT": "1"}
-        cmd = ["nsenter", "-t", str(self.pid), "-m", "-u", "-p", "-w", "-r", "--", "/usr/bin/env", "-i",
-               *(f"{k}={v}" for k, v in env.items()), *argv]
+        env = {
+            "PATH": INSIDE_PATH,
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            "USER": "root",
+            "LOGNAME": "root",
+            "FAKE_SYSTEMD_NO_AUDIT": "1",
+        }
+        cmd = [
+            "nsenter",
+            "-t",
+            str(self.pid),
+            "-m",
+            "-u",
+            "-p",
+            "-w",
+            "-r",
+            "--",
+            "/usr/bin/env",
+            "-i",
+            *(f"{k}={v}" for k, v in env.items()),
+            *argv,
+        ]
         return subprocess.run(cmd, capture_output=True, text=True, check=check, input=input, timeout=timeout)
 
     def sh(self, script: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -314,8 +342,9 @@ def _empty_dir(path: Path, keep: set[str] = frozenset()) -> None:  # type: ignor
 class Sandbox:
     """N sandbox hosts sharing one client key, known_hosts and ssh_config. A context manager."""
 
-    def __init__(self, workdir: Path, n_hosts: int, *, first_address: str = "127.42.0.10",
-                 name_prefix: str = "gpu-") -> None:
+    def __init__(
+        self, workdir: Path, n_hosts: int, *, first_address: str = "127.42.0.10", name_prefix: str = "gpu-"
+    ) -> None:
         self.workdir = Path(workdir).resolve()
         first = ipaddress.IPv4Address(first_address)
         self.hosts = [SandboxHost(self, f"{name_prefix}{i}", str(first + i)) for i in range(n_hosts)]
@@ -343,8 +372,14 @@ class Sandbox:
         """Why sandbox hosts cannot run here (None when they can)."""
         if os.geteuid() != 0:
             return "sandbox hosts need root (mount/PID namespaces, sshd on port 22)"
-        for tool in ("/usr/sbin/sshd", shutil.which("unshare"), shutil.which("nsenter"),
-                     shutil.which("ssh-keygen"), shutil.which("sudo"), layout.HOST_PYTHON):
+        for tool in (
+            "/usr/sbin/sshd",
+            shutil.which("unshare"),
+            shutil.which("nsenter"),
+            shutil.which("ssh-keygen"),
+            shutil.which("sudo"),
+            layout.HOST_PYTHON,
+        ):
             if not tool or not os.path.exists(tool):
                 return f"missing {tool or 'unshare/nsenter/ssh-keygen/sudo'} (run sandbox/system-deps.sh)"
         return None

@@ -263,8 +263,11 @@ def mount_plan(fs: Path, shared_pkg: Path) -> list[tuple[str, str, bool]]:
 def init_script(name: str, fs: Path, plan: list[tuple[str, str, bool]]) -> str:
     """The shell run as PID 1 of the new namespaces: mounts, read-only root, then exec sshd."""
     upper, work = fs / ETC_UPPER, fs / ETC_WORK
-    lines = ["set -eu", f"hostname {name}",
-             f"mount -t overlay overlay -o 'lowerdir=/etc,upperdir={upper},workdir={work}' /etc"]
+    lines = [
+        "set -eu",
+        f"hostname {name}",
+        f"mount -t overlay overlay -o 'lowerdir=/etc,upperdir={upper},workdir={work}' /etc",
+    ]
     for src, target, _ro in plan:
         lines.append(f"mount --bind '{src}' '{target}'")
     lines.append("mount -t tmpfs -o size=256m,mode=1777 tmpfs /dev/shm")
