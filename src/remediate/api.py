@@ -268,7 +268,7 @@ def remediate_oom_request(
 
         return _safely(entry, go)
 
-    events = (lambda text: progress("rollout", "", text)) if progress else None
+    events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
     results, rollout = run_on_hosts(hosts, work, strategy, confirm=confirm, on_event=events, stop_when=stop_when)
     retry = None if request.dry_run else write_retry_file(inventory, results, retry_dir)
     return RolloutResult(
@@ -341,3 +341,48 @@ def remediate_oom(
         },
     )
     return remediate_oom_request(request, progress=progress, stop_when=stop_when, retry_dir=retry_dir)
+
+
+def for_each_host(
+    targets: Sequence[str],
+    inventory_path: str | None,
+    ssh: SSHOptions,
+    fn: Callable[[Transport, HostEntry], HostResult],
+    *,
+    forks: int = 10,
+    transport_factory: TransportFactory | None = None,
+) -> list[HostResult]:
+    """Run a read-only per-host function over the selected hosts, ``forks`` at a time."""
+    _, hosts = resolve_hosts(targets, inventory_path)
+    factory = transport_factory or _default_transport
+
+    def work(entry: HostEntry) -> HostResult:
+        def go() -> HostResult:
+            transport = factory(entry, _ssh_for(entry, ssh))
+            try:
+                return fn(transport, entry)
+            finally:
+                transport.close()
+
+        return _safely(entry, go)
+
+    results, _ = run_on_hosts(hosts, work, fleet.Strategy(canary=0, forks=forks, max_failures="100%"))
+    return results
+
+
+def status(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    unit: str | None = None,
+    transport_factory: TransportFactory | None = None,
+) -> list[HostResult]:
+    """Per host: unit, state, current fraction/chunk/alloc conf, tokens, and whether it is remediated."""
+    from remediate.runner import status_host
+
+    def one(transport: Transport, entry: HostEntry) -> HostResult:
+        request = OomRequest(unit=unit)
+        return status_host(transport, run_options_for(entry, request), label=entry.name)
+
+    return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)

@@ -352,6 +352,25 @@ def oom(**kw: Any) -> None:
     sys.exit(code)
 
 
+@cli.command()
+@connection_options
+@_handle_errors
+def status(**kw: Any) -> None:
+    """Read-only: each host's sglang unit, state, memory settings, tokens, and whether it is remediated.
+
+    \b
+    Examples:
+      remediate status gpu-01 gpu-02
+      remediate status all -i inventory.yaml --json
+    """
+    results = api.status(kw["targets"], inventory=kw["inventory"], ssh=_ssh_options(kw), unit=kw["unit"])
+    if kw["as_json"]:
+        click.echo(render.dumps(render.results_document(results)))
+    else:
+        render.status_table(_stdout(), results)
+    sys.exit(api.exit_code(results))
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="remediate")

@@ -38,9 +38,7 @@ class Healthy:
 def journal_since(transport: Transport, unit: str, since_epoch: float | None, lines: int = 400) -> list[str]:
     """Journal lines of the unit since an epoch (or the last ``lines``), secrets masked."""
     since = f" --since @{int(since_epoch)}" if since_epoch else ""
-    result = transport.run(
-        f"journalctl -u {shlex.quote(unit)} -o cat --no-pager -n {lines}{since} 2>/dev/null"
-    )
+    result = transport.run(f"journalctl -u {shlex.quote(unit)} -o cat --no-pager -n {lines}{since} 2>/dev/null")
     return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
 
 
@@ -99,18 +97,14 @@ def wait_healthy(
         if "restarts" not in baseline:
             baseline["restarts"] = state.n_restarts
         elif state.n_restarts > baseline["restarts"]:
-            raise fail(
-                f"{unit} crashed and was restarted (NRestarts {baseline['restarts']} → {state.n_restarts})"
-            )
+            raise fail(f"{unit} crashed and was restarted (NRestarts {baseline['restarts']} → {state.n_restarts})")
         if state.main_pid:
             if "pid" not in baseline:
                 baseline["pid"] = state.main_pid
             elif state.main_pid != baseline["pid"]:
                 raise fail(f"{unit} MainPID changed {baseline['pid']} → {state.main_pid} (crash)")
         if state.active_state in ("inactive", "deactivating") and elapsed > 1.0:
-            raise fail(
-                f"{unit} is {state.active_state} ({state.get('SubState')}) while waiting for the server"
-            )
+            raise fail(f"{unit} is {state.active_state} ({state.get('SubState')}) while waiting for the server")
         health = transport.http_get(host, port, "/health")
         if health.status is None:
             phase = "loading (port closed)"

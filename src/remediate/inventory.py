@@ -148,7 +148,7 @@ class _LineDict(dict[Any, Any]):
         self.line = 0
 
 
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[arg-type]
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _line(mapping: Any, key: Any) -> str:
@@ -199,6 +199,10 @@ def _check_value(where: Any, key: str, value: Any, source: str, context: str) ->
             f"{_line(where, key)}: {key} must be {types[0].__name__}, got {type(value).__name__} {value!r}",
             source=source,
         )
+    return _check_range(where, key, value, source)
+
+
+def _check_range(where: Any, key: str, value: Any, source: str) -> Any:
     if key in ("port", "server_port") and not 0 < int(value) < 65536:
         raise ConfigError(f"{_line(where, key)}: {key} {value} is not a TCP port", source=source)
     if key == "mem_fraction_static":

@@ -57,6 +57,7 @@ class HostResult:
     warnings: list[str] = field(default_factory=list)
     journal: list[str] = field(default_factory=list)
     error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
     exit_code: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -98,6 +99,7 @@ class HostResult:
             "warnings": self.warnings,
             "journal": self.journal,
             "error": self.error,
+            **self.extra,
             "started_at": round(self.started_at, 3),
             "finished_at": round(self.finished_at, 3),
             "seconds": self.seconds,

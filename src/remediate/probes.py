@@ -228,9 +228,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     if section == "file":
         flush_file()
     state = ServiceState(unit=unit, properties=parse_show("\n".join(show_lines))) if unit else None
-    return ProbeResult(
-        candidates=candidates, state=state, files=files, has_systemd_analyze=has_analyze, now=now
-    )
+    return ProbeResult(candidates=candidates, state=state, files=files, has_systemd_analyze=has_analyze, now=now)
 
 
 def parse_server_info(body: bytes) -> int | None:

@@ -33,7 +33,7 @@ def diff_lines(console: Console, diff: str) -> None:
             style = "red"
         elif line.startswith("@@"):
             style = "cyan"
-        console.print(escape(line), style=style, highlight=False)
+        console.print(line, style=style, highlight=False, markup=False)
 
 
 def host_report(console: Console, result: HostResult, *, dry_run: bool = False) -> None:
@@ -61,7 +61,7 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
     if result.error:
         console.print(f"  [red]error[/red]   {escape(result.error)}", highlight=False)
     for line in result.journal:
-        console.print(f"  journal │ {escape(line)}", style="dim", highlight=False)
+        console.print(f"  journal │ {line}", style="dim", highlight=False, markup=False)
     label = "dry run: " + ("would change" if result.changed else "nothing to change") if dry_run else result.outcome
     console.print(f"  [{style}]{escape(label)}[/{style}] in {result.seconds:.1f}s", highlight=False)
 
@@ -109,3 +109,28 @@ def results_document(results: Sequence[HostResult], **extra: Any) -> dict[str, A
 
 def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)
+
+
+def status_table(console: Console, results: Sequence[HostResult]) -> None:
+    table = Table(title="sglang units")
+    for column in ("host", "unit", "state", "mem-fraction", "chunk", "PYTORCH_CUDA_ALLOC_CONF", "tokens", "remediated"):
+        table.add_column(column)
+    for r in results:
+        if r.error:
+            table.add_row(escape(r.host), "", "[red]error[/red]", "", "", "", "", escape(r.error))
+            continue
+        remediated = r.extra.get("remediated")
+        table.add_row(
+            escape(r.host),
+            escape(r.unit or ""),
+            escape(f"{r.extra.get('active_state', '')} ({r.extra.get('sub_state', '')})"),
+            escape(str(r.flags_before.get("mem_fraction_static") or "-")),
+            escape(str(r.flags_before.get("chunked_prefill_size") or "-")),
+            escape(str(r.env_before.get("PYTORCH_CUDA_ALLOC_CONF") or "-")),
+            _tokens(r),
+            "[green]yes[/green]" if remediated else "[yellow]no[/yellow]",
+        )
+    console.print(table)
+    for r in results:
+        for warning in r.warnings:
+            console.print(f"[yellow]warning[/yellow] {escape(r.host)}: {escape(warning)}", highlight=False)

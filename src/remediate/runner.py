@@ -241,7 +241,8 @@ def _verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) ->
     gap = result.token_gap
     if gap is not None and gap < 0:
         result.warnings.append(
-            f"max_total_num_tokens {healthy.tokens:,} (target {options.target_tokens:,}: {gap * 100:+.1f}%)"
+            f"max_total_num_tokens {healthy.tokens:,} is {abs(gap) * 100:.1f}% below the target "
+            f"{options.target_tokens:,}: capacity traded for stability"
         )
 
 
@@ -273,9 +274,7 @@ def remediate_host(
         if isinstance(exc, UnhealthyError):
             result.journal = exc.journal
         if result.outcome == "not_attempted":
-            result.outcome = (
-                "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
-            )
+            result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
     finally:
         result.finished_at = now()
     return result
@@ -389,3 +388,48 @@ def _rollback(
         raise RemediationError(
             result.host, f"{result.error or 'remediation failed'}; the rollback failed too: {exc}"
         ) from exc
+
+
+def status_host(
+    transport: Transport,
+    options: RunOptions,
+    *,
+    label: str | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """Read-only: the unit, its state, current settings, tokens, and whether it is remediated."""
+    from datetime import UTC, datetime
+
+    result = HostResult(host=label or transport.host, started_at=now())
+    try:
+        open_fn = getattr(transport, "open", None)
+        if open_fn:
+            open_fn()
+        found = resolve_unit(transport, probe(transport, options.unit), options.unit)
+        assert found.state is not None
+        result.unit = found.state.unit
+        result.unit_path = found.state.fragment_path
+        plan = plan_edit(sources_from_probe(found), options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        _fill_plan(result, plan)
+        result.outcome = "unchanged"  # read-only: nothing was changed
+        state = found.state
+        result.extra = {
+            "remediated": not plan.is_changed,
+            "active_state": state.active_state,
+            "sub_state": state.get("SubState"),
+            "n_restarts": state.n_restarts,
+            "need_daemon_reload": state.needs_daemon_reload,
+        }
+        if state.needs_daemon_reload:
+            result.warnings.append("NeedDaemonReload=yes: the running server does not use the unit on disk")
+        if state.active_state == "active":
+            tokens, _ = fetch_tokens(transport, *_endpoint(found, options))
+            result.max_total_num_tokens = tokens
+            result.target_tokens = options.target_tokens
+    except RemediateError as exc:
+        result.error = str(exc)
+        result.exit_code = exc.exit_code
+        result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
+    finally:
+        result.finished_at = now()
+    return result

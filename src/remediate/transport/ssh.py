@@ -14,7 +14,7 @@ needs no curl and the server may listen on 127.0.0.1 only.
 
 from __future__ import annotations
 
-import os
+import logging
 import shlex
 import socket
 import threading
@@ -37,6 +37,10 @@ from paramiko.ssh_exception import (
 
 from remediate.errors import AuthError, ConnectError, TransportError
 from remediate.transport.base import CommandResult, HttpResponse
+
+# paramiko logs refused direct-tcpip channels (normal while a model loads) as errors; our callers get
+# them as data. A NullHandler keeps Python's last-resort handler from printing them on stderr.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "password for")
 
@@ -135,7 +139,7 @@ class SSHTransport:
             raise TransportError(self.host, "ProxyCommand is not supported; use ProxyJump")
         hop: Connection | None = self._conn
         while hop is not None:
-            self._secure(hop.client)
+            self._secure(hop)
             if identity := self.options.identity:
                 hop.connect_kwargs.setdefault("key_filename", [identity])
             nxt = hop.gateway
@@ -147,21 +151,28 @@ class SSHTransport:
         """(user, hostname, port) as resolved from the target and ssh_config."""
         return (str(self._conn.user), str(self._conn.host), int(self._conn.port))
 
-    def _secure(self, client: paramiko.SSHClient) -> None:
-        # Fabric set AutoAddPolicy in Connection.__init__; replace it before anything connects.
-        known = self.options.known_hosts
-        if known:
-            path = Path(known).expanduser()
-            if path.exists():
-                client.load_host_keys(str(path))
+    def _secure(self, hop: Connection) -> None:
+        """Load host keys into the hop's client and replace Fabric's AutoAddPolicy before it connects.
+
+        Sources, first match wins: --known-hosts FILE; the ssh_config's UserKnownHostsFile (and
+        GlobalKnownHostsFile) for that host; ~/.ssh/known_hosts plus /etc/ssh/ssh_known_hosts.
+        """
+        client: paramiko.SSHClient = hop.client
+        files: list[Path]
+        if self.options.known_hosts:
+            files = [Path(self.options.known_hosts).expanduser()]
+        elif "userknownhostsfile" in hop.ssh_config:
+            files = [Path(p).expanduser() for p in str(hop.ssh_config["userknownhostsfile"]).split()]
+            files += [Path(p).expanduser() for p in str(hop.ssh_config.get("globalknownhostsfile", "")).split()]
         else:
-            client.load_system_host_keys()
-            for system in ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"):
-                if os.path.exists(system):
-                    client.get_host_keys().load(system)
-            path = Path("~/.ssh/known_hosts").expanduser()
+            files = [Path("~/.ssh/known_hosts").expanduser()]
+            files += [Path(p) for p in ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")]
+        keys = client.get_host_keys()
+        for path in files:
+            if path.is_file():
+                keys.load(str(path))
         policy: paramiko.MissingHostKeyPolicy = (
-            _AcceptNewPolicy(path) if self.options.accept_new_host_key else paramiko.RejectPolicy()
+            _AcceptNewPolicy(files[0]) if self.options.accept_new_host_key else paramiko.RejectPolicy()
         )
         client.set_missing_host_key_policy(policy)
 
@@ -233,9 +244,7 @@ class SSHTransport:
             return HttpResponse(status=None, body=b"", error=str(exc))
         try:
             chan.settimeout(timeout)
-            request = (
-                f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-            )
+            request = f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
             chan.sendall(request.encode("ascii"))
             chunks: list[bytes] = []
             while True:
