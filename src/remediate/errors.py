@@ -82,8 +82,6 @@ class AuthError(TransportError):
     """Authentication, sudo password, or host-key failure: never retried."""
 
 
-
-
 class CommandError(TransportError):
     """A remote action exited non-zero."""
 
@@ -97,9 +95,7 @@ class CommandError(TransportError):
     def __str__(self) -> str:
         tail = (self.result.stderr.strip() or self.result.stdout.strip()).splitlines()[-3:]
         detail = " | ".join(tail)
-        return f"{self.host}: {self.what} failed (exit {self.result.exited})" + (
-            f": {detail}" if detail else ""
-        )
+        return f"{self.host}: {self.what} failed (exit {self.result.exited})" + (f": {detail}" if detail else "")
 
 
 class RemediationError(RemediateError):
