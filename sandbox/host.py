@@ -292,23 +292,30 @@ class SandboxHost:
     def set_standin(self, **knobs: object) -> None:
         self.write(STANDIN_KNOBS, json.dumps(knobs, indent=2) + "\n")
 
-    def reset(self) -> None:
-        """Kill everything but sshd, then restore units, journal, audit, /run, /tmp, knobs and homes."""
+    def kill_services(self) -> None:
+        """SIGKILL every process in the host except its sshd listener (PID 1), and wait for them."""
         me = self.pid
-        for pid in self.processes():
-            if pid != me:
+        deadline = time.monotonic() + 10
+        while True:
+            others = [p for p in self.processes() if p != me]
+            if not others:
+                return
+            for pid in others:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        deadline = time.monotonic() + 10
-        while any(p != me for p in self.processes()):
             if time.monotonic() > deadline:
-                raise SandboxError(f"{self.name}: processes survive reset: {self.processes()}")
+                raise SandboxError(f"{self.name}: processes survive: {others}")
             time.sleep(0.002)
+
+    def reset(self) -> None:
+        """Kill everything but sshd, then restore units, journal, audit, /run, /tmp, knobs and homes."""
+        self.kill_services()
         fs = self.fs
         upper = fs / layout.ETC_UPPER
-        extra = [f"/etc/{c.name}" for c in upper.iterdir() if c.name not in layout.ETC_FILES]
+        keep = set(layout.ETC_FILES) | {d.split("/")[2] for d in layout.PRIVATE_DIRS if d.startswith("/etc/")}
+        extra = [f"/etc/{c.name}" for c in upper.iterdir() if c.name not in keep]
         if extra:  # through the overlay, so it forgets them too
             self.run("rm", "-rf", "--", *extra, check=True)
         _empty_dir(layout.mirror(fs, "/etc/systemd/system"))

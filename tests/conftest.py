@@ -1,0 +1,90 @@
+"""Shared fixtures: a session-wide fleet of sandbox hosts (real sshd, daemon-less systemd), reset per test."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from sandbox import Sandbox, SandboxHost  # noqa: E402
+
+FLEET_SIZE = int(os.environ.get("SANDBOX_FLEET_SIZE", "6"))
+
+
+def _address_free(address: str, port: int = 22) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, port))
+        except OSError as exc:
+            return exc.errno != errno.EADDRINUSE
+    return True
+
+
+def free_address_block(n_hosts: int) -> str:
+    """First address of n free loopback addresses (concurrent sessions each get their own block)."""
+    wanted = os.environ.get("SANDBOX_FIRST_ADDRESS")
+    if wanted:
+        return wanted
+    for third in range(42, 250):
+        first = ipaddress.IPv4Address(f"127.42.{third}.10")
+        if all(_address_free(str(first + i)) for i in range(n_hosts)):
+            return str(first)
+    raise RuntimeError("no free block of loopback addresses for sandbox hosts")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture(scope="session")
+def sandbox_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """Six sandbox hosts (gpu-0 … gpu-5), started once per session and torn down at its end."""
+    reason = Sandbox.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    fleet = Sandbox(tmp_path_factory.mktemp("sandbox"), FLEET_SIZE, first_address=free_address_block(FLEET_SIZE))
+    fleet.start()
+    try:
+        yield fleet
+    finally:
+        started = fleet.processes()
+        fleet.stop()
+        survivors = [pid for pid in started if _alive(pid)] + fleet.processes()
+        assert not survivors, f"sandbox processes survived teardown: {survivors}"
+
+
+_next = {"index": 0}
+
+
+@pytest.fixture
+def sandbox_host(sandbox_fleet: Sandbox) -> Iterator[SandboxHost]:
+    """A freshly reset host (round-robin over the fleet); its services are killed afterwards."""
+    host = sandbox_fleet.hosts[_next["index"] % len(sandbox_fleet.hosts)]
+    _next["index"] += 1
+    host.reset()
+    yield host
+    host.kill_services()
+
+
+@pytest.fixture
+def sandbox_hosts(sandbox_fleet: Sandbox) -> Iterator[list[SandboxHost]]:
+    """Every host of the fleet, freshly reset."""
+    for host in sandbox_fleet.hosts:
+        host.reset()
+    yield sandbox_fleet.hosts
+    for host in sandbox_fleet.hosts:
+        host.kill_services()
