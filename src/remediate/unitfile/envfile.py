@@ -156,7 +156,7 @@ class _EnvReader:
             chars.append(text[self.pos])
             spans.append((self.pos, self.pos + 1))
             self.pos += 1
-        self.pos += 1
+        self.pos = min(self.pos + 1, len(text))  # past the closing quote (an unclosed one ends the text)
 
 
 def parse_env_file(text: str) -> EnvFile:
