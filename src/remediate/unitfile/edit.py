@@ -199,6 +199,9 @@ def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now
                 source=plan.service.exec_start.path,
             )
         _append_flag(plan, FRACTION, format(desired.mem_fraction_static, "f"))
+        anchor = plan.service.exec_start.directive.first_line.start
+        path = plan.service.exec_start.path
+        _write_marker(plan, path, anchor, "unset", format(desired.mem_fraction_static, "f"), _markers(sources), now)
         return
     holder = items[hit.value if hit.value is not None else hit.flag]
     current = _decimal(hit.value_text, holder.where, holder.path)
@@ -218,21 +221,30 @@ def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now
     if new_text == hit.value_text:
         return
     plan.changes.append(Change(FRACTION, hit.value_text, new_text, holder.path, holder.where))
+    _write_marker(plan, holder.path, holder.anchor, hit.value_text, new_text, markers, now)
+
+
+def _write_marker(
+    plan: _Plan, path: str, anchor: int, old: str, new: str, markers: list[tuple[str, re.Match[str]]], now: datetime
+) -> None:
+    """Put the one marker line directly above the line at ``anchor``, replacing any other."""
+    holder_path = path
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    text = plan.text(holder.path)
+    text = plan.text(holder_path)
     eol = "\r\n" if "\r\n" in text else "\n"
-    line = f"# remediate: oom {stamp} mem-fraction-static {hit.value_text}->{new_text}"
-    above = text.rfind("\n", 0, max(holder.anchor - 1, 0)) + 1 if holder.anchor else 0
+    line = f"# remediate: oom {stamp} mem-fraction-static {old}->{new}"
+    above = text.rfind("\n", 0, max(anchor - 1, 0)) + 1 if anchor else 0
     replaced = False
-    for path, match in markers:
-        if path == holder.path and match.start() == above and holder.anchor:
-            plan.add(path, TextEdit(match.start(), match.end(), line))
+    for marker_path, match in markers:
+        if marker_path == holder_path and match.start() == above and anchor:
+            plan.add(marker_path, TextEdit(match.start(), match.end(), line))
             replaced = True
         else:
-            marker_end = match.end() + (len(eol) if plan.text(path)[match.end() :].startswith(eol) else 0)
-            plan.add(path, TextEdit(match.start(), marker_end, ""))
+            rest = plan.text(marker_path)[match.end() :]
+            marker_end = match.end() + (len(eol) if rest.startswith(eol) else 0)
+            plan.add(marker_path, TextEdit(match.start(), marker_end, ""))
     if not replaced:
-        plan.add(holder.path, TextEdit(holder.anchor, holder.anchor, line + eol))
+        plan.add(holder_path, TextEdit(anchor, anchor, line + eol))
 
 
 def _same(text: str, value: Decimal) -> bool:
