@@ -98,7 +98,10 @@ def test_not_sglang(value: str) -> None:
 
 
 def test_env_file_forms() -> None:
-    text = 'export A="x \\" \\$ \\\ny"\n  B = plain value  \nC=\'q\'"r" \nbad line\n; c \\\n  D=no\nE=a\\ b\\\nc\n1X=2\nF="unterminated'
+    text = (
+        'export A="x \\" \\$ \\\ny"\n  B = plain value  \nC=\'q\'"r" \nbad line\n'
+        '; c \\\n  D=no\nE=a\\ b\\\nc\n1X=2\nF="unterminated'
+    )
     env = parse_env_file(text)
     values = {a.name: a.value.text for a in env.assignments}
     assert values == {"A": 'x " $ y', "B": "plain value", "C": "qr", "E": "a bc", "F": "unterminated"}
