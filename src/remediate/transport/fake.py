@@ -1,0 +1,239 @@
+"""FakeTransport: a scripted, recording implementation of the Transport protocol for tests.
+
+Commands are answered by rules: a regex searched in the command (and, for ``bash -s`` scripts, in
+the script sent on stdin) with a queue of replies; the last reply repeats once the queue is drained.
+``http_get`` answers from a scripted sequence per path (``None`` = connection refused), e.g.
+refused, refused, 503, 200. Everything run or fetched is recorded, so tests assert on what was sent
+(never ``mock.patch``). A command no rule matches raises :class:`UnscriptedCommandError`: a test
+must say what the host answers.
+
+The ``*_output`` helpers build what the remote side prints (``@@``-framed probe output,
+``systemctl show`` state polls, systemd's ``ExecStart=`` rendering), so tests script hosts in terms
+of units and files rather than of framing details.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from remediate.errors import TransportError
+from remediate.transport.base import CommandResult, HttpResponse
+
+Reply = CommandResult | str | int | Callable[[str, str | None], CommandResult]
+HttpReply = HttpResponse | int | None | tuple[int, bytes | str]
+
+
+class UnscriptedCommandError(AssertionError):
+    """The code under test ran a command the test did not script."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One recorded ``run``."""
+
+    command: str
+    stdin: str | None
+    timeout: float | None
+
+    @property
+    def text(self) -> str:
+        """What rules match against: the command, then the script sent on stdin."""
+        return self.command if self.stdin is None else f"{self.command}\n{self.stdin}"
+
+
+@dataclass(frozen=True)
+class HttpCall:
+    """One recorded ``http_get``."""
+
+    host: str
+    port: int
+    path: str
+
+
+@dataclass
+class _Rule:
+    pattern: re.Pattern[str]
+    replies: deque[Reply]
+    hits: int = 0
+
+
+@dataclass
+class FakeTransport:
+    """A host whose answers are scripted; implements :class:`remediate.transport.base.Transport`."""
+
+    host: str = "gpu-01"
+    calls: list[Call] = field(default_factory=list)
+    http_calls: list[HttpCall] = field(default_factory=list)
+    opened: int = 0
+    closed: int = 0
+    open_error: TransportError | None = None
+    _rules: list[_Rule] = field(default_factory=list)
+    _http: dict[str, deque[HttpReply]] = field(default_factory=dict)
+
+    # -- scripting ---------------------------------------------------------------------------
+
+    def on(self, pattern: str, *replies: Reply) -> FakeTransport:
+        """Answer commands matching ``pattern`` (regex, searched) with ``replies`` in order.
+
+        A reply is a CommandResult, a str (stdout, exit 0), an int (exit code, no output), or a
+        callable ``(command, stdin) -> CommandResult``. The last reply repeats. Earlier rules win.
+        """
+        if not replies:
+            raise ValueError("on() needs at least one reply")
+        self._rules.append(_Rule(re.compile(pattern, re.MULTILINE), deque(replies)))
+        return self
+
+    def http(self, path: str, *replies: HttpReply) -> FakeTransport:
+        """Answer ``GET path`` with ``replies`` in order (``None`` refused, an int a status, …); the last repeats."""
+        if not replies:
+            raise ValueError("http() needs at least one reply")
+        self._http[path] = deque(replies)
+        return self
+
+    # -- the Transport protocol ---------------------------------------------------------------
+
+    def open(self) -> None:
+        self.opened += 1
+        if self.open_error is not None:
+            raise self.open_error
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
+        call = Call(command, stdin, timeout)
+        self.calls.append(call)
+        for rule in self._rules:
+            if rule.pattern.search(call.text):
+                rule.hits += 1
+                reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
+                return _as_result(reply, command, stdin)
+        raise UnscriptedCommandError(f"{self.host}: no scripted reply for {command!r} (stdin: {_head(stdin)!r})")
+
+    def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
+        self.http_calls.append(HttpCall(host, port, path))
+        replies = self._http.get(path)
+        if replies is None:
+            return HttpResponse(status=404, body=b"not found")
+        reply = replies.popleft() if len(replies) > 1 else replies[0]
+        return _as_response(reply)
+
+    def close(self) -> None:
+        self.closed += 1
+
+    # -- inspection ---------------------------------------------------------------------------
+
+    def ran(self, pattern: str) -> list[Call]:
+        """Recorded calls whose command (or stdin script) matches ``pattern``."""
+        regex = re.compile(pattern, re.MULTILINE)
+        return [call for call in self.calls if regex.search(call.text)]
+
+    def scripts(self, marker: str) -> list[str]:
+        """The stdin scripts that contain ``marker`` (e.g. ``"# remediate commit"``), in order."""
+        return [call.stdin for call in self.calls if call.stdin is not None and marker in call.stdin]
+
+    def fetched(self, path: str) -> list[HttpCall]:
+        return [call for call in self.http_calls if call.path == path]
+
+
+def _head(text: str | None) -> str | None:
+    return None if text is None else text.splitlines()[0] if text else ""
+
+
+def _as_result(reply: Reply, command: str, stdin: str | None) -> CommandResult:
+    if isinstance(reply, CommandResult):
+        return reply
+    if isinstance(reply, str):
+        return CommandResult(argv=command, exited=0, stdout=reply, stderr="")
+    if isinstance(reply, int):
+        return CommandResult(argv=command, exited=reply, stdout="", stderr="")
+    return reply(command, stdin)
+
+
+def _as_response(reply: HttpReply) -> HttpResponse:
+    if reply is None:
+        return HttpResponse(status=None, body=b"", error="connection refused")
+    if isinstance(reply, HttpResponse):
+        return reply
+    if isinstance(reply, int):
+        return HttpResponse(status=reply, body=b"")
+    status, body = reply
+    return HttpResponse(status=status, body=body.encode() if isinstance(body, str) else body)
+
+
+# -- what the remote side prints ---------------------------------------------------------------
+
+
+def exec_start_value(*argvs: Sequence[str]) -> str:
+    """systemd's ``systemctl show -p ExecStart`` rendering of one or more argv lists."""
+
+    def word(w: str) -> str:
+        if w and not re.search(r'[\s"\\]', w):
+            return w
+        escaped = w.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+        return f'"{escaped}"'
+
+    return " ".join(
+        f"{{ path={argv[0]} ; argv[]={' '.join(word(w) for w in argv)} ; ignore_errors=no ; "
+        "start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
+        for argv in argvs
+    )
+
+
+def show_output(properties: Mapping[str, str | int]) -> str:
+    """``systemctl show -p …`` output: one KEY=VALUE line per property."""
+    return "".join(f"{key}={value}\n" for key, value in properties.items())
+
+
+def probe_output(
+    unit: str | None,
+    properties: Mapping[str, str | int],
+    files: Mapping[str, str | bytes | None] = {},  # noqa: B006 - read-only default
+    *,
+    candidates: Iterable[str] | None = None,
+    analyze: bool = False,
+    now: float = 1_700_000_000.0,
+    mode: str = "644",
+) -> str:
+    """The ``@@``-framed stdout of ``templates/probe.sh.j2``; a file of ``None`` is absent."""
+    lines = [f"@@now {now}", f"@@analyze {1 if analyze else 0}"]
+    if candidates is not None:
+        lines.append("@@units" + "".join(f" {c}" for c in candidates))
+    if unit is not None:
+        lines += [f"@@unit {unit}", "@@show"]
+        lines += show_output(properties).splitlines()
+    for path, content in files.items():
+        if content is None:
+            lines.append(f"@@file path={path} exists=0")
+            continue
+        raw = content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content
+        digest = hashlib.sha256(raw).hexdigest()
+        lines.append(f"@@file path={path} exists=1 sha256={digest} mode={mode} uid=0 gid=0 size={len(raw)}")
+        encoded = base64.b64encode(raw).decode("ascii")
+        lines += [encoded[i : i + 76] for i in range(0, len(encoded), 76)]
+    lines.append("@@end")
+    return "\n".join(lines) + "\n"
+
+
+def state_output(
+    active: str = "active",
+    sub: str = "running",
+    *,
+    result: str = "success",
+    n_restarts: int = 0,
+    main_pid: int = 4242,
+    invocation_id: str = "inv-1",
+    journal: str = "",
+) -> str:
+    """One wait poll: ``systemctl show -p ActiveState,…`` then ``@@journal`` and the newest journal line."""
+    props: dict[str, str | int] = {
+        "ActiveState": active,
+        "SubState": sub,
+        "Result": result,
+        "NRestarts": n_restarts,
+        "MainPID": main_pid,
+        "InvocationID": invocation_id,
+    }
+    return show_output(props) + "@@journal\n" + (journal + "\n" if journal else "")

@@ -1,0 +1,190 @@
+"""The pure probe parsers, from output shaped like what systemd, sglang and probe.sh.j2 print."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from remediate import probes
+from remediate.transport.fake import exec_start_value, probe_output
+
+SGLANG_CAPACITY = (
+    "[2026-11-29 07:14:22 TP0] max_total_num_tokens=206635, chunked_prefill_size=2048, "
+    "max_prefill_tokens=16384, max_running_requests=6, context_len=262144, available_gpu_mem=1.81 GB"
+)
+SGLANG_046_CAPACITY = (
+    "[2025-05-01 10:00:00 TP0] max_total_num_tokens=180000, chunked_prefill_size=8192, "
+    "max_prefill_tokens=16384, max_running_requests=4097, context_len=131072"
+)
+
+
+def test_parse_show_keeps_equals_signs_inside_values() -> None:
+    text = (
+        "Environment=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True HF_HOME=/models\n"
+        "ActiveState=active\n"
+        "Description=a=b=c\n"
+        "Empty=\n"
+        "not a property line\n"
+    )
+    props = probes.parse_show(text)
+    assert props["Environment"] == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True HF_HOME=/models"
+    assert props["Description"] == "a=b=c"
+    assert props["Empty"] == ""
+    assert props["ActiveState"] == "active"
+    assert len(props) == 4
+
+
+def test_parse_exec_start_systemd_rendering_with_quoted_word() -> None:
+    value = (
+        "{ path=/bin/bash ; argv[]=/bin/bash -c \"exec python3 -m sglang.launch_server --port 31000\" ; "
+        "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
+    )
+    assert probes.parse_exec_start(value) == (
+        ("/bin/bash", "-c", "exec python3 -m sglang.launch_server --port 31000"),
+    )
+
+
+def test_parse_exec_start_several_lines_and_escapes() -> None:
+    first = ["/usr/bin/true"]
+    second = ["/opt/venv/bin/python3", "-m", "sglang.launch_server", "--served-model-name", 'say "hi"\tnow']
+    value = exec_start_value(first, second)
+    assert probes.parse_exec_start(value) == (tuple(first), tuple(second))
+
+
+def test_parse_exec_start_empty() -> None:
+    assert probes.parse_exec_start("") == ()
+
+
+def test_service_state_properties() -> None:
+    state = probes.ServiceState(
+        unit="sglang.service",
+        properties=probes.parse_show(
+            "NRestarts=3\nMainPID=0\nNeedDaemonReload=yes\nDropInPaths=/a.conf /b.conf\n"
+            "EnvironmentFiles=/etc/default/sglang (ignore_errors=no) /etc/opt (ignore_errors=yes)\n"
+        ),
+    )
+    assert state.n_restarts == 3
+    assert state.main_pid == 0
+    assert state.needs_daemon_reload
+    assert state.dropin_paths == ("/a.conf", "/b.conf")
+    assert state.environment_files == (("/etc/default/sglang", False), ("/etc/opt", True))
+
+
+def test_parse_probe_round_trip() -> None:
+    unit_text = "[Service]\nEnvironment=HF_TOKEN=hf_abc123\nExecStart=/usr/bin/python3 -m sglang.launch_server\n"
+    non_utf8 = b"SGLANG_ARGS=--x \xff\n"
+    argv = ["/usr/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
+    text = probe_output(
+        "sglang.service",
+        {
+            "FragmentPath": "/etc/systemd/system/sglang.service",
+            "ExecStart": exec_start_value(argv),
+            "ActiveState": "failed",
+            "NRestarts": 2,
+        },
+        {
+            "/etc/systemd/system/sglang.service": unit_text * 20,  # several base64 lines
+            "/etc/default/sglang": non_utf8,
+            "/etc/default/missing": None,
+        },
+        candidates=["sglang.service"],
+        analyze=True,
+        now=1234.5,
+    )
+    found = probes.parse_probe(text, None)
+    assert found.candidates == ("sglang.service",)
+    assert found.has_systemd_analyze is True
+    assert found.now == 1234.5
+    assert found.state is not None
+    assert found.state.unit == "sglang.service"
+    assert found.state.fragment_path == "/etc/systemd/system/sglang.service"
+    assert found.state.active_state == "failed"
+    assert found.state.n_restarts == 2
+    assert found.state.exec_argvs == (tuple(argv),)
+    fragment = found.files["/etc/systemd/system/sglang.service"]
+    assert fragment.exists and fragment.text == unit_text * 20
+    assert fragment.size == len(unit_text * 20) and fragment.mode == "644"
+    env = found.files["/etc/default/sglang"]
+    assert env.text.encode("utf-8", "surrogateescape") == non_utf8
+    assert found.files["/etc/default/missing"].exists is False
+    assert list(found.files) == ["/etc/systemd/system/sglang.service", "/etc/default/sglang", "/etc/default/missing"]
+
+
+def test_parse_probe_several_candidates_has_no_state() -> None:
+    found = probes.parse_probe(probe_output(None, {}, candidates=["a.service", "b.service"]), None)
+    assert found.candidates == ("a.service", "b.service")
+    assert found.state is None
+    assert found.files == {}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max_total_num_tokens": 206635, "chunked_prefill_size": 4096},
+        {"internal_states": [{"memory_usage": {"token_capacity": 206635}}]},
+    ],
+    ids=["top-level", "internal_states"],
+)
+def test_parse_server_info_forms(body: dict[str, object]) -> None:
+    assert probes.parse_server_info(json.dumps(body).encode()) == 206635
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b"{}", b'{"max_total_num_tokens": "206635"}'])
+def test_parse_server_info_without_tokens(body: bytes) -> None:
+    assert probes.parse_server_info(body) is None
+
+
+def test_parse_capacity_line_sglang_md_example() -> None:
+    assert probes.parse_capacity_line(["loading weights", SGLANG_CAPACITY, "The server is fired up"]) == 206635
+    match = probes.CAPACITY_RE.search(SGLANG_CAPACITY)
+    assert match is not None
+    assert match.groups() == ("206635", "2048", "16384", "6", "262144", "1.81")
+
+
+def test_parse_capacity_line_046_form_without_available_mem() -> None:
+    match = probes.CAPACITY_RE.search(SGLANG_046_CAPACITY)
+    assert match is not None and match.group(6) is None
+    assert probes.parse_capacity_line([SGLANG_046_CAPACITY]) == 180000
+
+
+def test_parse_capacity_line_newest_wins_and_none_when_absent() -> None:
+    assert probes.parse_capacity_line([SGLANG_046_CAPACITY, SGLANG_CAPACITY]) == 206635
+    assert probes.parse_capacity_line(["nothing here"]) is None
+    assert probes.parse_capacity_line([]) is None
+
+
+def test_explain_crash_puts_oom_first_then_crash_then_tail() -> None:
+    lines = [
+        "Loading safetensors checkpoint shards: 100%",
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "noise 1",
+        "noise 2",
+        "sglang.service: Main process exited, code=exited, status=1/FAILURE",
+        "sglang.service: Failed with result 'exit-code'.",
+    ]
+    picked = probes.explain_crash(lines)
+    assert picked[0] == lines[2]
+    assert picked[1:4] == [lines[1], lines[5], lines[6]]
+    assert picked[4:] == [lines[3], lines[4]]  # then the tail, without repeats
+    assert len(picked) == len(set(picked))
+
+
+def test_explain_crash_limit() -> None:
+    lines = [f"CUDA out of memory #{i}" for i in range(30)]
+    assert probes.explain_crash(lines, limit=12) == lines[:12]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000"], ("127.0.0.1", 30000)),
+        (["python3", "-m", "sglang.launch_server", "--port=31000"], ("127.0.0.1", 31000)),
+        (["python3", "-m", "sglang.launch_server", "--host=10.0.0.5", "--port", "31001"], ("10.0.0.5", 31001)),
+        (["python3", "-m", "sglang.launch_server", "--host", "localhost"], ("127.0.0.1", 30000)),
+        (["python3", "-m", "sglang.launch_server"], ("127.0.0.1", 30000)),
+    ],
+)
+def test_server_endpoint(argv: list[str], expected: tuple[str, int]) -> None:
+    assert probes.server_endpoint(argv) == expected
