@@ -386,3 +386,67 @@ def status(
         return status_host(transport, run_options_for(entry, request), label=entry.name)
 
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
+
+
+def rollback(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    unit: str | None = None,
+    to: str = "latest",
+    timeout: float = 900.0,
+    dry_run: bool = False,
+    strategy: dict[str, Any] | None = None,
+    progress: ProgressFn | None = None,
+    confirm: Callable[[str], bool] | None = None,
+    transport_factory: TransportFactory | None = None,
+    retry_dir: str = ".",
+) -> RolloutResult:
+    """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too."""
+    from remediate.restore import rollback_host
+
+    inventory_obj, hosts = resolve_hosts(targets, inventory)
+    if to != "latest" and len(hosts) > 1:
+        raise ConfigError("--to PATH names one file: use it with one host")
+    plan = build_strategy(strategy or {}, inventory_obj)
+    factory = transport_factory or _default_transport
+    options = {
+        h.name: replace(run_options_for(h, OomRequest(unit=unit, timeout=timeout)), dry_run=dry_run) for h in hosts
+    }
+
+    def work(entry: HostEntry) -> HostResult:
+        def go() -> HostResult:
+            transport = factory(entry, _ssh_for(entry, ssh or SSHOptions()))
+            try:
+                return rollback_host(transport, options[entry.name], to=to, label=entry.name, progress=progress)
+            finally:
+                transport.close()
+
+        return _safely(entry, go)
+
+    events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
+    results, rollout = run_on_hosts(hosts, work, plan, confirm=confirm, on_event=events)
+    retry = None if dry_run else write_retry_file(inventory_obj, results, retry_dir)
+    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry)
+
+
+def backups(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    unit: str | None = None,
+    prune_keep: int | None = None,
+    dry_run: bool = False,
+    transport_factory: TransportFactory | None = None,
+) -> list[HostResult]:
+    """List each host's backups (newest first, with the flag-level difference to the current unit);
+    with ``prune_keep``, delete all but the newest N per file (never the newest, never the current state's)."""
+    from remediate.restore import backups_host
+
+    def one(transport: Transport, entry: HostEntry) -> HostResult:
+        options = replace(run_options_for(entry, OomRequest(unit=unit)), dry_run=dry_run)
+        return backups_host(transport, options, label=entry.name, prune_keep=prune_keep)
+
+    return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)

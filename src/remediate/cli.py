@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from remediate import __version__, api, localfile, render
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
@@ -32,7 +34,8 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix":
 
 
 def _stdout() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    # Colors only on a TTY (rich's default); logs and pipes get wide, plain tables.
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 def _stderr() -> Console:
@@ -228,10 +231,18 @@ def _progress(as_json: bool) -> Callable[[str, str, str], None]:
     err = _stderr()
     interactive = err.is_terminal
 
+    last_wait: dict[str, float] = {}
+
     def show(host: str, phase: str, detail: str) -> None:
-        if phase == "wait" and not interactive:
-            return  # the live line is for terminals; logs get the phase summary
-        err.print(f"[dim]{host}[/dim] {phase:<9} {detail}", highlight=False, markup=True)
+        if as_json and not interactive:
+            return  # scripts read the document; keep stderr quiet
+        if phase == "wait":
+            # A terminal gets every poll; a log gets one line per 15 s of a long model load.
+            now = time.monotonic()
+            if not interactive and now - last_wait.get(host, 0.0) < 15:
+                return
+            last_wait[host] = now
+        err.print(f"[dim]{escape(host)}[/dim] {phase:<9} {escape(detail)}", highlight=False)
 
     return show
 
@@ -369,6 +380,80 @@ def status(**kw: Any) -> None:
     else:
         render.status_table(_stdout(), results)
     sys.exit(api.exit_code(results))
+
+
+@cli.command()
+@connection_options
+@click.option(
+    "--prune", is_flag=True, help="Delete old backups beyond --keep (never the newest, never the current state's)."
+)
+@click.option(
+    "--keep", type=click.IntRange(min=1), default=10, show_default=True, help="Backups to keep per file with --prune."
+)
+@click.option("--dry-run", is_flag=True, help="With --prune: list what would be deleted.")
+@_handle_errors
+def backups(**kw: Any) -> None:
+    """List the backups next to each host's unit files, newest first, with what a restore would change.
+
+    \b
+    Examples:
+      remediate backups gpu-01
+      remediate backups all -i inventory.yaml --prune --keep 5 --dry-run
+    """
+    results = api.backups(
+        kw["targets"],
+        inventory=kw["inventory"],
+        ssh=_ssh_options(kw),
+        unit=kw["unit"],
+        prune_keep=kw["keep"] if kw["prune"] else None,
+        dry_run=kw["dry_run"],
+    )
+    if kw["as_json"]:
+        click.echo(render.dumps(render.results_document(results)))
+    else:
+        render.backups_table(_stdout(), results)
+    sys.exit(api.exit_code(results))
+
+
+@cli.command()
+@connection_options
+@fleet_options
+@click.option("--to", "to", default="latest", show_default=True, metavar="PATH|latest", help="The backup to restore.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds to wait for the server."
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be restored; change nothing.")
+@_handle_errors
+def rollback(**kw: Any) -> None:
+    """Restore a unit from its backup as a verified transaction (backup, atomic write, restart, wait).
+
+    The current unit is first saved as <file>.bak.rollback.<epoch>, so a rollback can be rolled back.
+
+    \b
+    Examples:
+      remediate rollback gpu-01 --dry-run
+      remediate rollback gpu-01 --to /etc/systemd/system/sglang.service.bak.oom.1795939200
+      remediate rollback rack-a -i inventory.yaml --canary 1
+    """
+    confirm = None
+    if kw["pause_after_canary"] and not kw["yes"]:
+        confirm = lambda text: click.confirm(text, default=False, err=True)  # noqa: E731
+    rollout = api.rollback(
+        kw["targets"],
+        inventory=kw["inventory"],
+        ssh=_ssh_options(kw),
+        unit=kw["unit"],
+        to=kw["to"],
+        timeout=kw["timeout"],
+        dry_run=kw["dry_run"],
+        strategy=api.strategy_from_cli(kw),
+        progress=_progress(kw["as_json"]),
+        confirm=confirm,
+    )
+    code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
+    if rollout.retry_file and not kw["as_json"]:
+        _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
+    sys.exit(code)
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ class RemoteFile:
     uid: int = -1
     gid: int = -1
     size: int = 0
+    mtime: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 uid=int(current.get("uid", "-1")),
                 gid=int(current.get("gid", "-1")),
                 size=int(current.get("size", "0")),
+                mtime=float(current.get("mtime", "0")),
             )
 
     for line in text.splitlines():

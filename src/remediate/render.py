@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -134,3 +135,31 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
     for r in results:
         for warning in r.warnings:
             console.print(f"[yellow]warning[/yellow] {escape(r.host)}: {escape(warning)}", highlight=False)
+
+
+def backups_table(console: Console, results: Sequence[HostResult]) -> None:
+    """Per host, its backups newest first and what restoring each would change."""
+    for r in results:
+        if r.error:
+            console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {escape(r.error)}", highlight=False)
+            continue
+        rows = r.extra.get("backups", [])
+        console.print(f"[bold]{escape(r.host)}[/bold] {escape(r.unit or '')} ({escape(r.unit_path or '')})")
+        if not rows:
+            console.print("  no backups", highlight=False)
+        for row in rows:
+            when = datetime.fromtimestamp(row["time"], tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+            source = " (mtime)" if row["time_source"] == "mtime" else ""
+            mark = "  [red]prune[/red]" if row.get("prune") else ""
+            console.print(
+                f"  {when}{source}  {escape(row['path'])}  {row['size']} B  {row['sha256'][:12]}{mark}", highlight=False
+            )
+            change = "; ".join(row["changes"]) or (
+                "identical to the current unit" if row["identical_to_current"] else ""
+            )
+            if change:
+                console.print(f"      restoring: {escape(change)}", highlight=False)
+        for path in r.extra.get("deleted", []):
+            console.print(f"  deleted {escape(path)}", highlight=False)
+        for path in r.extra.get("would_delete", []):
+            console.print(f"  would delete {escape(path)}", highlight=False)

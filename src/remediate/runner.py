@@ -312,7 +312,9 @@ def _remediate(
             return
         result.notes.append("the unit is already remediated but the server is not healthy: restarting it")
     if options.dry_run:
-        result.outcome = "unchanged" if not plan.is_changed else "not_attempted"
+        # Nothing was changed: the outcome says so; `changed` and the diff say what a real run would do.
+        result.outcome = "unchanged"
+        result.extra["dry_run"] = True
         return
     result.outcome = "failed"
     endpoint = _endpoint(found, options)

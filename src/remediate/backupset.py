@@ -1,0 +1,156 @@
+"""PURE: backups next to a unit's files — naming, ordering, validation, retention, flag-level diffs.
+
+A backup is any ``<file>.bak*`` beside one of the unit's files: ours (``.bak.oom.<epoch>``,
+``.bak.rollback.<epoch>``, with ``.1``… when taken) and hand-made ones such as the incident's
+``cp $P $P.bak.oom.$(date +%s)`` or a plain ``$P.bak``. Time comes from the name's epoch, else mtime.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from remediate.errors import ConfigError, RemediateError
+from remediate.unitfile.edit import Settings, SourceFile, UnitSources, find_sglang_exec, read_settings
+
+# <original>.bak[.<tag>][.<epoch>][.<n>] — the epoch is 9–11 digits (2001…2286).
+_NAME = re.compile(r"^(?P<orig>.+?)\.bak(?:\.(?P<tag>[A-Za-z][\w-]*))?(?:\.(?P<epoch>\d{9,11}))?(?:\.(?P<n>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Backup:
+    path: str
+    original: str
+    tag: str | None
+    time: float
+    time_source: str  # "name" or "mtime"
+    size: int
+    sha256: str
+    text: str
+    seq: int = 0
+
+    def sort_key(self) -> tuple[float, int, str]:
+        return (self.time, self.seq, self.path)
+
+
+def parse_backup_name(path: str) -> tuple[str, str | None, int | None, int] | None:
+    """(original, tag, epoch, sequence) for a backup path, or None if it is not one."""
+    match = _NAME.match(path)
+    if not match:
+        return None
+    epoch = int(match.group("epoch")) if match.group("epoch") else None
+    return match.group("orig"), match.group("tag"), epoch, int(match.group("n") or 0)
+
+
+def make_backup(path: str, *, text: str, sha256: str, size: int, mtime: float) -> Backup | None:
+    parsed = parse_backup_name(path)
+    if parsed is None:
+        return None
+    original, tag, epoch, seq = parsed
+    return Backup(
+        path=path,
+        original=original,
+        tag=tag,
+        time=float(epoch) if epoch is not None else mtime,
+        time_source="name" if epoch is not None else "mtime",
+        size=size,
+        sha256=sha256,
+        text=text,
+        seq=seq,
+    )
+
+
+def newest_first(backups: Sequence[Backup]) -> list[Backup]:
+    return sorted(backups, key=Backup.sort_key, reverse=True)
+
+
+def swap(sources: UnitSources, path: str, text: str) -> UnitSources:
+    """The unit's sources with one file's text replaced (to read what a restore would run)."""
+    if sources.fragment.path == path:
+        return replace(sources, fragment=SourceFile(path=path, text=text))
+    if any(d.path == path for d in sources.dropins):
+        dropins = tuple(SourceFile(path=d.path, text=text) if d.path == path else d for d in sources.dropins)
+        return replace(sources, dropins=dropins)
+    env = dict(sources.env_files or {})
+    env[path] = text
+    return replace(sources, env_files=env)
+
+
+def validate_backup(backup: Backup, sources: UnitSources, unit: str) -> UnitSources:
+    """Refuse a backup that does not belong to this unit, is empty, or would not run sglang."""
+    files = {sources.fragment.path, *(d.path for d in sources.dropins), *(sources.env_files or {})}
+    if backup.original not in files:
+        raise ConfigError(f"{backup.path} is not a backup of {unit} (its files: {', '.join(sorted(files))})")
+    if not backup.text.strip():
+        raise ConfigError(f"{backup.path} is empty")
+    if "\x00" in backup.text:
+        raise ConfigError(f"{backup.path} is not a text file")
+    restored = swap(sources, backup.original, backup.text)
+    if backup.original == sources.fragment.path and "[Service]" not in backup.text:
+        raise ConfigError(f"{backup.path} has no [Service] section: not a service unit")
+    try:
+        find_sglang_exec(restored)
+    except RemediateError as exc:
+        raise ConfigError(f"{backup.path} would not run sglang: {exc}") from None
+    return restored
+
+
+def settings_or_none(sources: UnitSources) -> Settings | None:
+    try:
+        return read_settings(sources)
+    except RemediateError:
+        return None
+
+
+def settings_diff(current: Settings | None, restored: Settings | None) -> list[str]:
+    """Flag-level difference a restore would make: ``mem-fraction-static 0.93 → 0.94``."""
+    if current is None or restored is None:
+        return ["(settings not readable)"]
+    lines = []
+    for label, attr in (
+        ("mem-fraction-static", "mem_fraction_static"),
+        ("chunked-prefill-size", "chunked_prefill_size"),
+        ("PYTORCH_CUDA_ALLOC_CONF", "alloc_conf"),
+    ):
+        now, then = getattr(current, attr), getattr(restored, attr)
+        if now != then:
+            lines.append(f"{label} {now or '(unset)'} → {then or '(unset)'}")
+    return lines
+
+
+def choose(backups: Sequence[Backup], to: str) -> list[Backup]:
+    """The backup(s) a rollback restores: ``latest`` (the newest transaction: every file backed up in
+    that same second) or one PATH."""
+    if not backups:
+        raise ConfigError("no backups found next to the unit's files")
+    if to != "latest":
+        for b in backups:
+            if b.path == to:
+                return [b]
+        raise ConfigError(f"{to} is not a backup of this unit (see `remediate backups`)")
+    ordered = newest_first(backups)
+    newest = ordered[0]
+    same_txn = [b for b in ordered if b.time == newest.time and b.tag == newest.tag and b.time_source == "name"]
+    chosen: dict[str, Backup] = {}
+    for b in same_txn or [newest]:
+        chosen.setdefault(b.original, b)  # one per original file, the newest
+    return list(chosen.values())
+
+
+def select_prune(backups: Sequence[Backup], keep: int, current_sha: Mapping[str, str]) -> list[Backup]:
+    """Backups to delete: per original file, all but the ``keep`` newest — never the newest, never one
+    whose bytes equal the current file (the state we run came from it)."""
+    if keep < 1:
+        raise ConfigError("--keep must be at least 1")
+    doomed: list[Backup] = []
+    by_original: dict[str, list[Backup]] = {}
+    for b in backups:
+        by_original.setdefault(b.original, []).append(b)
+    for original, group in by_original.items():
+        ordered = newest_first(group)
+        for b in ordered[keep:]:
+            if b.sha256 == current_sha.get(original):
+                continue
+            doomed.append(b)
+    return doomed

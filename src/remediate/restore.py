@@ -1,0 +1,256 @@
+"""Orchestration for backups: list them, roll back to one (as safely as rolling forward), prune.
+
+A rollback is the same remote transaction as a remediation: lock, compare-and-swap, backup of the
+current bytes (``.bak.rollback.<epoch>``, so a rollback can itself be rolled back), atomic write,
+daemon-reload, reset-failed, restart, wait healthy — and if the restored server does not come back,
+the pre-rollback bytes are put back the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from remediate import backupset, probes, templates
+from remediate.backupset import Backup
+from remediate.errors import ConflictError, RemediateError, RemediationError, TransportError
+from remediate.health import wait_healthy
+from remediate.models import HostResult, RunOptions
+from remediate.probes import ProbeResult
+from remediate.runner import (
+    FileWrite,
+    ProgressFn,
+    _endpoint,
+    _steps,
+    _Timer,
+    commit,
+    lock_path,
+    probe,
+    resolve_unit,
+    sources_from_probe,
+)
+from remediate.transport.base import Transport
+from remediate.unitfile.edit import UnitSources
+from remediate.unitfile.report import unified_diff
+
+
+def unit_files(found: ProbeResult) -> list[str]:
+    assert found.state is not None
+    files = [found.state.fragment_path, *found.state.dropin_paths]
+    files += [p for p in found.files if p not in files]
+    return files
+
+
+def list_backups(transport: Transport, found: ProbeResult) -> list[Backup]:
+    """Every ``<file>.bak*`` next to the unit's files, newest first (one round trip)."""
+    script = templates.render("backups.sh.j2", files=unit_files(found))
+    result = transport.run("bash -s", stdin=script, timeout=60)
+    if "@@end" not in result.stdout:
+        raise TransportError(transport.host, f"listing backups failed: {result.stderr.strip()}")
+    listed = probes.parse_probe(result.stdout, None).files
+    backups = []
+    for remote in listed.values():
+        backup = backupset.make_backup(
+            remote.path, text=remote.text, sha256=remote.sha256, size=remote.size, mtime=remote.mtime
+        )
+        if backup is not None and backup.original in found.files:
+            backups.append(backup)
+    return backupset.newest_first(backups)
+
+
+def _read(transport: Transport, unit: str | None) -> tuple[ProbeResult, UnitSources]:
+    found = resolve_unit(transport, probe(transport, unit), unit)
+    return found, sources_from_probe(found)
+
+
+def _open(transport: Transport) -> None:
+    open_fn = getattr(transport, "open", None)
+    if open_fn:
+        open_fn()
+
+
+def backups_host(
+    transport: Transport,
+    options: RunOptions,
+    *,
+    label: str | None = None,
+    prune_keep: int | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """List (and with ``prune_keep``, prune) a host's backups; the listing lands in ``extra``."""
+    result = HostResult(host=label or transport.host, started_at=now(), outcome="unchanged")
+    try:
+        _open(transport)
+        found, sources = _read(transport, options.unit)
+        assert found.state is not None
+        result.unit, result.unit_path = found.state.unit, found.state.fragment_path
+        backups = list_backups(transport, found)
+        current = backupset.settings_or_none(sources)
+        current_sha = {p: f.sha256 for p, f in found.files.items() if f.exists}
+        doomed = backupset.select_prune(backups, prune_keep, current_sha) if prune_keep is not None else []
+        rows: list[dict[str, Any]] = []
+        for b in backups:
+            restored = backupset.settings_or_none(backupset.swap(sources, b.original, b.text))
+            rows.append(
+                {
+                    "path": b.path,
+                    "original": b.original,
+                    "time": b.time,
+                    "time_source": b.time_source,
+                    "size": b.size,
+                    "sha256": b.sha256,
+                    "identical_to_current": b.sha256 == current_sha.get(b.original),
+                    "changes": backupset.settings_diff(current, restored),
+                    "prune": b in doomed,
+                }
+            )
+        result.extra = {"backups": rows}
+        if doomed and not options.dry_run:
+            deleted = _prune(transport, found.state.unit, doomed)
+            result.extra["deleted"] = deleted
+            result.changed = bool(deleted)
+        elif doomed:
+            result.extra["would_delete"] = [b.path for b in doomed]
+    except RemediateError as exc:
+        result.error = str(exc)
+        result.exit_code = exc.exit_code
+        result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
+    finally:
+        result.finished_at = now()
+    return result
+
+
+def _prune(transport: Transport, unit: str, doomed: list[Backup]) -> list[str]:
+    directory = doomed[0].path.rsplit("/", 1)[0] or "/"
+    script = templates.render(
+        "prune.sh.j2",
+        lock_path=lock_path(unit),
+        lock_wait=30,
+        backups=[{"path": b.path, "sha256": b.sha256} for b in doomed],
+        directory=directory,
+    )
+    result = transport.run("bash -s", stdin=script, timeout=90)
+    if result.exited == 75:
+        raise ConflictError(transport.host, f"another remediation holds the lock on {transport.host}")
+    if not result.ok:
+        raise RemediationError(transport.host, f"prune failed: {result.stderr.strip()}")
+    return [line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith("@@deleted ")]
+
+
+def rollback_host(
+    transport: Transport,
+    options: RunOptions,
+    *,
+    to: str = "latest",
+    label: str | None = None,
+    progress: ProgressFn | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """Restore a backup (``latest`` or a path) as a verified transaction; outcome ``restored``."""
+    result = HostResult(host=label or transport.host, started_at=now())
+    timer = _Timer(result, progress)
+    try:
+        _rollback(transport, options, to, result, timer, now)
+    except RemediateError as exc:
+        result.error = str(exc) if not result.error else f"{result.error}; {exc}"
+        result.exit_code = exc.exit_code
+        if result.outcome == "not_attempted":
+            result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
+    finally:
+        result.finished_at = now()
+    return result
+
+
+def _rollback(
+    transport: Transport, options: RunOptions, to: str, result: HostResult, timer: _Timer, now: Callable[[], float]
+) -> None:
+    with timer.phase("connect"):
+        _open(transport)
+    with timer.phase("read"):
+        found, sources = _read(transport, options.unit)
+        assert found.state is not None
+        unit = found.state.unit
+        result.unit, result.unit_path = unit, found.state.fragment_path
+        backups = list_backups(transport, found)
+    with timer.phase("plan"):
+        chosen = backupset.choose(backups, to)
+        restored = sources
+        for b in chosen:
+            restored = backupset.swap(restored, b.original, b.text)
+        for b in chosen:
+            backupset.validate_backup(b, restored, unit)
+        current = backupset.settings_or_none(sources)
+        after = backupset.settings_or_none(restored)
+        writes = [
+            FileWrite(b.original, found.files[b.original].text, b.text, backup_tag="rollback")
+            for b in chosen
+            if b.text != found.files[b.original].text
+        ]
+        result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
+        result.summary += backupset.settings_diff(current, after) if writes else []
+        result.diff = "".join(unified_diff(w.path, w.old_text, w.new_text) for w in writes)
+        result.changed = bool(writes)
+        for key, settings in (("flags_before", current), ("flags_after", after)):
+            if settings is not None:
+                setattr(
+                    result,
+                    key,
+                    {
+                        "mem_fraction_static": settings.mem_fraction_static,
+                        "chunked_prefill_size": settings.chunked_prefill_size,
+                    },
+                )
+        if current is not None:
+            result.env_before = {"PYTORCH_CUDA_ALLOC_CONF": current.alloc_conf}
+        if after is not None:
+            result.env_after = {"PYTORCH_CUDA_ALLOC_CONF": after.alloc_conf}
+        epoch = int(now())
+        result.steps = _steps(unit, writes, epoch, restart=True)
+    if not writes:
+        result.outcome = "unchanged"
+        result.notes.append("the unit already has the backup's bytes: nothing to restore")
+        return
+    if options.dry_run:
+        result.outcome = "unchanged"
+        result.extra["dry_run"] = True
+        return
+    result.outcome = "failed"
+    endpoint = _endpoint(found, options)
+    try:
+        with timer.phase("commit"):
+            report = commit(transport, unit, writes, epoch=epoch, lock_wait=options.lock_wait)
+        result.backups = list(report.backups.values())
+        result.backup = result.backups[0] if result.backups else None
+        with timer.phase("wait"):
+            healthy = wait_healthy(
+                transport,
+                unit,
+                endpoint,
+                timeout=options.timeout,
+                restart_epoch=report.restart_epoch,
+                invocation_id=report.invocation_id,
+            )
+        result.max_total_num_tokens = healthy.tokens
+        result.target_tokens = options.target_tokens
+        result.outcome = "restored"
+    except ConflictError:
+        raise
+    except RemediationError as exc:
+        if not options.rollback:
+            raise
+        result.error = f"{exc}; put the pre-rollback unit back"
+        with timer.phase("undo"):
+            undo = [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
+            report = commit(transport, unit, undo, epoch=int(now()), lock_wait=options.lock_wait)
+            healthy = wait_healthy(
+                transport,
+                unit,
+                endpoint,
+                timeout=options.timeout,
+                restart_epoch=report.restart_epoch,
+                invocation_id=report.invocation_id,
+            )
+            result.max_total_num_tokens = healthy.tokens
+        result.outcome = "rolled_back"
+        result.exit_code = 1
