@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import os
@@ -55,6 +56,54 @@ def _pids_in_ns(ns: str) -> list[int]:
         if entry.isdigit() and _pid_ns(int(entry)) == ns:
             pids.append(int(entry))
     return pids
+
+
+def address_free(address: str, port: int = 22) -> bool:
+    """Nobody listens on address:port (a bind test; another sandbox may hold the address)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "in use" (sshd sets it too)
+        try:
+            sock.bind((address, port))
+        except OSError as exc:
+            return exc.errno != errno.EADDRINUSE
+    return True
+
+
+def free_address_block(n_hosts: int, second_octet: int = 42) -> str:
+    """First of n consecutive free loopback addresses 127.<second>.X.10… (one block per concurrent session)."""
+    for third in range(250):
+        first = ipaddress.IPv4Address(f"127.{second_octet}.{third}.10")
+        if all(address_free(str(first + i)) for i in range(n_hosts)):
+            return str(first)
+    raise SandboxError("no free block of loopback addresses for sandbox hosts")
+
+
+def _listener_inode(address: str, port: int) -> str | None:
+    """The socket inode listening on address:port, from /proc/net/tcp."""
+    packed = socket.inet_aton(address)[::-1].hex().upper() + f":{port:04X}"
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if fields[1] == packed and fields[3] == "0A":  # 0A = LISTEN
+            return fields[9]
+    return None
+
+
+def _owns_socket(pid: int, inode: str) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _rss_kib(pid: int) -> int:
@@ -135,6 +184,8 @@ class SandboxHost:
         (self.dir / "init.sh").write_text(layout.init_script(self.name, self.fs, plan))
 
     def launch(self) -> None:
+        if not address_free(self.address, self.port):
+            raise SandboxError(f"{self.name}: {self.address}:{self.port} is already in use (another sandbox?)")
         self._log = open(self.dir / "sshd.log", "wb")  # noqa: SIM115 - closed in stop()
         self._unshare = subprocess.Popen(
             [
@@ -166,7 +217,9 @@ class SandboxHost:
                     self.pid = kids[0]
                     self.pid_ns = _pid_ns(self.pid)
             if self.pid and self._banner():
-                return
+                inode = _listener_inode(self.address, self.port)
+                if inode and _owns_socket(self.pid, inode):
+                    return
             if time.monotonic() > deadline:
                 raise SandboxError(f"{self.name}: sshd not ready in time: {self.log_tail()}")
             time.sleep(0.005)
@@ -463,3 +516,12 @@ class Sandbox:
 
     def rss_kib(self) -> int:
         return sum(host.rss_kib() for host in self.hosts)
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until each host runs only its sshd listener (the readiness probes' sessions are gone)."""
+        deadline = time.monotonic() + timeout
+        while any(host.processes() != [host.pid] for host in self.hosts):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True

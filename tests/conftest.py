@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import errno
-import ipaddress
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,29 +14,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from sandbox import Sandbox, SandboxHost  # noqa: E402
+from sandbox import host as sandbox_host_module  # noqa: E402
 
 FLEET_SIZE = int(os.environ.get("SANDBOX_FLEET_SIZE", "6"))
 
 
-def _address_free(address: str, port: int = 22) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((address, port))
-        except OSError as exc:
-            return exc.errno != errno.EADDRINUSE
-    return True
-
-
 def free_address_block(n_hosts: int) -> str:
     """First address of n free loopback addresses (concurrent sessions each get their own block)."""
-    wanted = os.environ.get("SANDBOX_FIRST_ADDRESS")
-    if wanted:
-        return wanted
-    for third in range(42, 250):
-        first = ipaddress.IPv4Address(f"127.42.{third}.10")
-        if all(_address_free(str(first + i)) for i in range(n_hosts)):
-            return str(first)
-    raise RuntimeError("no free block of loopback addresses for sandbox hosts")
+    return os.environ.get("SANDBOX_FIRST_ADDRESS") or sandbox_host_module.free_address_block(n_hosts)
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,42 @@
+"""Bring-up time and memory of sandbox hosts: `python bench/sandbox_bringup.py [N …]` (default 1 20)."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sandbox import Sandbox  # noqa: E402
+from sandbox.host import free_address_block  # noqa: E402
+
+
+def measure(n_hosts: int, first_address: str) -> tuple[float, float, float]:
+    with tempfile.TemporaryDirectory(prefix="sandbox-bench-") as tmp:
+        fleet = Sandbox(Path(tmp), n_hosts, first_address=first_address)
+        started = time.monotonic()
+        fleet.start()
+        up = time.monotonic() - started
+        try:
+            fleet.wait_idle()
+            rss_mib = fleet.rss_kib() / 1024
+        finally:
+            started = time.monotonic()
+            fleet.stop()
+            down = time.monotonic() - started
+        return up, rss_mib, down
+
+
+def main(argv: list[str]) -> int:
+    sizes = [int(a) for a in argv[1:]] or [1, 20]
+    print(f"{'hosts':>5}  {'bring-up s':>10}  {'per host s':>10}  {'RSS MiB':>8}  {'MiB/host':>8}  {'stop s':>6}")
+    for n in sizes:
+        up, rss, down = measure(n, free_address_block(n, second_octet=44))
+        print(f"{n:>5}  {up:>10.3f}  {up / n:>10.3f}  {rss:>8.1f}  {rss / n:>8.1f}  {down:>6.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
