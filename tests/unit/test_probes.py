@@ -37,12 +37,10 @@ def test_parse_show_keeps_equals_signs_inside_values() -> None:
 
 def test_parse_exec_start_systemd_rendering_with_quoted_word() -> None:
     value = (
-        "{ path=/bin/bash ; argv[]=/bin/bash -c \"exec python3 -m sglang.launch_server --port 31000\" ; "
+        '{ path=/bin/bash ; argv[]=/bin/bash -c "exec python3 -m sglang.launch_server --port 31000" ; '
         "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
     )
-    assert probes.parse_exec_start(value) == (
-        ("/bin/bash", "-c", "exec python3 -m sglang.launch_server --port 31000"),
-    )
+    assert probes.parse_exec_start(value) == (("/bin/bash", "-c", "exec python3 -m sglang.launch_server --port 31000"),)
 
 
 def test_parse_exec_start_several_lines_and_escapes() -> None:
