@@ -236,6 +236,8 @@ def _progress(as_json: bool) -> Callable[[str, str, str], None]:
     def show(host: str, phase: str, detail: str) -> None:
         if as_json and not interactive:
             return  # scripts read the document; keep stderr quiet
+        if not interactive and phase not in ("wait", ""):
+            return  # logs get the final report; a terminal also sees each phase as it ends
         if phase == "wait":
             # A terminal gets every poll; a log gets one line per 15 s of a long model load.
             now = time.monotonic()
