@@ -378,7 +378,9 @@ class SandboxHost:
         _empty_dir(layout.mirror(fs, "/root"), keep={".ssh"})
         for user in layout.USERS:
             _empty_dir(layout.mirror(fs, f"/home/{user}"), keep={".ssh"})
-        _empty_dir(layout.mirror(fs, "/opt"))
+        # Bind-mount points inside the host must survive: removing one detaches its mount there.
+        _empty_dir(layout.mirror(fs, "/opt"), keep={"sglang"})
+        _empty_dir(layout.mirror(fs, "/opt/sglang"), keep={"standin"})
         _empty_dir(layout.mirror(fs, "/usr/local/bin"), keep={".fake-systemd"})
         _empty_dir(layout.mirror(fs, "/etc/default"))
         layout.build_etc_default(fs)

@@ -78,12 +78,8 @@ exec {HOST_PYTHON} "$@"
 
 OPT_SGLANG = """\
 #!/bin/sh
-# `sglang serve ARGS` == `python3 -m sglang.launch_server ARGS` (the stand-in's server).
-if [ "$1" = serve ]; then
-  shift
-  exec /opt/sglang/bin/python3 -m sglang.launch_server "$@"
-fi
-exec /opt/sglang/bin/python3 -m sglang "$@"
+# The sglang console script: `sglang serve ARGS` runs the stand-in's server (sglang.cli.main).
+exec /opt/sglang/bin/python3 -m sglang.cli.main "$@"
 """
 
 LAUNCHER = f"""\

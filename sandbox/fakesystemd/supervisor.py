@@ -74,6 +74,7 @@ class Supervisor:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.timed_out = False
+        self.pump: threading.Thread | None = None
 
     # -- signals -----------------------------------------------------------------------------------
     def on_term(self, _sig: int, _frame: object) -> None:
@@ -180,7 +181,8 @@ class Supervisor:
         )
         st.journal(self.name, f"Started {self.name} - {self.desc}.", invocation=invocation)
         ident = self.definition.get("syslog_identifier") or os.path.basename(argv[0] if argv else path)
-        threading.Thread(target=self._pump, args=(self.proc, ident, invocation), daemon=True).start()
+        self.pump = threading.Thread(target=self._pump, args=(self.proc, ident, invocation), daemon=True)
+        self.pump.start()
         return ""
 
     def _pump(self, proc: subprocess.Popen[bytes], ident: str, invocation: str) -> None:
@@ -218,6 +220,8 @@ class Supervisor:
                 assert self.proc is not None
                 rc = self.proc.wait()
                 signal.setitimer(signal.ITIMER_REAL, 0)
+                if self.pump is not None:  # the output comes before "Main process exited", as in systemd
+                    self.pump.join(timeout=0.5)
                 code, status = ("killed", -rc) if rc < 0 else ("exited", rc)
             clean = self._is_clean(code, status)
             result = "success" if clean else ("signal" if code == "killed" else "exit-code")

@@ -213,3 +213,40 @@ def test_http_service_in_a_unit_answers_from_the_machine(sandbox_host):
         except OSError:
             assert time.monotonic() < deadline, sandbox_host.journal("web")
             time.sleep(0.02)
+
+
+STANDIN = Path(__file__).resolve().parents[2] / "sandbox" / "standin" / "sglang" / "launch_server.py"
+
+
+@pytest.mark.skipif(not STANDIN.exists(), reason="the sglang stand-in is not there yet")
+@pytest.mark.parametrize(
+    "launcher", ["/opt/sglang/bin/python3 -m sglang.launch_server", "/opt/sglang/bin/sglang serve"]
+)
+def test_sglang_standin_runs_as_a_unit(sandbox_host, launcher):
+    import json
+    import urllib.request
+
+    host = sandbox_host
+    host.set_standin(time_scale=0.001, warmup_s=1)
+    host.install_unit(
+        "sglang.service",
+        "[Unit]\nDescription=SGLang\n[Service]\n"
+        'Environment="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"\n'
+        f"ExecStart={launcher} --model-path moonshotai/Kimi-K2.6 --tp 8 \\\n"
+        f"  --mem-fraction-static 0.93 --chunked-prefill-size 4096 --host {host.address} --port 30000\n",
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{host.address}:30000/health", timeout=2) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "\n".join(host.journal("sglang")[-20:])
+        assert host.systemctl("is-failed", "sglang").returncode == 1, "\n".join(host.journal("sglang")[-20:])
+        time.sleep(0.05)
+    with urllib.request.urlopen(f"http://{host.address}:30000/get_server_info", timeout=5) as resp:
+        info = json.load(resp)
+    assert "195011" in json.dumps(info)
+    assert any("max_total_num_tokens=195011" in line for line in host.journal("sglang"))

@@ -60,6 +60,8 @@ def test_reset_kills_services_and_wipes_state(pair):
     assert host.journal("svc") == [] and host.audit() == []
     assert host.run("systemctl", "list-units", "--all", "--no-legend").stdout == ""
     assert host.run("hostname").stdout.strip() == "t-1"
+    mounts = host.run("cat", "/proc/self/mounts").stdout
+    assert " /opt/sglang/standin " in mounts and " /usr/local/bin/.fake-systemd " in mounts
 
 
 def test_an_address_in_use_is_refused(pair, tmp_path):
