@@ -273,3 +273,11 @@ def test_failure_slow_load(start) -> None:
     t0 = time.monotonic()
     srv.wait_healthy()
     assert time.monotonic() - t0 >= 450 * 10 * 0.0004 * 0.9
+
+
+def test_failure_match_applies_only_to_matching_command_lines(start) -> None:
+    # The failure is armed for the remediated command line only: this one does not match, so it starts.
+    srv = start(FIX, {"failure": "exit_at_once", "failure_match": "--mem-fraction-static 0.5"})
+    srv.wait_healthy()
+    other = start(FIX, {"failure": "exit_at_once", "failure_match": "--chunked-prefill-size 4096"})
+    assert other.wait_exit() == 1

@@ -11,6 +11,7 @@ FAILURES = ("none", "never_healthy", "crash_during_load", "exit_at_once", "slow_
 DEFAULTS: dict[str, object] = {
     "time_scale": 0.004,  # wall seconds per simulated second
     "failure": "none",
+    "failure_match": None,  # apply `failure` only when the command line contains this substring
     "api_version": "0.5.6",
     "profile": "kimi-k2.6-tp8",
     "load_s": 450.0,  # simulated startup (torch dist + weights + KV + graphs), the incident's ~7.5 min
