@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
 from sandbox import Sandbox, SandboxHost  # noqa: E402
 from sandbox import host as sandbox_host_module  # noqa: E402
 
-FLEET_SIZE = int(os.environ.get("SANDBOX_FLEET_SIZE", "6"))
+FLEET_SIZE = int(os.environ.get("SANDBOX_FLEET_SIZE", "12"))  # the fleet rollout tests use 12
 
 
 def free_address_block(n_hosts: int) -> str:
@@ -34,7 +34,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture(scope="session")
 def sandbox_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    """Six sandbox hosts (gpu-0 … gpu-5), started once per session and torn down at its end."""
+    """Twelve sandbox hosts (gpu-0 … gpu-11), started once per session and torn down at its end."""
     reason = Sandbox.unavailable_reason()
     if reason:
         pytest.skip(reason)
