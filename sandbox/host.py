@@ -502,8 +502,9 @@ class Sandbox:
 
     def stop(self) -> None:
         for host in self.hosts:
+            if not host.pid and host._unshare is not None:  # failed before PID 1 was seen
+                host.pid = next(iter(_children(host._unshare.pid)), 0)
             if host.pid or host._unshare is not None:
-                host.pid = host.pid or next(iter(_children(host._unshare.pid)), 0) if host._unshare else host.pid
                 host.stop()
         self.started = False
 

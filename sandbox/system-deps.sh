@@ -6,6 +6,12 @@ command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-serve
 command -v sudo >/dev/null 2>&1 || need+=(sudo)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 command -v flock >/dev/null 2>&1 || need+=(util-linux)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
+command -v ps >/dev/null 2>&1 || need+=(procps)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# fakesystemd and the sglang stand-in run under the hosts' /usr/bin/python3 (/root, pyenv and venvs are hidden)
+[ -x /usr/bin/python3 ] || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "sandbox: missing ${need[*]}; install them as root (apt-get install -y ${need[*]})" >&2
