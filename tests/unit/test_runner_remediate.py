@@ -413,3 +413,18 @@ def test_probe_failure_is_a_transport_error() -> None:
     result = run(host)
     assert result.outcome == "unreachable" and result.exit_code == 3
     assert result.error is not None and "probe failed" in result.error
+
+
+# -- the fake itself ---------------------------------------------------------------------------
+
+
+def test_fake_refuses_unscripted_commands_and_repeats_its_last_reply() -> None:
+    from remediate.transport.base import Transport
+    from remediate.transport.fake import UnscriptedCommandError
+
+    host: Transport = FakeTransport("h").on(r"\Aecho", "one\n", 3).http("/health", None, 503, 200)
+    assert [host.run("echo").stdout, host.run("echo").exited, host.run("echo").exited] == ["one\n", 3, 3]
+    assert [host.http_get("127.0.0.1", 1, "/health").status for _ in range(4)] == [None, 503, 200, 200]
+    assert host.http_get("127.0.0.1", 1, "/other").status == 404
+    with pytest.raises(UnscriptedCommandError):
+        host.run("rm -rf /")
