@@ -204,10 +204,10 @@ def write_retry_file(inventory: Inventory | None, results: Sequence[HostResult],
     if not names:
         return None
     inv = inventory or Inventory(path="(command line)")
-    path = Path(directory) / f"remediate-retry-{fleet.now_stamp()}.yaml"
+    path = Path(directory).resolve() / f"remediate-retry-{fleet.now_stamp()}.yaml"
     n = 1
     while path.exists():
-        path = Path(directory) / f"remediate-retry-{fleet.now_stamp()}-{n}.yaml"
+        path = Path(directory).resolve() / f"remediate-retry-{fleet.now_stamp()}-{n}.yaml"
         n += 1
     header = "# remediate retry file: the hosts that failed or were not attempted. Use it with -i.\n"
     path.write_text(header + dump_inventory(inv, names), encoding="utf-8")
