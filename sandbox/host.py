@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import ipaddress
 import json
 import os
@@ -11,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -469,15 +471,18 @@ class Sandbox:
             list(pool.map(lambda h: h.build(pubkey, ops_hash), self.hosts))
         self._write_client_files()
         self.started = True
-        for host in self.hosts:
-            host.launch()
-        deadline = time.monotonic() + timeout
-        try:
-            for host in self.hosts:
-                host.wait_ready(deadline)
-        except BaseException:
-            self.stop()
-            raise
+        # Concurrent sessions on this machine: check-and-bind of the addresses happens under one lock.
+        with open(os.path.join(tempfile.gettempdir(), ".remediate-sandbox-addresses.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                for host in self.hosts:
+                    host.launch()
+                deadline = time.monotonic() + timeout
+                for host in self.hosts:
+                    host.wait_ready(deadline)
+            except BaseException:
+                self.stop()
+                raise
 
     def _write_client_files(self) -> None:
         known, config = [], []

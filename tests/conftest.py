@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sandbox import Sandbox, SandboxHost  # noqa: E402
+from sandbox import Sandbox, SandboxError, SandboxHost  # noqa: E402
 from sandbox import host as sandbox_host_module  # noqa: E402
 
 FLEET_SIZE = int(os.environ.get("SANDBOX_FLEET_SIZE", "12"))  # the fleet rollout tests use 12
@@ -38,8 +38,15 @@ def sandbox_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]
     reason = Sandbox.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    fleet = Sandbox(tmp_path_factory.mktemp("sandbox"), FLEET_SIZE, first_address=free_address_block(FLEET_SIZE))
-    fleet.start()
+    workdir = tmp_path_factory.mktemp("sandbox")
+    for attempt in range(3):  # another session may grab the same free block between our check and start
+        fleet = Sandbox(workdir, FLEET_SIZE, first_address=free_address_block(FLEET_SIZE))
+        try:
+            fleet.start()
+            break
+        except SandboxError as exc:
+            if attempt == 2 or "in use" not in str(exc):
+                raise
     try:
         yield fleet
     finally:
