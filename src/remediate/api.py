@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -157,9 +157,35 @@ def _default_transport(entry: HostEntry, options: SSHOptions) -> Transport:
     return SSHTransport(entry.target, options, label=entry.name)
 
 
-def desired_for(entry: HostEntry, cli_desired: dict[str, Any]) -> DesiredState:
-    """CLI > inventory host vars > inventory defaults > built-in."""
-    s = entry.settings
+def parse_desired_args(raw: dict[str, Any]) -> dict[str, Any]:
+    """Command-line strings → typed desired-state values; a bad one is a ConfigError naming its flag."""
+    out: dict[str, Any] = {}
+    for key in ("mem_fraction_static", "mem_fraction_step"):
+        value = raw.get(key)
+        if value is None or isinstance(value, Decimal):
+            out[key] = value
+            continue
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:
+            number = Decimal("NaN")
+        if not number.is_finite():
+            raise ConfigError(f"--{key.replace('_', '-')} {value!r} is not a number")
+        out[key] = number
+    chunk = raw.get("chunked_prefill_size")
+    if chunk is not None and not isinstance(chunk, int):
+        try:
+            chunk = int(str(chunk))
+        except ValueError:
+            raise ConfigError(f"--chunked-prefill-size {chunk!r} is not an integer") from None
+    out["chunked_prefill_size"] = chunk
+    out["alloc_conf"] = raw.get("alloc_conf")
+    return out
+
+
+def desired_state(cli_desired: dict[str, Any], settings: dict[str, Any] | None = None) -> DesiredState:
+    """CLI > inventory host vars > inventory defaults (``settings``, already merged) > built-in."""
+    s = settings or {}
     kwargs: dict[str, Any] = {}
     fraction = cli_desired.get("mem_fraction_static")
     if fraction is None and s.get("mem_fraction_static") is not None:
@@ -177,11 +203,17 @@ def desired_for(entry: HostEntry, cli_desired: dict[str, Any]) -> DesiredState:
     conf = cli_desired.get("alloc_conf") or s.get("alloc_conf")
     if conf:
         kwargs["alloc_conf"] = str(conf)
-    if "mem_fraction_static" in kwargs and "mem_fraction_step" in kwargs:
-        raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
+    if "mem_fraction_step" in kwargs:
+        if cli_desired.get("mem_fraction_static") is not None:
+            raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
+        kwargs.pop("mem_fraction_static", None)  # a step on the command line beats an inventory fraction
     desired = DesiredState(**kwargs)
     validate_desired(desired)
     return desired
+
+
+def desired_for(entry: HostEntry, cli_desired: dict[str, Any]) -> DesiredState:
+    return desired_state(cli_desired, entry.settings)
 
 
 def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:

@@ -13,7 +13,6 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +24,7 @@ from remediate import __version__, api, localfile, render
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
 from remediate.models import HostResult
 from remediate.transport.ssh import SSHOptions
-from remediate.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit, validate_desired
+from remediate.unitfile.edit import SourceFile, UnitSources, plan_edit
 from remediate.unitfile.report import plan_to_dict, summary_lines, unified_diff
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,39 +66,24 @@ def _handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _decimal(ctx: click.Context, param: click.Parameter, value: str | None) -> Decimal | None:
-    if value is None:
-        return None
-    try:
-        number = Decimal(value)
-    except InvalidOperation:
-        raise click.BadParameter(f"{value!r} is not a number") from None
-    if not number.is_finite():
-        raise click.BadParameter(f"{value!r} is not a number")
-    return number
-
-
 def desired_options(fn: F) -> F:
     """The desired-state options shared by `edit`, `oom` and `plan`."""
     decorators = [
         click.option(
             "--mem-fraction-static",
             "mem_fraction_static",
-            callback=_decimal,
             metavar="F",
             help="Set --mem-fraction-static to F (0 < F < 1).",
         ),
         click.option(
             "--mem-fraction-step",
             "mem_fraction_step",
-            callback=_decimal,
             metavar="S",
             help="Without --mem-fraction-static: lower the current fraction by S (default 0.01), once.",
         ),
         click.option(
             "--chunked-prefill-size",
             "chunked_prefill_size",
-            type=int,
             metavar="N",
             help="Chunked prefill size (default 4096, kept if already smaller; -1 disables chunking).",
         ),
@@ -113,36 +97,6 @@ def desired_options(fn: F) -> F:
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
-
-
-def build_desired(
-    mem_fraction_static: Decimal | None,
-    mem_fraction_step: Decimal | None,
-    chunked_prefill_size: int | None,
-    alloc_conf: str | None,
-    *,
-    defaults: dict[str, Any] | None = None,
-) -> DesiredState:
-    """CLI values over inventory values over built-in defaults."""
-    if mem_fraction_static is not None and mem_fraction_step is not None:
-        raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
-    base = defaults or {}
-    kwargs: dict[str, Any] = {}
-    fraction = mem_fraction_static if mem_fraction_static is not None else base.get("mem_fraction_static")
-    if fraction is not None:
-        kwargs["mem_fraction_static"] = Decimal(str(fraction))
-    if mem_fraction_step is not None:
-        kwargs["mem_fraction_step"] = mem_fraction_step
-    chunk = chunked_prefill_size if chunked_prefill_size is not None else base.get("chunked_prefill_size")
-    if chunk is not None:
-        kwargs["chunked_prefill_size"] = int(chunk)
-        kwargs["chunk_is_ceiling"] = False
-    conf = alloc_conf if alloc_conf is not None else base.get("alloc_conf")
-    if conf is not None:
-        kwargs["alloc_conf"] = str(conf)
-    desired = DesiredState(**kwargs)
-    validate_desired(desired)
-    return desired
 
 
 def connection_options(fn: F) -> F:
@@ -279,7 +233,10 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
       remediate edit examples/incident/sglang.service
       remediate edit sglang.service --mem-fraction-static 0.9 --write
     """
-    desired = build_desired(**desired_kw)
+    try:
+        desired = api.desired_state(api.parse_desired_args(desired_kw))
+    except ConfigError as exc:
+        raise ConfigError(exc.message, source=str(unit_file)) from None
     text = localfile.read_unit(unit_file)
     sources = UnitSources(fragment=SourceFile(path=str(unit_file), text=text), env_files=None)
     now = datetime.now(tz=UTC)
@@ -342,12 +299,7 @@ def oom(**kw: Any) -> None:
         inventory=kw["inventory"],
         ssh=_ssh_options(kw),
         unit=kw["unit"],
-        cli_desired={
-            "mem_fraction_static": kw["mem_fraction_static"],
-            "mem_fraction_step": kw["mem_fraction_step"],
-            "chunked_prefill_size": kw["chunked_prefill_size"],
-            "alloc_conf": kw["alloc_conf"],
-        },
+        cli_desired=api.parse_desired_args(kw),
         min_tokens=kw["min_tokens"],
         target_tokens=kw["target_tokens"],
         timeout=kw["timeout"],

@@ -148,8 +148,8 @@ def commit(
     for line in result.stdout.splitlines():
         head, _, rest = line.partition(" ")
         if head == "@@backup":
-            original, _, backup = rest.partition(" ")
-            report.backups[original] = backup
+            index, _, backup = rest.partition(" ")
+            report.backups[writes[int(index)].path] = backup
         elif head == "@@restart":
             report.restart_epoch = float(rest)
         elif head == "@@restarted":

@@ -210,11 +210,6 @@ def test_bad_values_exit_2_one_line_nothing_written(unit: Path, args: list[str],
     assert unit.read_text() == INCIDENT and backups(unit) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: cli.edit validates the flags (build_desired) before it knows the file, so the ConfigError "
-    "has no source; the one stderr line does not name UNIT_FILE",
-)
 @pytest.mark.parametrize(
     "args",
     [
@@ -237,11 +232,6 @@ def test_non_number_is_a_usage_error(unit: Path) -> None:
     assert unit.read_text() == INCIDENT and backups(unit) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a non-number --mem-fraction-static is a click BadParameter (Usage + Try + Error: three lines, "
-    "no file named) instead of one 'remediate: UNIT_FILE: …' line",
-)
 def test_non_number_is_one_line_naming_the_file(unit: Path) -> None:
     assert_bad_input(invoke(unit, "--mem-fraction-static", "abc"), unit, "abc")
 
@@ -313,11 +303,6 @@ def test_secrets_stay_in_the_written_file(tmp_path: Path) -> None:
     assert "hf_abc123" not in result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: report.unified_diff builds headers as f'a{path}', so a relative UNIT_FILE gives "
-    "'--- asglang.service' instead of '--- a/sglang.service'",
-)
 def test_diff_headers_for_a_relative_path(unit: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(unit.parent)
     result = invoke(unit.name)

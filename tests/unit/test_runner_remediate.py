@@ -62,8 +62,8 @@ def remediated_text(text: str = INCIDENT, path: str = PATH, desired: DesiredStat
 
 
 def commit_ok(path: str = PATH, invocation: str = "inv-2", *, backup: bool = True) -> str:
-    lines = [f"@@backup {path} {path}.bak.oom.{EPOCH}"] if backup else []
-    lines += [f"@@written {path} 0123abcd", "@@reloaded", f"@@restart {EPOCH}", f"@@restarted {invocation}", "@@end"]
+    lines = [f"@@backup 0 {path}.bak.oom.{EPOCH}"] if backup else []
+    lines += ["@@written 0 0123abcd", "@@reloaded", f"@@restart {EPOCH}", f"@@restarted {invocation}", "@@end"]
     return "\n".join(lines) + "\n"
 
 
@@ -119,8 +119,9 @@ def written_texts(script: str) -> dict[str, str]:
     for i, line in enumerate(lines):
         if line.startswith("printf '%s' ") and "| base64 -d" in line:
             payload = shlex.split(line.split("|", 1)[0])[2]
-            target = next(ln for ln in lines[i:] if ln.startswith("mv -f -- "))
-            out[shlex.split(target)[-1]] = base64.b64decode(payload).decode()
+            # the target is the `p=<quoted path>` assignment that opens this file's block
+            target = next(ln for ln in reversed(lines[:i]) if ln.startswith("p="))
+            out[shlex.split(target[2:])[0]] = base64.b64decode(payload).decode()
     return out
 
 

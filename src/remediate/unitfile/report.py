@@ -54,7 +54,8 @@ def unified_diff(path: str, old: str, new: str) -> str:
     """A unified diff of one file, secrets masked."""
     old_lines = mask_secrets(old).splitlines(keepends=True)
     new_lines = mask_secrets(new).splitlines(keepends=True)
-    lines = list(difflib.unified_diff(old_lines, new_lines, f"a{path}", f"b{path}"))
+    name = path.lstrip("/")
+    lines = list(difflib.unified_diff(old_lines, new_lines, f"a/{name}", f"b/{name}"))
     fixed = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines]
     return "".join(fixed)
 
