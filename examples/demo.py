@@ -124,9 +124,8 @@ def main() -> int:
             for size in (1400, 11000, 32768):
                 out = generate(host, size)
                 meta = out.get("meta_info", {})
-                print(
-                    f"  {size:>6}-token prompt: ok in {out['_seconds']:.2f}s (prompt_tokens={meta.get('prompt_tokens')})"
-                )
+                seconds, tokens = out["_seconds"], meta.get("prompt_tokens")
+                print(f"  {size:>6}-token prompt: ok in {seconds:.2f}s (prompt_tokens={tokens})")
 
             say("a second run changes nothing (no backup, no restart)")
             remediate("oom", host.name, sandbox=sandbox, cwd=work)

@@ -167,6 +167,13 @@ def _ssh_options(kw: dict[str, Any], timeout: float | None = None) -> SSHOptions
     )
 
 
+def _transport_factory() -> api.TransportFactory | None:
+    """Tests inject a FakeTransport factory through ``ctx.obj``; real runs use SSH."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx else None
+    return obj.get("transport_factory") if isinstance(obj, dict) else None
+
+
 def _emit(
     results: Sequence[HostResult], *, as_json: bool, dry_run: bool = False, extra: dict[str, Any] | None = None
 ) -> int:
@@ -310,7 +317,9 @@ def oom(**kw: Any) -> None:
     confirm = None
     if kw["pause_after_canary"] and not kw["yes"]:
         confirm = lambda text: click.confirm(text, default=False, err=True)  # noqa: E731
-    rollout = api.remediate_oom_request(request, progress=_progress(kw["as_json"]), confirm=confirm)
+    rollout = api.remediate_oom_request(
+        request, progress=_progress(kw["as_json"]), confirm=confirm, transport_factory=_transport_factory()
+    )
     code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
     if rollout.retry_file and not kw["as_json"]:
         _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
@@ -328,7 +337,13 @@ def status(**kw: Any) -> None:
       remediate status gpu-01 gpu-02
       remediate status all -i inventory.yaml --json
     """
-    results = api.status(kw["targets"], inventory=kw["inventory"], ssh=_ssh_options(kw), unit=kw["unit"])
+    results = api.status(
+        kw["targets"],
+        inventory=kw["inventory"],
+        ssh=_ssh_options(kw),
+        unit=kw["unit"],
+        transport_factory=_transport_factory(),
+    )
     if kw["as_json"]:
         click.echo(render.dumps(render.results_document(results)))
     else:
@@ -361,6 +376,7 @@ def backups(**kw: Any) -> None:
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
+        transport_factory=_transport_factory(),
     )
     if kw["as_json"]:
         click.echo(render.dumps(render.results_document(results)))
@@ -403,6 +419,7 @@ def rollback(**kw: Any) -> None:
         strategy=api.strategy_from_cli(kw),
         progress=_progress(kw["as_json"]),
         confirm=confirm,
+        transport_factory=_transport_factory(),
     )
     code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
     if rollout.retry_file and not kw["as_json"]:
