@@ -92,6 +92,11 @@ def wait_healthy(
         state, newest = read_state(transport, unit)
         if state.active_state == "failed":
             raise fail(f"{unit} failed (Result={state.result}) while waiting for the server")
+        # With Restart=on-failure a crash shows as `activating (auto-restart)`, not `failed`, and
+        # NRestarts only grows after RestartSec (10 s in the incident's unit). A restart we asked for
+        # never passes through auto-restart, so seeing it means the new server's process died.
+        if state.get("SubState") == "auto-restart":
+            raise fail(f"{unit} crashed while loading (Result={state.result}); systemd is about to restart it")
         if invocation_id and state.invocation_id and state.invocation_id != invocation_id:
             raise fail(f"{unit} was restarted by systemd while loading (crash): new InvocationID")
         if "restarts" not in baseline:
