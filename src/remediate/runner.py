@@ -255,6 +255,41 @@ def _already_healthy(transport: Transport, found: ProbeResult, options: RunOptio
     return tokens
 
 
+def _is_running(found: ProbeResult) -> bool:
+    state = found.state
+    assert state is not None
+    return state.active_state == "active" and state.main_pid > 0 and not state.needs_daemon_reload
+
+
+def _wait_for_running(
+    transport: Transport, found: ProbeResult, options: RunOptions, result: HostResult, timer: _Timer
+) -> int | None:
+    """The unit is already remediated and running but not answering yet: it is loading (a start by hand,
+    or another remediation whose lock was released after its restart). Restarting it would throw the
+    load away (minutes on a real host) and make that other run roll back; wait for it instead."""
+    state = found.state
+    assert state is not None
+
+    def show_progress(phase: str, elapsed: float, line: str) -> None:
+        if timer.progress:
+            timer.progress(result.host, "wait", f"{phase} · {elapsed:.0f}s · {line}")
+
+    try:
+        healthy = wait_healthy(
+            transport,
+            state.unit,
+            _endpoint(found, options),
+            timeout=options.timeout,
+            restart_epoch=None,
+            invocation_id=state.invocation_id or None,
+            on_progress=show_progress,
+        )
+    except UnhealthyError as exc:
+        result.notes.append(f"the running server did not get healthy ({exc})")
+        return None
+    return healthy.tokens
+
+
 def remediate_host(
     transport: Transport,
     options: RunOptions,
@@ -304,6 +339,9 @@ def _remediate(
         result.steps = _steps(unit, writes, epoch, restart=True)
     if not plan.is_changed:
         tokens = _already_healthy(transport, found, options)
+        if tokens is None and not options.dry_run and _is_running(found):
+            with timer.phase("wait"):
+                tokens = _wait_for_running(transport, found, options, result, timer)
         if tokens is not None:
             result.outcome = "unchanged"
             result.max_total_num_tokens = tokens
