@@ -20,23 +20,18 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox import Sandbox, SandboxHost  # noqa: E402
+from sandbox import Sandbox  # noqa: E402
 from sandbox.host import free_address_block  # noqa: E402
+from sandbox.units import incident_unit  # noqa: E402
 
 UNIT = "sglang.service"
-
-
-def host_unit(host: SandboxHost) -> str:
-    text = (ROOT / "examples" / "incident" / "sglang.service").read_text()
-    text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(("User=", "Group=")))
-    return text.replace("--host 0.0.0.0", f"--host {host.address}")
 
 
 def prepare(fleet: Sandbox) -> None:
     for host in fleet.hosts:
         host.reset()
         host.set_standin(time_scale=0.002)
-        host.install_unit(UNIT, host_unit(host), start=True)
+        host.install_unit(UNIT, incident_unit(listen=host.address), start=True)
 
 
 def run(fleet: Sandbox, inventory: Path, work: Path, *args: str) -> tuple[float, dict]:

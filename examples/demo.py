@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sandbox import Sandbox, SandboxHost  # noqa: E402
+from sandbox.units import incident_unit  # noqa: E402
 
 UNIT = "sglang.service"
 TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "0.01"))  # the ~7.5 min load takes ~4.5 s
@@ -35,12 +36,6 @@ TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "0.01"))  # the ~7.5 min lo
 
 def say(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m" if sys.stdout.isatty() else f"\n== {text}", flush=True)
-
-
-def incident_unit() -> str:
-    text = (ROOT / "examples" / "incident" / "sglang.service").read_text()
-    # The sandbox has no `sglang` user; everything else is the incident's unit, byte for byte.
-    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(("User=", "Group=")))
 
 
 def generate(host: SandboxHost, prompt_tokens: int, *, max_new_tokens: int = 8, timeout: float = 120) -> dict:

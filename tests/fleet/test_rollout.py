@@ -12,19 +12,13 @@ import pytest
 import yaml
 
 from sandbox import Sandbox, SandboxHost
+from sandbox.units import incident_unit
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = "sglang.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
-
-
-def host_unit(host: SandboxHost) -> str:
-    """The incident's unit, listening on the host's own address so 12 servers share the machine."""
-    text = (ROOT / "examples" / "incident" / "sglang.service").read_text()
-    text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(("User=", "Group=")))
-    return text.replace("--host 0.0.0.0", f"--host {host.address}")
 
 
 def write_inventory(path: Path, fleet: Sandbox, hosts: list[SandboxHost]) -> Path:
@@ -47,7 +41,7 @@ def fleet12(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: 
     assert len(hosts) == 12, "the rollout acceptance needs a 12-host sandbox fleet"
     for host in hosts:
         host.set_standin(time_scale=0.002)
-        host.install_unit(UNIT, host_unit(host), start=True)
+        host.install_unit(UNIT, incident_unit(listen=host.address), start=True)
     return hosts, write_inventory(tmp_path / "inventory.yaml", sandbox_fleet, hosts)
 
 
