@@ -1,0 +1,318 @@
+"""E2E helpers: sandbox-ready unit texts, a host wrapper (files, HTTP from inside, polling) and the CLI runner.
+
+Every sandbox host shares the machine's network namespace (and other sessions may run sandboxes too), so
+a unit must not listen on 0.0.0.0:30000: the sandbox-ready texts bind the server to the host's own
+loopback address and a port found free there. The sandbox has no ``sglang`` user, so ``User=``/``Group=``
+lines are dropped. ``examples/`` stays untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox import Sandbox, SandboxHost
+
+REPO = Path(__file__).resolve().parents[2]
+INCIDENT_UNIT = REPO / "examples" / "incident" / "sglang.service"
+UNIT = "sglang.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+STANDIN = "/opt/sglang/standin"
+FAST_KNOBS = {"time_scale": 0.002}
+CLI_TIMEOUT = 120.0
+
+
+def sandbox_unit(text: str, address: str, port: int) -> str:
+    """A unit text made runnable on a sandbox host: no User=/Group=, listening on ``address:port``."""
+    lines = [line for line in text.splitlines(keepends=True) if not re.match(r"\s*(User|Group)=", line)]
+    return "".join(lines).replace("--host 0.0.0.0 --port 30000", f"--host {address} --port {port}")
+
+
+def incident_unit(address: str, port: int) -> str:
+    """The incident's unit (examples/incident/sglang.service), sandbox-ready."""
+    text = sandbox_unit(INCIDENT_UNIT.read_text(), address, port)
+    assert f"--port {port}" in text and "User=" not in text, "examples/incident/sglang.service changed shape"
+    return text
+
+
+def free_port(address: str) -> int:
+    """A port nobody listens on at ``address`` (a wildcard listener of another session counts)."""
+    for _ in range(200):
+        port = random.randint(31000, 39999)
+        with socket.socket() as sock:
+            try:
+                sock.bind((address, port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port on {address}")
+
+
+def ensure_standin(host: SandboxHost) -> None:
+    """Re-bind the stand-in at /opt/sglang/standin if a reset lost it.
+
+    Workaround for a sandbox bug: ``SandboxHost.reset()`` empties the host's /opt from the machine side,
+    where /opt/sglang/standin is a plain directory, so it deletes the mount point of the read-only
+    bind mount that exists only inside the host's mount namespace (the kernel then detaches it).
+    """
+    probe = "import sglang.launch_server"
+    if host.run("/opt/sglang/bin/python3", "-c", probe).returncode == 0:
+        return
+    src = shlex.quote(str(REPO / "sandbox" / "standin"))
+    host.sh(
+        f"mkdir -p {STANDIN} && mount --bind {src} {STANDIN} && mount -o remount,bind,ro {STANDIN}",
+        check=True,
+    )
+    out = host.run("/opt/sglang/bin/python3", "-c", probe)
+    assert out.returncode == 0, out.stderr
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# Runs inside the host: one HTTP request with urllib, printed as one JSON line.
+_HTTP = r"""
+import json, sys, urllib.error, urllib.request
+url, method, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+body = sys.stdin.read()
+req = urllib.request.Request(url, data=body.encode() if body else None, method=method,
+                             headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        print(json.dumps({"status": r.status, "body": r.read().decode()}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "body": e.read().decode()}))
+except Exception as e:
+    print(json.dumps({"status": None, "body": "", "error": repr(e)}))
+"""
+
+
+@dataclass
+class Http:
+    status: int | None
+    body: str
+    error: str | None = None
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class CliRun:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    document: dict[str, Any] | None = None
+
+    @property
+    def result(self) -> dict[str, Any]:
+        assert self.document is not None, f"no JSON on stdout:\n{self.stdout}\n{self.stderr}"
+        (only,) = self.document["results"]
+        return only
+
+    def __str__(self) -> str:
+        if self.document is not None:
+            brief = {k: r.get(k) for r in self.document["results"] for k in ("host", "outcome", "error", "notes")}
+            return f"exit {self.returncode}: {brief}\n--- stderr\n{self.stderr}"
+        return f"exit {self.returncode}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+    __repr__ = __str__
+
+
+def poll(predicate: Callable[[], Any], *, deadline: float, what: str, every: float = 0.02) -> Any:
+    """Return the first truthy value of ``predicate()``; fail with ``what`` after ``deadline`` seconds."""
+    end = time.monotonic() + deadline
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline}s waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class Node:
+    """One sandbox host as the e2e tests see it."""
+
+    fleet: Sandbox
+    host: SandboxHost
+    tmp_path: Path
+    port: int
+    children: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    # -- files -------------------------------------------------------------------------------------
+    def bytes(self, inside: str) -> bytes:
+        return self.host.path(inside).read_bytes()
+
+    def sha(self, inside: str) -> str:
+        return sha256_bytes(self.bytes(inside))
+
+    def mode(self, inside: str) -> int:
+        return self.host.path(inside).stat().st_mode & 0o7777
+
+    def ls(self, directory: str) -> list[str]:
+        path = self.host.path(directory)
+        return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+
+    def backups(self, inside: str) -> list[str]:
+        directory, name = os.path.split(inside)
+        return [f"{directory}/{n}" for n in self.ls(directory) if n.startswith(name + ".bak.oom.")]
+
+    # -- units -------------------------------------------------------------------------------------
+    def install(self, text: str, *, name: str = UNIT, mode: int = 0o640, start: bool = True) -> None:
+        """Write the unit (mode 0640, so mode preservation is observable), reload, start, wait healthy."""
+        self.host.write(f"/etc/systemd/system/{name}", text, mode=mode)
+        self.host.systemctl("daemon-reload", check=True)
+        if start:
+            result = self.host.systemctl("start", name)
+            assert result.returncode == 0, result.stderr
+            self.wait_healthy(name)
+
+    def install_incident(self, **kw: Any) -> str:
+        text = incident_unit(self.host.address, self.port)
+        self.install(text, **kw)
+        return text
+
+    def show(self, *props: str, unit: str = UNIT) -> dict[str, str]:
+        return self.host.show(unit, *props)
+
+    def journal(self, unit: str = UNIT) -> list[str]:
+        return self.host.journal(unit)
+
+    def audit(self) -> list[str]:
+        return self.host.audit()
+
+    # -- the server, from inside the host ----------------------------------------------------------
+    def http(self, method: str, path: str, body: Any = None, *, timeout: float = 30) -> Http:
+        url = f"http://{self.host.address}:{self.port}{path}"
+        payload = "" if body is None else json.dumps(body)
+        out = self.host.run(
+            "/usr/bin/python3", "-c", _HTTP, url, method, str(timeout), input=payload, timeout=timeout + 10
+        )
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        return Http(data["status"], data.get("body", ""), data.get("error"))
+
+    def generate(self, n_tokens: int, seed: int, *, max_new_tokens: int = 4) -> Http:
+        """A /generate of ``n_tokens`` unique tokens (no prefix-cache hit across seeds)."""
+        ids = [(seed * 7919 + i) % 150_000 + 1 for i in range(n_tokens)]
+        return self.http("POST", "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new_tokens}})
+
+    def healthy(self) -> bool:
+        return self.http("GET", "/health", timeout=2).status == 200
+
+    def wait_healthy(self, unit: str = UNIT, deadline: float = 30) -> None:
+        def check() -> bool:
+            state = self.show("ActiveState", unit=unit)["ActiveState"]
+            assert state != "failed", "\n".join(self.journal(unit)[-30:])
+            return self.healthy()
+
+        poll(check, deadline=deadline, what=f"{unit} healthy on {self.host.name}", every=0.05)
+
+    def server_info(self) -> dict[str, Any]:
+        info = self.http("GET", "/server_info")
+        assert info.status == 200, info
+        return info.json()
+
+    def server_env(self, unit: str = UNIT) -> dict[str, str]:
+        """The environment of the unit's running main process (from /proc)."""
+        pid = self.show("MainPID", unit=unit)["MainPID"]
+        assert pid not in ("", "0"), f"{unit} has no main process"
+        raw = self.host.run("/bin/cat", f"/proc/{pid}/environ").stdout
+        return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+    def server_argv(self, unit: str = UNIT) -> list[str]:
+        pid = self.show("MainPID", unit=unit)["MainPID"]
+        raw = self.host.run("/bin/cat", f"/proc/{pid}/cmdline").stdout
+        return [word for word in raw.split("\0") if word]
+
+    # -- the CLI -----------------------------------------------------------------------------------
+    def argv(self, command: str, *args: str, target: str | None = None, ssh_config: bool = True) -> list[str]:
+        argv = [sys.executable, "-m", "remediate", command, target or self.host.name]
+        if ssh_config:
+            argv += ["--ssh-config", str(self.fleet.ssh_config)]
+        return argv + list(args)
+
+    def cli(
+        self, command: str, *args: str, target: str | None = None, ssh_config: bool = True, json_out: bool = True
+    ) -> CliRun:
+        argv = self.argv(command, *args, target=target, ssh_config=ssh_config) + (["--json"] if json_out else [])
+        proc = subprocess.run(
+            argv, cwd=self.tmp_path, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=_cli_env()
+        )
+        document = None
+        if json_out and proc.stdout.strip():
+            try:
+                document = json.loads(proc.stdout)
+            except ValueError:
+                document = None
+        return CliRun(argv, proc.returncode, proc.stdout, proc.stderr, document)
+
+    def popen(self, command: str, *args: str) -> subprocess.Popen[str]:
+        """Start the CLI in the background (--json); killed by PID at teardown if still running."""
+        argv = self.argv(command, *args) + ["--json"]
+        proc = subprocess.Popen(
+            argv,
+            cwd=self.tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_cli_env(),
+            start_new_session=True,
+        )
+        self.children.append(proc)
+        return proc
+
+    def finish(self, proc: subprocess.Popen[str]) -> CliRun:
+        stdout, stderr = proc.communicate(timeout=CLI_TIMEOUT)
+        document = json.loads(stdout) if stdout.strip() else None
+        return CliRun(list(proc.args), proc.returncode, stdout, stderr, document)  # type: ignore[arg-type]
+
+    def cleanup(self) -> None:
+        for proc in self.children:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def _cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env["COLUMNS"] = "200"
+    return env
+
+
+@pytest.fixture
+def node(sandbox_fleet: Sandbox, sandbox_host: SandboxHost, tmp_path: Path) -> Iterator[Node]:
+    """A freshly reset sandbox host with fast stand-in knobs (a load takes ~1 s)."""
+    ensure_standin(sandbox_host)
+    sandbox_host.set_standin(**FAST_KNOBS)
+    n = Node(sandbox_fleet, sandbox_host, tmp_path, free_port(sandbox_host.address))
+    try:
+        yield n
+    finally:
+        n.cleanup()
+
+
+@pytest.fixture
+def incident(node: Node) -> Node:
+    """A host running the incident's unit (0.94, no chunking, no alloc conf), healthy."""
+    node.install_incident()
+    return node
