@@ -8,10 +8,12 @@ line). Every poll also reads ``systemctl show`` so a crash fails fast instead of
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
 
@@ -31,6 +33,7 @@ class _NotReady(Exception):
 class Healthy:
     tokens: int
     source: str
+    info: dict[str, Any] | None
     seconds: float
     polls: int
 
@@ -53,15 +56,26 @@ def read_state(transport: Transport, unit: str) -> tuple[ServiceState, str]:
     return ServiceState(unit=unit, properties=parse_show(show)), mask_secrets(tail.strip())
 
 
-def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None, str]:
-    """``max_total_num_tokens`` from the server's info endpoint (new name first, then the old one)."""
+def fetch_server_info(transport: Transport, host: str, port: int) -> tuple[dict[str, Any] | None, str]:
+    """The server's info document: ``/server_info`` (sglang ≥ 0.5.6), else ``/get_server_info``."""
     for path in ("/server_info", "/get_server_info"):
         response = transport.http_get(host, port, path)
         if response.status == 200:
-            tokens = parse_server_info(response.body)
-            if tokens is not None:
-                return tokens, path
+            try:
+                data = json.loads(response.body)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data, path
     return None, ""
+
+
+def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None, str]:
+    """``max_total_num_tokens`` from the server's info endpoint (new name first, then the old one)."""
+    info, path = fetch_server_info(transport, host, port)
+    if info is None:
+        return None, ""
+    return parse_server_info(json.dumps(info).encode()), path
 
 
 def wait_healthy(
@@ -116,12 +130,13 @@ def wait_healthy(
         elif health.status != 200:
             phase = f"warming up (/health {health.status})"
         else:
-            tokens, source = fetch_tokens(transport, host, port)
+            info, source = fetch_server_info(transport, host, port)
+            tokens = parse_server_info(json.dumps(info).encode()) if info is not None else None
             if tokens is None:
                 tokens = parse_capacity_line(journal_since(transport, unit, restart_epoch))
                 source = "journal"
             if tokens is not None:
-                return Healthy(tokens=tokens, source=source, seconds=time.monotonic() - start, polls=polls)
+                return Healthy(tokens=tokens, source=source, info=info, seconds=time.monotonic() - start, polls=polls)
             phase = "healthy, waiting for max_total_num_tokens"
         if on_progress:
             on_progress(phase, elapsed, newest)

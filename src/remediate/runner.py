@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from remediate import probes, templates
 from remediate.errors import (
@@ -230,6 +232,31 @@ def _endpoint(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
     return "127.0.0.1", options.server_port or 30000
 
 
+def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -> None:
+    """The server that answers must run the values we wrote (its resolved ServerArgs are in the info
+    document). Catches a restart that did not take — and another server answering on that port."""
+    if not info:
+        return
+    expected = {
+        "mem_fraction_static": plan.after.mem_fraction_static,
+        "chunked_prefill_size": plan.after.chunked_prefill_size,
+    }
+    for key, want in expected.items():
+        got = info.get(key)
+        if want is None or got is None:
+            continue
+        try:
+            same = Decimal(str(got)) == Decimal(str(want))
+        except InvalidOperation:
+            same = str(got) == str(want)
+        if not same:
+            raise RemediationError(
+                host,
+                f"the server reports {key}={got}, but the unit now sets {want}: "
+                "the restart did not take effect, or another server answers on that port",
+            )
+
+
 def _verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> None:
     result.max_total_num_tokens = healthy.tokens
     result.target_tokens = options.target_tokens
@@ -385,6 +412,7 @@ def _remediate(
                 on_progress=show_progress,
             )
         with timer.phase("verify"):
+            verify_server_args(result.host, healthy.info, plan)
             _verify_tokens(result, healthy, options)
         result.outcome = "remediated"
     except ConflictError:

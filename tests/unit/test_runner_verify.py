@@ -1,0 +1,37 @@
+"""The server that answers after the restart must report the values the unit now sets."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from remediate.errors import RemediationError
+from remediate.runner import verify_server_args
+from remediate.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
+
+INCIDENT = (Path(__file__).resolve().parents[2] / "examples" / "incident" / "sglang.service").read_text()
+PLAN = plan_edit(
+    UnitSources(fragment=SourceFile("/etc/systemd/system/sglang.service", INCIDENT), env_files={}),
+    DesiredState(),
+    now=datetime(2026, 11, 29, tzinfo=UTC),
+)
+
+
+def test_matching_server_args_pass() -> None:
+    verify_server_args("gpu-01", {"mem_fraction_static": 0.93, "chunked_prefill_size": 4096}, PLAN)
+    verify_server_args("gpu-01", None, PLAN)  # an info document without args (journal fallback) proves nothing
+    verify_server_args("gpu-01", {"max_total_num_tokens": 195011}, PLAN)
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        {"mem_fraction_static": 0.94, "chunked_prefill_size": 4096},  # the restart did not take
+        {"mem_fraction_static": 0.93, "chunked_prefill_size": -1},  # someone else's server on the port
+    ],
+)
+def test_mismatch_is_a_remediation_error(info: dict) -> None:
+    with pytest.raises(RemediationError, match="the server reports"):
+        verify_server_args("gpu-01", info, PLAN)
