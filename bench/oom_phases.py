@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,22 +29,11 @@ sys.path.insert(0, str(REPO))
 
 from sandbox import Sandbox  # noqa: E402
 from sandbox.host import free_address_block  # noqa: E402
+from sandbox.units import free_port, incident_unit  # noqa: E402
 
 PHASES = ("connect", "read", "plan", "commit", "wait", "verify")
 UNIT_PATH = "/etc/systemd/system/sglang.service"
 STANDIN = "/opt/sglang/standin"
-
-
-def incident_unit(address: str, port: int) -> str:
-    text = (REPO / "examples" / "incident" / "sglang.service").read_text()
-    lines = [ln for ln in text.splitlines(keepends=True) if not re.match(r"\s*(User|Group)=", ln)]
-    return "".join(lines).replace("--host 0.0.0.0 --port 30000", f"--host {address} --port {port}")
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_healthy(address: str, port: int, deadline: float = 60) -> None:
@@ -65,9 +52,6 @@ def wait_healthy(address: str, port: int, deadline: float = 60) -> None:
 def one_run(fleet: Sandbox, time_scale: float, workdir: Path) -> tuple[dict[str, float], float, dict]:
     host = fleet.hosts[0]
     host.reset()
-    if host.run("/opt/sglang/bin/python3", "-c", "import sglang").returncode != 0:  # see tests/e2e ensure_standin
-        src = REPO / "sandbox" / "standin"
-        host.sh(f"mkdir -p {STANDIN} && mount --bind {src} {STANDIN} && mount -o remount,bind,ro {STANDIN}", True)
     host.set_standin(time_scale=time_scale)
     port = free_port(host.address)
     host.install_unit("sglang.service", incident_unit(host.address, port))

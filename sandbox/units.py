@@ -1,21 +1,47 @@
-"""Unit files for sandbox hosts, derived from the incident's unit (examples/incident/sglang.service)."""
+"""Unit files and ports for sandbox hosts, derived from the incident's unit (examples/incident/sglang.service)."""
 
 from __future__ import annotations
 
+import random
+import re
+import socket
 from pathlib import Path
 
 INCIDENT = Path(__file__).resolve().parent.parent / "examples" / "incident" / "sglang.service"
 
 
-def incident_unit(listen: str | None = None) -> str:
-    """The incident's unit, runnable on a sandbox host.
+def sandbox_unit(text: str, listen: str | None = None, port: int | None = None) -> str:
+    """A unit made runnable on a sandbox host.
 
-    Sandbox hosts have no ``sglang`` user, so ``User=``/``Group=`` go; everything else is the incident's
-    unit byte for byte. Hosts share the machine's network namespace, so when several run a server at
-    once each must listen on its own address: pass ``listen=host.address`` to replace ``--host 0.0.0.0``.
+    Sandbox hosts have no ``sglang`` user, so ``User=``/``Group=`` go. Hosts share the machine's network
+    namespace, so when several servers run at once each must listen on its own address (and, across
+    concurrent sessions, its own port): ``--host 0.0.0.0``/``--port 30000`` are replaced when given.
     """
-    text = INCIDENT.read_text()
-    text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(("User=", "Group=")))
+    lines = [line for line in text.splitlines(keepends=True) if not re.match(r"\s*(User|Group)=", line)]
+    text = "".join(lines)
     if listen:
         text = text.replace("--host 0.0.0.0", f"--host {listen}")
+    if port:
+        text = text.replace("--port 30000", f"--port {port}")
     return text
+
+
+def incident_unit(listen: str | None = None, port: int | None = None) -> str:
+    """The incident's unit, byte for byte but for the sandbox adjustments of :func:`sandbox_unit`."""
+    text = sandbox_unit(INCIDENT.read_text(), listen, port)
+    if port:
+        assert f"--port {port}" in text, "examples/incident/sglang.service changed shape"
+    return text
+
+
+def free_port(address: str) -> int:
+    """A port nobody listens on at ``address`` (a wildcard listener of another session counts)."""
+    for _ in range(200):
+        port = random.randint(31000, 39999)
+        with socket.socket() as sock:
+            try:
+                sock.bind((address, port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port on {address}")

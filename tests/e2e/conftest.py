@@ -11,11 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
-import re
-import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +23,7 @@ from typing import Any
 import pytest
 
 from sandbox import Sandbox, SandboxHost
+from sandbox.units import free_port, incident_unit
 
 REPO = Path(__file__).resolve().parents[2]
 INCIDENT_UNIT = REPO / "examples" / "incident" / "sglang.service"
@@ -35,51 +32,6 @@ UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 STANDIN = "/opt/sglang/standin"
 FAST_KNOBS = {"time_scale": 0.002}
 CLI_TIMEOUT = 120.0
-
-
-def sandbox_unit(text: str, address: str, port: int) -> str:
-    """A unit text made runnable on a sandbox host: no User=/Group=, listening on ``address:port``."""
-    lines = [line for line in text.splitlines(keepends=True) if not re.match(r"\s*(User|Group)=", line)]
-    return "".join(lines).replace("--host 0.0.0.0 --port 30000", f"--host {address} --port {port}")
-
-
-def incident_unit(address: str, port: int) -> str:
-    """The incident's unit (examples/incident/sglang.service), sandbox-ready."""
-    text = sandbox_unit(INCIDENT_UNIT.read_text(), address, port)
-    assert f"--port {port}" in text and "User=" not in text, "examples/incident/sglang.service changed shape"
-    return text
-
-
-def free_port(address: str) -> int:
-    """A port nobody listens on at ``address`` (a wildcard listener of another session counts)."""
-    for _ in range(200):
-        port = random.randint(31000, 39999)
-        with socket.socket() as sock:
-            try:
-                sock.bind((address, port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError(f"no free port on {address}")
-
-
-def ensure_standin(host: SandboxHost) -> None:
-    """Re-bind the stand-in at /opt/sglang/standin if a reset lost it.
-
-    Workaround for a sandbox bug: ``SandboxHost.reset()`` empties the host's /opt from the machine side,
-    where /opt/sglang/standin is a plain directory, so it deletes the mount point of the read-only
-    bind mount that exists only inside the host's mount namespace (the kernel then detaches it).
-    """
-    probe = "import sglang.launch_server"
-    if host.run("/opt/sglang/bin/python3", "-c", probe).returncode == 0:
-        return
-    src = shlex.quote(str(REPO / "sandbox" / "standin"))
-    host.sh(
-        f"mkdir -p {STANDIN} && mount --bind {src} {STANDIN} && mount -o remount,bind,ro {STANDIN}",
-        check=True,
-    )
-    out = host.run("/opt/sglang/bin/python3", "-c", probe)
-    assert out.returncode == 0, out.stderr
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -302,7 +254,6 @@ def _cli_env() -> dict[str, str]:
 @pytest.fixture
 def node(sandbox_fleet: Sandbox, sandbox_host: SandboxHost, tmp_path: Path) -> Iterator[Node]:
     """A freshly reset sandbox host with fast stand-in knobs (a load takes ~1 s)."""
-    ensure_standin(sandbox_host)
     sandbox_host.set_standin(**FAST_KNOBS)
     n = Node(sandbox_fleet, sandbox_host, tmp_path, free_port(sandbox_host.address))
     try:
