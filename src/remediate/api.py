@@ -10,41 +10,28 @@ order) inside a :class:`RolloutResult`; a failing host never raises, it is a res
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from remediate import fleet
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
-from remediate.inventory import HostEntry, Inventory, dump_inventory, load_inventory
-from remediate.models import HostResult, RunOptions
+from remediate.inventory import HostEntry, Inventory, dump_inventory
+from remediate.models import HostResult, OomRequest
 from remediate.runner import remediate_host
-from remediate.transport.base import Transport
-from remediate.transport.ssh import SSHOptions, SSHTransport
-from remediate.unitfile.edit import DesiredState, validate_desired
+from remediate.settings import (
+    build_strategy,
+    resolve_hosts,
+    run_options_for,
+    ssh_for,
+)
+from remediate.transport.base import SSHOptions, Transport
+from remediate.transport.ssh import SSHTransport
 
 ProgressFn = Callable[[str, str, str], None]
 TransportFactory = Callable[[HostEntry, SSHOptions], Transport]
-
-
-@dataclass(frozen=True)
-class OomRequest:
-    """Everything `remediate oom` was asked to do (CLI values; None = not given)."""
-
-    targets: tuple[str, ...] = ()
-    inventory: str | None = None
-    ssh: SSHOptions = field(default_factory=SSHOptions)
-    unit: str | None = None
-    cli_desired: dict[str, Any] = field(default_factory=dict)
-    min_tokens: int | None = None
-    target_tokens: int | None = None
-    timeout: float = 900.0
-    dry_run: bool = False
-    rollback: bool = True
-    strategy: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,151 +70,8 @@ def exit_code(results: Sequence[HostResult]) -> int:
     return EXIT_FAILED
 
 
-def strategy_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
-    return {
-        key: kw.get(key)
-        for key in ("canary", "batch", "forks", "max_failures", "pause_after_canary")
-        if kw.get(key) not in (None, False)
-    }
-
-
-def build_strategy(cli: dict[str, Any], inventory: Inventory | None) -> fleet.Strategy:
-    """CLI > inventory ``rollout:`` > defaults."""
-    merged: dict[str, Any] = {**(inventory.rollout if inventory else {}), **cli}
-    strategy = fleet.Strategy()
-    if "canary" in merged:
-        canary = int(merged["canary"])
-        if canary < 0:
-            raise ConfigError("--canary must be ≥ 0")
-        strategy = replace(strategy, canary=canary)
-    if "batch" in merged:
-        strategy = replace(strategy, batch=fleet.parse_batch(merged["batch"]))
-    if "forks" in merged:
-        forks = int(merged["forks"])
-        if forks < 1:
-            raise ConfigError("--forks must be at least 1")
-        strategy = replace(strategy, forks=forks)
-    if "max_failures" in merged:
-        fleet.failure_budget(str(merged["max_failures"]), 1)
-        strategy = replace(strategy, max_failures=str(merged["max_failures"]))
-    if merged.get("pause_after_canary"):
-        strategy = replace(strategy, pause_after_canary=True)
-    return strategy
-
-
-def resolve_hosts(targets: Sequence[str], inventory_path: str | None) -> tuple[Inventory | None, list[HostEntry]]:
-    """Targets → hosts. With an inventory (``-i`` or ./inventory.yaml), names, groups, globs and ``all``."""
-    path = inventory_path
-    if path is None and Path("inventory.yaml").is_file() and (not targets or not _all_addresses(targets)):
-        path = "inventory.yaml"
-    if path is None:
-        if not targets:
-            raise ConfigError("no target given (a host, or -i inventory.yaml with names, groups or 'all')")
-        return None, [HostEntry(name=t, address=t) for t in targets]
-    inventory = load_inventory(path)
-    hosts = inventory.select(list(targets))
-    if not hosts:
-        raise ConfigError(f"no host matches {' '.join(targets) or 'all'}", source=path)
-    return inventory, hosts
-
-
-def _all_addresses(targets: Sequence[str]) -> bool:
-    return all("@" in t or t[:1].isdigit() or t.startswith("[") for t in targets)
-
-
-def _ssh_for(entry: HostEntry, cli: SSHOptions) -> SSHOptions:
-    s = entry.settings
-    return SSHOptions(
-        identity=cli.identity or _expand(s.get("identity")),
-        known_hosts=cli.known_hosts or _expand(s.get("known_hosts")),
-        accept_new_host_key=cli.accept_new_host_key,
-        ssh_config=cli.ssh_config,
-        sudo=cli.sudo or bool(s.get("sudo")),
-        connect_timeout=cli.connect_timeout,
-        user=cli.user,
-        port=cli.port,
-    )
-
-
-def _expand(value: Any) -> str | None:
-    return os.path.expanduser(str(value)) if value else None
-
-
 def _default_transport(entry: HostEntry, options: SSHOptions) -> Transport:
     return SSHTransport(entry.target, options, label=entry.name)
-
-
-def parse_desired_args(raw: dict[str, Any]) -> dict[str, Any]:
-    """Command-line strings → typed desired-state values; a bad one is a ConfigError naming its flag."""
-    out: dict[str, Any] = {}
-    for key in ("mem_fraction_static", "mem_fraction_step"):
-        value = raw.get(key)
-        if value is None or isinstance(value, Decimal):
-            out[key] = value
-            continue
-        try:
-            number = Decimal(str(value))
-        except InvalidOperation:
-            number = Decimal("NaN")
-        if not number.is_finite():
-            raise ConfigError(f"--{key.replace('_', '-')} {value!r} is not a number")
-        out[key] = number
-    chunk = raw.get("chunked_prefill_size")
-    if chunk is not None and not isinstance(chunk, int):
-        try:
-            chunk = int(str(chunk))
-        except ValueError:
-            raise ConfigError(f"--chunked-prefill-size {chunk!r} is not an integer") from None
-    out["chunked_prefill_size"] = chunk
-    out["alloc_conf"] = raw.get("alloc_conf")
-    return out
-
-
-def desired_state(cli_desired: dict[str, Any], settings: dict[str, Any] | None = None) -> DesiredState:
-    """CLI > inventory host vars > inventory defaults (``settings``, already merged) > built-in."""
-    s = settings or {}
-    kwargs: dict[str, Any] = {}
-    fraction = cli_desired.get("mem_fraction_static")
-    if fraction is None and s.get("mem_fraction_static") is not None:
-        fraction = Decimal(str(s["mem_fraction_static"]))
-    if fraction is not None:
-        kwargs["mem_fraction_static"] = Decimal(str(fraction))
-    if cli_desired.get("mem_fraction_step") is not None:
-        kwargs["mem_fraction_step"] = Decimal(str(cli_desired["mem_fraction_step"]))
-    chunk = cli_desired.get("chunked_prefill_size")
-    if chunk is None:
-        chunk = s.get("chunked_prefill_size")
-    if chunk is not None:
-        kwargs["chunked_prefill_size"] = int(chunk)
-        kwargs["chunk_is_ceiling"] = False
-    conf = cli_desired.get("alloc_conf") or s.get("alloc_conf")
-    if conf:
-        kwargs["alloc_conf"] = str(conf)
-    if "mem_fraction_step" in kwargs:
-        if cli_desired.get("mem_fraction_static") is not None:
-            raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
-        kwargs.pop("mem_fraction_static", None)  # a step on the command line beats an inventory fraction
-    desired = DesiredState(**kwargs)
-    validate_desired(desired)
-    return desired
-
-
-def desired_for(entry: HostEntry, cli_desired: dict[str, Any]) -> DesiredState:
-    return desired_state(cli_desired, entry.settings)
-
-
-def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
-    s = entry.settings
-    return RunOptions(
-        desired=desired_for(entry, request.cli_desired),
-        unit=request.unit or s.get("unit"),
-        min_tokens=request.min_tokens if request.min_tokens is not None else s.get("min_tokens"),
-        target_tokens=request.target_tokens if request.target_tokens is not None else s.get("target_tokens"),
-        timeout=request.timeout,
-        dry_run=request.dry_run,
-        rollback=request.rollback,
-        server_port=s.get("server_port"),
-    )
 
 
 def write_retry_file(inventory: Inventory | None, results: Sequence[HostResult], directory: str = ".") -> str | None:
@@ -275,6 +119,49 @@ def _safely(entry: HostEntry, fn: Callable[[], HostResult]) -> HostResult:
         return HostResult(host=entry.name, outcome="failed", error=str(exc), exit_code=exc.exit_code)
 
 
+def _connected(
+    job: Callable[[Transport, HostEntry], HostResult],
+    ssh: SSHOptions,
+    transport_factory: TransportFactory | None,
+) -> Callable[[HostEntry], HostResult]:
+    """Wrap a per-host job: open the host's one connection, run the job, always close it."""
+    factory = transport_factory or _default_transport
+
+    def work(entry: HostEntry) -> HostResult:
+        def go() -> HostResult:
+            transport = factory(entry, ssh_for(entry, ssh))
+            try:
+                return job(transport, entry)
+            finally:
+                transport.close()
+
+        return _safely(entry, go)
+
+    return work
+
+
+def _roll_out(
+    hosts: list[HostEntry],
+    inventory: Inventory | None,
+    strategy: fleet.Strategy,
+    ssh: SSHOptions,
+    job: Callable[[Transport, HostEntry], HostResult],
+    *,
+    dry_run: bool,
+    progress: ProgressFn | None,
+    confirm: Callable[[str], bool] | None,
+    transport_factory: TransportFactory | None,
+    stop_when: Callable[[HostResult], str | None] | None = None,
+    retry_dir: str = ".",
+) -> RolloutResult:
+    """Run a mutating per-host job as a rollout, one connection per host, and write the retry file."""
+    work = _connected(job, ssh, transport_factory)
+    events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
+    results, rollout = run_on_hosts(hosts, work, strategy, confirm=confirm, on_event=events, stop_when=stop_when)
+    retry = None if dry_run else write_retry_file(inventory, results, retry_dir)
+    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry)
+
+
 def remediate_oom_request(
     request: OomRequest,
     *,
@@ -287,28 +174,19 @@ def remediate_oom_request(
     """`remediate oom` as a function (the CLI calls this)."""
     inventory, hosts = resolve_hosts(request.targets, request.inventory)
     strategy = build_strategy(request.strategy, inventory)
-    factory = transport_factory or _default_transport
     per_host = {h.name: run_options_for(h, request) for h in hosts}  # validate all input before touching any host
-
-    def work(entry: HostEntry) -> HostResult:
-        def go() -> HostResult:
-            transport = factory(entry, _ssh_for(entry, request.ssh))
-            try:
-                return remediate_host(transport, per_host[entry.name], label=entry.name, progress=progress)
-            finally:
-                transport.close()
-
-        return _safely(entry, go)
-
-    events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
-    results, rollout = run_on_hosts(hosts, work, strategy, confirm=confirm, on_event=events, stop_when=stop_when)
-    retry = None if request.dry_run else write_retry_file(inventory, results, retry_dir)
-    return RolloutResult(
-        results=results,
-        batches=rollout.batches,
-        halted=rollout.halted,
-        interrupted=rollout.interrupted,
-        retry_file=retry,
+    return _roll_out(
+        hosts,
+        inventory,
+        strategy,
+        request.ssh,
+        lambda transport, entry: remediate_host(transport, per_host[entry.name], label=entry.name, progress=progress),
+        dry_run=request.dry_run,
+        progress=progress,
+        confirm=confirm,
+        transport_factory=transport_factory,
+        stop_when=stop_when,
+        retry_dir=retry_dir,
     )
 
 
@@ -386,18 +264,7 @@ def for_each_host(
 ) -> list[HostResult]:
     """Run a read-only per-host function over the selected hosts, ``forks`` at a time."""
     _, hosts = resolve_hosts(targets, inventory_path)
-    factory = transport_factory or _default_transport
-
-    def work(entry: HostEntry) -> HostResult:
-        def go() -> HostResult:
-            transport = factory(entry, _ssh_for(entry, ssh))
-            try:
-                return fn(transport, entry)
-            finally:
-                transport.close()
-
-        return _safely(entry, go)
-
+    work = _connected(fn, ssh, transport_factory)
     results, _ = run_on_hosts(hosts, work, fleet.Strategy(canary=0, forks=forks, max_failures="100%"))
     return results
 
@@ -442,25 +309,23 @@ def rollback(
     if to != "latest" and len(hosts) > 1:
         raise ConfigError("--to PATH names one file: use it with one host")
     plan = build_strategy(strategy or {}, inventory_obj)
-    factory = transport_factory or _default_transport
     options = {
         h.name: replace(run_options_for(h, OomRequest(unit=unit, timeout=timeout)), dry_run=dry_run) for h in hosts
     }
-
-    def work(entry: HostEntry) -> HostResult:
-        def go() -> HostResult:
-            transport = factory(entry, _ssh_for(entry, ssh or SSHOptions()))
-            try:
-                return rollback_host(transport, options[entry.name], to=to, label=entry.name, progress=progress)
-            finally:
-                transport.close()
-
-        return _safely(entry, go)
-
-    events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
-    results, rollout = run_on_hosts(hosts, work, plan, confirm=confirm, on_event=events)
-    retry = None if dry_run else write_retry_file(inventory_obj, results, retry_dir)
-    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry)
+    return _roll_out(
+        hosts,
+        inventory_obj,
+        plan,
+        ssh or SSHOptions(),
+        lambda transport, entry: rollback_host(
+            transport, options[entry.name], to=to, label=entry.name, progress=progress
+        ),
+        dry_run=dry_run,
+        progress=progress,
+        confirm=confirm,
+        transport_factory=transport_factory,
+        retry_dir=retry_dir,
+    )
 
 
 def backups(

@@ -20,10 +20,10 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from remediate import __version__, api, localfile, render
+from remediate import __version__, api, localfile, render, settings
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
-from remediate.models import HostResult
-from remediate.transport.ssh import SSHOptions
+from remediate.models import HostResult, OomRequest
+from remediate.transport.base import SSHOptions
 from remediate.unitfile.edit import SourceFile, UnitSources, plan_edit
 from remediate.unitfile.report import plan_to_dict, summary_lines, unified_diff
 
@@ -241,7 +241,7 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
       remediate edit sglang.service --mem-fraction-static 0.9 --write
     """
     try:
-        desired = api.desired_state(api.parse_desired_args(desired_kw))
+        desired = settings.desired_state(settings.parse_desired_args(desired_kw))
     except ConfigError as exc:
         raise ConfigError(exc.message, source=str(unit_file)) from None
     text = localfile.read_unit(unit_file)
@@ -301,18 +301,18 @@ def oom(**kw: Any) -> None:
       remediate oom gpu-01 --target-tokens 200000 --json
       remediate oom gpu-* -i inventory.yaml --canary 1 --batch 25% --forks 4
     """
-    request = api.OomRequest(
+    request = OomRequest(
         targets=tuple(kw["targets"]),
         inventory=kw["inventory"],
         ssh=_ssh_options(kw),
         unit=kw["unit"],
-        cli_desired=api.parse_desired_args(kw),
+        cli_desired=settings.parse_desired_args(kw),
         min_tokens=kw["min_tokens"],
         target_tokens=kw["target_tokens"],
         timeout=kw["timeout"],
         dry_run=kw["dry_run"],
         rollback=not kw["no_rollback"],
-        strategy=api.strategy_from_cli(kw),
+        strategy=settings.strategy_from_cli(kw),
     )
     confirm = None
     if kw["pause_after_canary"] and not kw["yes"]:
@@ -416,7 +416,7 @@ def rollback(**kw: Any) -> None:
         to=kw["to"],
         timeout=kw["timeout"],
         dry_run=kw["dry_run"],
-        strategy=api.strategy_from_cli(kw),
+        strategy=settings.strategy_from_cli(kw),
         progress=_progress(kw["as_json"]),
         confirm=confirm,
         transport_factory=_transport_factory(),

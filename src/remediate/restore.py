@@ -15,20 +15,20 @@ from typing import Any
 from remediate import backupset, probes, templates
 from remediate.backupset import Backup
 from remediate.errors import ConflictError, RemediateError, RemediationError, TransportError
-from remediate.health import wait_healthy
+from remediate.health import Healthy
 from remediate.models import HostResult, RunOptions
 from remediate.probes import ProbeResult
-from remediate.runner import (
+from remediate.transaction import (
     FileWrite,
     ProgressFn,
-    _endpoint,
-    _steps,
-    _Timer,
-    commit,
+    Timer,
+    endpoint_of,
     lock_path,
+    planned_steps,
     probe,
     resolve_unit,
     sources_from_probe,
+    transact,
 )
 from remediate.transport.base import Transport
 from remediate.unitfile.edit import UnitSources
@@ -149,7 +149,7 @@ def rollback_host(
 ) -> HostResult:
     """Restore a backup (``latest`` or a path) as a verified transaction; outcome ``restored``."""
     result = HostResult(host=label or transport.host, started_at=now())
-    timer = _Timer(result, progress)
+    timer = Timer(result, progress)
     try:
         _rollback(transport, options, to, result, timer, now)
     except RemediateError as exc:
@@ -163,7 +163,7 @@ def rollback_host(
 
 
 def _rollback(
-    transport: Transport, options: RunOptions, to: str, result: HostResult, timer: _Timer, now: Callable[[], float]
+    transport: Transport, options: RunOptions, to: str, result: HostResult, timer: Timer, now: Callable[[], float]
 ) -> None:
     with timer.phase("connect"):
         _open(transport)
@@ -206,7 +206,7 @@ def _rollback(
         if after is not None:
             result.env_after = {"PYTORCH_CUDA_ALLOC_CONF": after.alloc_conf}
         epoch = int(now())
-        result.steps = _steps(unit, writes, epoch, restart=True)
+        result.steps = planned_steps(unit, writes, epoch, restart=True)
     if not writes:
         result.outcome = "unchanged"
         result.notes.append("the unit already has the backup's bytes: nothing to restore")
@@ -215,42 +215,21 @@ def _rollback(
         result.outcome = "unchanged"
         result.extra["dry_run"] = True
         return
-    result.outcome = "failed"
-    endpoint = _endpoint(found, options)
-    try:
-        with timer.phase("commit"):
-            report = commit(transport, unit, writes, epoch=epoch, lock_wait=options.lock_wait)
-        result.backups = list(report.backups.values())
-        result.backup = result.backups[0] if result.backups else None
-        with timer.phase("wait"):
-            healthy = wait_healthy(
-                transport,
-                unit,
-                endpoint,
-                timeout=options.timeout,
-                restart_epoch=report.restart_epoch,
-                invocation_id=report.invocation_id,
-            )
+
+    def record(healthy: Healthy) -> None:
         result.max_total_num_tokens = healthy.tokens
         result.target_tokens = options.target_tokens
-        result.outcome = "restored"
-    except ConflictError:
-        raise
-    except RemediationError as exc:
-        if not options.rollback:
-            raise
-        result.error = f"{exc}; put the pre-rollback unit back"
-        with timer.phase("undo"):
-            undo = [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
-            report = commit(transport, unit, undo, epoch=int(now()), lock_wait=options.lock_wait)
-            healthy = wait_healthy(
-                transport,
-                unit,
-                endpoint,
-                timeout=options.timeout,
-                restart_epoch=report.restart_epoch,
-                invocation_id=report.invocation_id,
-            )
-            result.max_total_num_tokens = healthy.tokens
-        result.outcome = "rolled_back"
-        result.exit_code = 1
+
+    transact(
+        transport,
+        unit,
+        writes,
+        endpoint_of(found, options),
+        options,
+        result,
+        timer,
+        epoch=epoch,
+        verify=record,
+        success="restored",
+        undo_note="put the pre-rollback unit back",
+    )

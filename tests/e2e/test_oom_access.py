@@ -101,3 +101,41 @@ def test_password_sudo_user_gets_a_clear_error(incident: Node) -> None:
     assert "needs a password" in error and "sudo -n" in error and "\n" not in error, error
     _one_line_error(node, *args, target=target, expect="needs a password")
     _untouched(node, sha)
+
+
+def test_accept_new_host_key_records_an_unknown_key_then_verifies_it(incident: Node) -> None:
+    node = incident
+    known = node.tmp_path / "known_hosts"
+    known.write_text("")
+
+    run = node.cli("oom", "--known-hosts", str(known), "--accept-new-host-key", "--dry-run")
+
+    assert run.returncode == 0, run
+    recorded = known.read_text().split()
+    assert recorded[0] == node.host.address
+    assert " ".join(recorded[1:3]) == " ".join(node.host.host_key.with_suffix(".pub").read_text().split()[:2])
+    # the recorded key is now pinned: a second run verifies against it without --accept-new-host-key
+    again = node.cli("oom", "--known-hosts", str(known), "--dry-run")
+    assert again.returncode == 0, again
+    assert known.read_text().count("\n") == 1
+
+
+def test_proxyjump_from_ssh_config(incident: Node) -> None:
+    """A target reached through a bastion (ssh_config ProxyJump): host keys verified on both hops."""
+    node = incident
+    bastion = next(h for h in node.fleet.hosts if h is not node.host)
+    config = node.tmp_path / "ssh_config"
+    config.write_text(
+        f"Host bastion\n  HostName {bastion.address}\n  User root\n"
+        f"  IdentityFile {node.fleet.identity}\n  UserKnownHostsFile {node.fleet.known_hosts}\n"
+        f"Host behind\n  HostName {node.host.address}\n  User root\n  ProxyJump bastion\n"
+        f"  IdentityFile {node.fleet.identity}\n  UserKnownHostsFile {node.fleet.known_hosts}\n"
+    )
+
+    run = node.cli("oom", "--ssh-config", str(config), target="behind", ssh_config=False)
+
+    assert run.returncode == 0, run
+    assert run.result["host"] == "behind" and run.result["outcome"] == "remediated"
+    assert run.result["max_total_num_tokens"] == 195011
+    assert bastion.audit() == []  # the bastion only forwarded the connection
+    assert "restart sglang.service" in node.audit()

@@ -11,7 +11,8 @@ import pytest
 from remediate import runner
 from remediate.models import RunOptions
 from remediate.transport.base import CommandResult
-from remediate.transport.ssh import SSHOptions, SSHTransport
+from remediate.transport.base import SSHOptions
+from remediate.transport.ssh import SSHTransport
 
 from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
 

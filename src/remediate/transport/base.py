@@ -29,6 +29,20 @@ class HttpResponse:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class SSHOptions:
+    """How to reach hosts; shared by every remote command."""
+
+    identity: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    ssh_config: str | None = None
+    sudo: bool = False
+    connect_timeout: float = 10.0
+    user: str | None = None
+    port: int | None = None
+
+
 class Transport(Protocol):
     """One connection to one host, reused for every step of a remediation."""
 

@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
@@ -36,27 +35,13 @@ from paramiko.ssh_exception import (
 )
 
 from remediate.errors import AuthError, ConnectError, TransportError
-from remediate.transport.base import CommandResult, HttpResponse
+from remediate.transport.base import CommandResult, HttpResponse, SSHOptions
 
 # paramiko logs refused direct-tcpip channels (normal while a model loads) as errors; our callers get
 # them as data. A NullHandler keeps Python's last-resort handler from printing them on stderr.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "password for")
-
-
-@dataclass(frozen=True)
-class SSHOptions:
-    """How to reach hosts; shared by every remote command."""
-
-    identity: str | None = None
-    known_hosts: str | None = None
-    accept_new_host_key: bool = False
-    ssh_config: str | None = None
-    sudo: bool = False
-    connect_timeout: float = 10.0
-    user: str | None = None
-    port: int | None = None
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):

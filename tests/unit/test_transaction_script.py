@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate import runner, templates
+from remediate import templates, transaction
 from remediate.transport.fake import FakeTransport
 
 EPOCH = 1_764_400_000
@@ -22,11 +22,11 @@ REPORT = "@@reloaded\n@@restart 1764400001\n@@restarted inv-2\n@@end\n"
 
 
 def rendered(path: str, *, lock: str | None = None, restart: bool = True) -> str:
-    write = runner.FileWrite(path, OLD, NEW)
+    write = transaction.FileWrite(path, OLD, NEW)
     return templates.render(
         "commit.sh.j2",
         unit=UNIT,
-        lock_path=lock or runner.lock_path(UNIT),
+        lock_path=lock or transaction.lock_path(UNIT),
         lock_wait=1,
         files=[write.render_args()],
         epoch=EPOCH,
@@ -36,9 +36,9 @@ def rendered(path: str, *, lock: str | None = None, restart: bool = True) -> str
 
 
 def sent_script(path: str) -> str:
-    """The script runner.commit sends for one write of ``path`` (captured by the fake)."""
+    """The script transaction.commit sends for one write of ``path`` (captured by the fake)."""
     host = FakeTransport("gpu-01").on(r"# remediate commit", f"@@backup 0 {path}.bak.oom.{EPOCH}\n" + REPORT)
-    runner.commit(host, UNIT, [runner.FileWrite(path, OLD, NEW)], epoch=EPOCH)
+    transaction.commit(host, UNIT, [transaction.FileWrite(path, OLD, NEW)], epoch=EPOCH)
     [script] = host.scripts("# remediate commit")
     return script
 
@@ -108,7 +108,7 @@ def test_commit_script_never_executes_the_path(tmp_path: Path) -> None:
 
 def test_backup_path_with_spaces_is_parsed() -> None:
     host = FakeTransport("gpu-01").on(r"# remediate commit", f"@@backup 0 {SPACED}.bak.oom.{EPOCH}\n" + REPORT)
-    report = runner.commit(host, UNIT, [runner.FileWrite(SPACED, OLD, NEW)], epoch=EPOCH)
+    report = transaction.commit(host, UNIT, [transaction.FileWrite(SPACED, OLD, NEW)], epoch=EPOCH)
     assert report.backups == {SPACED: f"{SPACED}.bak.oom.{EPOCH}"}
 
 
@@ -117,7 +117,7 @@ def test_commit_report_is_parsed() -> None:
     host = FakeTransport("gpu-01").on(
         r"# remediate commit", f"@@backup 0 {path}.bak.oom.{EPOCH}.1\n@@analyze {path}:3: warn\n" + REPORT
     )
-    report = runner.commit(host, UNIT, [runner.FileWrite(path, OLD, NEW)], epoch=EPOCH)
+    report = transaction.commit(host, UNIT, [transaction.FileWrite(path, OLD, NEW)], epoch=EPOCH)
     assert report.backups == {path: f"{path}.bak.oom.{EPOCH}.1"}
     assert report.restart_epoch == 1764400001.0
     assert report.invocation_id == "inv-2"

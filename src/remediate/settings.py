@@ -1,0 +1,164 @@
+"""Per-host settings: which hosts a target names, and what each is asked to do and how to reach it.
+
+Precedence everywhere: command line > inventory host vars > inventory defaults > built-in. Every value
+is validated here, before any host is contacted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from remediate import fleet
+from remediate.errors import ConfigError
+from remediate.inventory import HostEntry, Inventory, load_inventory
+from remediate.models import OomRequest, RunOptions
+from remediate.transport.base import SSHOptions
+from remediate.unitfile.edit import DesiredState, validate_desired
+
+
+def strategy_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: kw.get(key)
+        for key in ("canary", "batch", "forks", "max_failures", "pause_after_canary")
+        if kw.get(key) not in (None, False)
+    }
+
+
+def build_strategy(cli: dict[str, Any], inventory: Inventory | None) -> fleet.Strategy:
+    """CLI > inventory ``rollout:`` > defaults."""
+    merged: dict[str, Any] = {**(inventory.rollout if inventory else {}), **cli}
+    strategy = fleet.Strategy()
+    if "canary" in merged:
+        canary = int(merged["canary"])
+        if canary < 0:
+            raise ConfigError("--canary must be ≥ 0")
+        strategy = replace(strategy, canary=canary)
+    if "batch" in merged:
+        strategy = replace(strategy, batch=fleet.parse_batch(merged["batch"]))
+    if "forks" in merged:
+        forks = int(merged["forks"])
+        if forks < 1:
+            raise ConfigError("--forks must be at least 1")
+        strategy = replace(strategy, forks=forks)
+    if "max_failures" in merged:
+        fleet.failure_budget(str(merged["max_failures"]), 1)
+        strategy = replace(strategy, max_failures=str(merged["max_failures"]))
+    if merged.get("pause_after_canary"):
+        strategy = replace(strategy, pause_after_canary=True)
+    return strategy
+
+
+def resolve_hosts(targets: Sequence[str], inventory_path: str | None) -> tuple[Inventory | None, list[HostEntry]]:
+    """Targets → hosts. With an inventory (``-i`` or ./inventory.yaml), names, groups, globs and ``all``."""
+    path = inventory_path
+    if path is None and Path("inventory.yaml").is_file() and (not targets or not _all_addresses(targets)):
+        path = "inventory.yaml"
+    if path is None:
+        if not targets:
+            raise ConfigError("no target given (a host, or -i inventory.yaml with names, groups or 'all')")
+        return None, [HostEntry(name=t, address=t) for t in targets]
+    inventory = load_inventory(path)
+    hosts = inventory.select(list(targets))
+    if not hosts:
+        raise ConfigError(f"no host matches {' '.join(targets) or 'all'}", source=path)
+    return inventory, hosts
+
+
+def _all_addresses(targets: Sequence[str]) -> bool:
+    return all("@" in t or t[:1].isdigit() or t.startswith("[") for t in targets)
+
+
+def ssh_for(entry: HostEntry, cli: SSHOptions) -> SSHOptions:
+    s = entry.settings
+    return SSHOptions(
+        identity=cli.identity or _expand(s.get("identity")),
+        known_hosts=cli.known_hosts or _expand(s.get("known_hosts")),
+        accept_new_host_key=cli.accept_new_host_key,
+        ssh_config=cli.ssh_config,
+        sudo=cli.sudo or bool(s.get("sudo")),
+        connect_timeout=cli.connect_timeout,
+        user=cli.user,
+        port=cli.port,
+    )
+
+
+def _expand(value: Any) -> str | None:
+    return os.path.expanduser(str(value)) if value else None
+
+
+def parse_desired_args(raw: dict[str, Any]) -> dict[str, Any]:
+    """Command-line strings → typed desired-state values; a bad one is a ConfigError naming its flag."""
+    out: dict[str, Any] = {}
+    for key in ("mem_fraction_static", "mem_fraction_step"):
+        value = raw.get(key)
+        if value is None or isinstance(value, Decimal):
+            out[key] = value
+            continue
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:
+            number = Decimal("NaN")
+        if not number.is_finite():
+            raise ConfigError(f"--{key.replace('_', '-')} {value!r} is not a number")
+        out[key] = number
+    chunk = raw.get("chunked_prefill_size")
+    if chunk is not None and not isinstance(chunk, int):
+        try:
+            chunk = int(str(chunk))
+        except ValueError:
+            raise ConfigError(f"--chunked-prefill-size {chunk!r} is not an integer") from None
+    out["chunked_prefill_size"] = chunk
+    out["alloc_conf"] = raw.get("alloc_conf")
+    return out
+
+
+def desired_state(cli_desired: dict[str, Any], settings: dict[str, Any] | None = None) -> DesiredState:
+    """CLI > inventory host vars > inventory defaults (``settings``, already merged) > built-in."""
+    s = settings or {}
+    kwargs: dict[str, Any] = {}
+    fraction = cli_desired.get("mem_fraction_static")
+    if fraction is None and s.get("mem_fraction_static") is not None:
+        fraction = Decimal(str(s["mem_fraction_static"]))
+    if fraction is not None:
+        kwargs["mem_fraction_static"] = Decimal(str(fraction))
+    if cli_desired.get("mem_fraction_step") is not None:
+        kwargs["mem_fraction_step"] = Decimal(str(cli_desired["mem_fraction_step"]))
+    chunk = cli_desired.get("chunked_prefill_size")
+    if chunk is None:
+        chunk = s.get("chunked_prefill_size")
+    if chunk is not None:
+        kwargs["chunked_prefill_size"] = int(chunk)
+        kwargs["chunk_is_ceiling"] = False
+    conf = cli_desired.get("alloc_conf") or s.get("alloc_conf")
+    if conf:
+        kwargs["alloc_conf"] = str(conf)
+    if "mem_fraction_step" in kwargs:
+        if cli_desired.get("mem_fraction_static") is not None:
+            raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
+        kwargs.pop("mem_fraction_static", None)  # a step on the command line beats an inventory fraction
+    desired = DesiredState(**kwargs)
+    validate_desired(desired)
+    return desired
+
+
+def desired_for(entry: HostEntry, cli_desired: dict[str, Any]) -> DesiredState:
+    return desired_state(cli_desired, entry.settings)
+
+
+def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
+    s = entry.settings
+    return RunOptions(
+        desired=desired_for(entry, request.cli_desired),
+        unit=request.unit or s.get("unit"),
+        min_tokens=request.min_tokens if request.min_tokens is not None else s.get("min_tokens"),
+        target_tokens=request.target_tokens if request.target_tokens is not None else s.get("target_tokens"),
+        timeout=request.timeout,
+        dry_run=request.dry_run,
+        rollback=request.rollback,
+        server_port=s.get("server_port"),
+    )
