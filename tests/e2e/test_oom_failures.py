@@ -10,8 +10,7 @@ import pytest
 
 from remediate import runner
 from remediate.models import RunOptions
-from remediate.transport.base import CommandResult
-from remediate.transport.base import SSHOptions
+from remediate.transport.base import CommandResult, SSHOptions
 from remediate.transport.ssh import SSHTransport
 
 from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
