@@ -121,18 +121,19 @@ class Rollout(Generic[T]):
         failures = 0
         stop = threading.Event()
         index = 0
+        running: dict[Future[HostResult], int] = {}
         with ThreadPoolExecutor(max_workers=self.strategy.forks, thread_name_prefix="remediate") as pool:
-            for number, size in enumerate(sizes):
-                batch = list(range(index, index + size))
-                index += size
-                is_canary = number == 0 and self.strategy.canary > 0
-                if stop.is_set():
-                    break
-                self.batches.append([self.name_of(self.hosts[i]) for i in batch])
-                self._event(f"batch {number + 1}/{len(sizes)}{' (canary)' if is_canary else ''}: {len(batch)} host(s)")
-                pending = list(batch)
-                running: dict[Future[HostResult], int] = {}
-                try:
+            try:
+                for number, size in enumerate(sizes):
+                    if stop.is_set():
+                        break
+                    batch = list(range(index, index + size))
+                    index += size
+                    is_canary = number == 0 and self.strategy.canary > 0
+                    self.batches.append([self.name_of(self.hosts[i]) for i in batch])
+                    canary = " (canary)" if is_canary else ""
+                    self._event(f"batch {number + 1}/{len(sizes)}{canary}: {len(batch)} host(s)")
+                    pending = list(batch)
                     while pending or running:
                         while pending and len(running) < self.strategy.forks and not stop.is_set():
                             i = pending.pop(0)
@@ -142,30 +143,28 @@ class Rollout(Generic[T]):
                         done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
                         for future in done:
                             i = running.pop(future)
-                            result = future.result()
-                            results[i] = result
+                            results[i] = result = future.result()
                             if not result.ok:
                                 failures += 1
                                 if is_canary:
                                     self._halt(stop, f"canary host {result.host} {result.outcome}")
                                 elif failures > budget:
-                                    self._halt(
-                                        stop,
-                                        f"{failures} failure(s) exceed --max-failures {self.strategy.max_failures}",
-                                    )
+                                    limit = self.strategy.max_failures
+                                    self._halt(stop, f"{failures} failure(s) exceed --max-failures {limit}")
                             if self.stop_when and not stop.is_set():
                                 reason = self.stop_when(result)
                                 if reason:
                                     self._halt(stop, reason)
-                except KeyboardInterrupt:
-                    self.interrupted = True
-                    self._halt(stop, "interrupted (Ctrl-C): in-flight hosts finish, no new host starts")
-                    for future, i in list(running.items()):
-                        results[i] = future.result()
-                    running.clear()
-                if is_canary and not stop.is_set() and self.strategy.pause_after_canary and index < total:
-                    if self.confirm is None or not self.confirm("canary batch healthy; continue the rollout?"):
-                        self._halt(stop, "stopped after the canary batch")
+                    if is_canary and not stop.is_set() and self.strategy.pause_after_canary and index < total:
+                        if self.confirm is None or not self.confirm("canary batch healthy; continue the rollout?"):
+                            self._halt(stop, "stopped after the canary batch")
+            except KeyboardInterrupt:
+                # Ctrl-C anywhere in the loop: start nothing new, let in-flight hosts finish (or roll back).
+                self.interrupted = True
+                self._halt(stop, "interrupted (Ctrl-C): in-flight hosts finish, no new host starts")
+                for future, i in list(running.items()):
+                    results[i] = future.result()
+                running.clear()
         out: list[HostResult] = []
         for i, host in enumerate(self.hosts):
             if i in results:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -127,3 +128,24 @@ def test_custom_stop_policy() -> None:
     results = rollout.run()
     assert [r.outcome for r in results] == ["remediated", "remediated", "not_attempted", "not_attempted"]
     assert rollout.halted == "b looked bad"
+
+
+def test_ctrl_c_lets_in_flight_hosts_finish_and_starts_no_new_ones() -> None:
+    main = threading.main_thread().ident
+    assert main is not None
+    finished: list[str] = []
+
+    def work(name: str) -> HostResult:
+        if name == "b":
+            signal.pthread_kill(main, signal.SIGINT)  # the operator presses Ctrl-C while b is in flight
+            time.sleep(0.05)  # b is still working when the interrupt lands
+        finished.append(name)
+        return HostResult(host=name, outcome="remediated")
+
+    rollout = Rollout(
+        hosts=["a", "b", "c", "d"], name_of=str, work=work, strategy=Strategy(canary=1, batch=("1",), forks=1)
+    )
+    results = rollout.run()
+    assert [r.outcome for r in results] == ["remediated", "remediated", "not_attempted", "not_attempted"]
+    assert finished == ["a", "b"]
+    assert rollout.interrupted and "interrupted" in (rollout.halted or "")
