@@ -157,8 +157,9 @@ def fleet_options(fn: F) -> F:
     return fn
 
 
-def _ssh_options(kw: dict[str, Any], timeout: float | None = None) -> SSHOptions:
+def _ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> SSHOptions:
     return SSHOptions(
+        connect_timeout=connect_timeout or 10.0,
         identity=kw.get("identity"),
         known_hosts=kw.get("known_hosts"),
         accept_new_host_key=bool(kw.get("accept_new_host_key")),
@@ -328,6 +329,9 @@ def oom(**kw: Any) -> None:
 
 @cli.command()
 @connection_options
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=10, show_default=True, help="Seconds to connect to each host."
+)
 @_handle_errors
 def status(**kw: Any) -> None:
     """Read-only: each host's sglang unit, state, memory settings, tokens, and whether it is remediated.
@@ -340,7 +344,7 @@ def status(**kw: Any) -> None:
     results = api.status(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=_ssh_options(kw),
+        ssh=_ssh_options(kw, kw["timeout"]),
         unit=kw["unit"],
         transport_factory=_transport_factory(),
     )
@@ -360,6 +364,9 @@ def status(**kw: Any) -> None:
     "--keep", type=click.IntRange(min=1), default=10, show_default=True, help="Backups to keep per file with --prune."
 )
 @click.option("--dry-run", is_flag=True, help="With --prune: list what would be deleted.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=10, show_default=True, help="Seconds to connect to each host."
+)
 @_handle_errors
 def backups(**kw: Any) -> None:
     """List the backups next to each host's unit files, newest first, with what a restore would change.
@@ -372,7 +379,7 @@ def backups(**kw: Any) -> None:
     results = api.backups(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=_ssh_options(kw),
+        ssh=_ssh_options(kw, kw["timeout"]),
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
