@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return None
 
     def progress(host: str, phase: str, detail: str) -> None:
-        if phase != "wait":
+        if phase != "waiting":
             print(f"{host:<12} {phase:<8} {detail}", file=sys.stderr)
 
     rollout = api.remediate_oom(

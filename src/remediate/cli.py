@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -18,7 +17,6 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from remediate import __version__, api, localfile, render, settings
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
@@ -189,26 +187,20 @@ def _emit(
     return api.exit_code(results)
 
 
-def _progress(as_json: bool) -> Callable[[str, str, str], None]:
-    err = _stderr()
-    interactive = err.is_terminal
+def _confirm(kw: dict[str, Any], progress: render.LiveProgress) -> Callable[[str], bool] | None:
+    """--pause-after-canary asks on the terminal (the live display paused); --yes answers yes."""
+    if not kw["pause_after_canary"] or kw["yes"]:
+        return None
 
-    last_wait: dict[str, float] = {}
+    def ask(text: str) -> bool:
+        with progress.suspended():
+            return click.confirm(text, default=False, err=True)
 
-    def show(host: str, phase: str, detail: str) -> None:
-        if as_json and not interactive:
-            return  # scripts read the document; keep stderr quiet
-        if not interactive and phase not in ("wait", ""):
-            return  # logs get the final report; a terminal also sees each phase as it ends
-        if phase == "wait":
-            # A terminal gets every poll; a log gets one line per 15 s of a long model load.
-            now = time.monotonic()
-            if not interactive and now - last_wait.get(host, 0.0) < 15:
-                return
-            last_wait[host] = now
-        err.print(f"[dim]{escape(host)}[/dim] {phase:<9} {escape(detail)}", highlight=False)
+    return ask
 
-    return show
+
+def _progress(as_json: bool) -> render.LiveProgress:
+    return render.LiveProgress(_stderr(), quiet=as_json)
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -315,12 +307,11 @@ def oom(**kw: Any) -> None:
         rollback=not kw["no_rollback"],
         strategy=settings.strategy_from_cli(kw),
     )
-    confirm = None
-    if kw["pause_after_canary"] and not kw["yes"]:
-        confirm = lambda text: click.confirm(text, default=False, err=True)  # noqa: E731
-    rollout = api.remediate_oom_request(
-        request, progress=_progress(kw["as_json"]), confirm=confirm, transport_factory=_transport_factory()
-    )
+    with _progress(kw["as_json"]) as progress:
+        confirm = _confirm(kw, progress)
+        rollout = api.remediate_oom_request(
+            request, progress=progress, confirm=confirm, transport_factory=_transport_factory()
+        )
     code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
     if rollout.retry_file and not kw["as_json"]:
         _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
@@ -412,22 +403,21 @@ def rollback(**kw: Any) -> None:
       remediate rollback gpu-01 --to /etc/systemd/system/sglang.service.bak.oom.1795939200
       remediate rollback rack-a -i inventory.yaml --canary 1
     """
-    confirm = None
-    if kw["pause_after_canary"] and not kw["yes"]:
-        confirm = lambda text: click.confirm(text, default=False, err=True)  # noqa: E731
-    rollout = api.rollback(
-        kw["targets"],
-        inventory=kw["inventory"],
-        ssh=_ssh_options(kw),
-        unit=kw["unit"],
-        to=kw["to"],
-        timeout=kw["timeout"],
-        dry_run=kw["dry_run"],
-        strategy=settings.strategy_from_cli(kw),
-        progress=_progress(kw["as_json"]),
-        confirm=confirm,
-        transport_factory=_transport_factory(),
-    )
+    with _progress(kw["as_json"]) as progress:
+        confirm = _confirm(kw, progress)
+        rollout = api.rollback(
+            kw["targets"],
+            inventory=kw["inventory"],
+            ssh=_ssh_options(kw),
+            unit=kw["unit"],
+            to=kw["to"],
+            timeout=kw["timeout"],
+            dry_run=kw["dry_run"],
+            strategy=settings.strategy_from_cli(kw),
+            progress=progress,
+            confirm=confirm,
+            transport_factory=_transport_factory(),
+        )
     code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
     if rollout.retry_file and not kw["as_json"]:
         _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)

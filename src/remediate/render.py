@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from remediate.models import HostResult
 
@@ -163,3 +168,70 @@ def backups_table(console: Console, results: Sequence[HostResult]) -> None:
             console.print(f"  deleted {escape(path)}", highlight=False)
         for path in r.extra.get("would_delete", []):
             console.print(f"  would delete {escape(path)}", highlight=False)
+
+
+class LiveProgress:
+    """Progress on stderr while hosts are worked on.
+
+    On a terminal: one transient line per host (its latest phase; while waiting, the load phase,
+    elapsed time and newest journal line), rollout events scrolling above. In a log: only rollout
+    events and one line per 15 s of a long model load, since the final report repeats the phases.
+    Quiet for ``--json`` unless on a terminal.
+    """
+
+    def __init__(self, console: Console, *, quiet: bool = False, log_every: float = 15.0) -> None:
+        self.console = console
+        self.interactive = console.is_terminal
+        self.quiet = quiet and not self.interactive
+        self.log_every = log_every
+        self._lines: dict[str, str] = {}
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._live: Live | None = None
+
+    def __enter__(self) -> LiveProgress:
+        if self.interactive:
+            self._live = Live(self._render(), console=self.console, transient=True, refresh_per_second=8)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Stop the live display (e.g. for a prompt), then resume it."""
+        if self._live is None:
+            yield
+            return
+        self._live.stop()
+        try:
+            yield
+        finally:
+            self._live.start()
+
+    def _render(self) -> Group:
+        return Group(*(Text.assemble((host, "dim"), " ", line) for host, line in self._lines.items()))
+
+    def __call__(self, host: str, phase: str, detail: str) -> None:
+        if self.quiet:
+            return
+        with self._lock:
+            if self._live is not None:
+                if phase:
+                    # the host's one live line: its latest phase (the final report lists them all)
+                    self._lines[host] = f"{phase:<9} {detail}"[:240]
+                else:
+                    self._live.console.print(Text.assemble((host, "dim"), f" {detail}"))
+                self._live.update(self._render())
+                return
+            if phase == "waiting":
+                now = time.monotonic()
+                if now - self._last.get(host, float("-inf")) < self.log_every:
+                    return
+                self._last[host] = now
+            elif phase:
+                return  # the final report lists every phase with its time
+            self.console.print(Text.assemble((host, "dim"), f" {phase or '':<9} {detail}"))

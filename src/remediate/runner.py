@@ -121,7 +121,7 @@ def _wait_for_running(
 
     def show_progress(phase: str, elapsed: float, line: str) -> None:
         if timer.progress:
-            timer.progress(result.host, "wait", f"{phase} · {elapsed:.0f}s · {line}")
+            timer.progress(result.host, "waiting", f"{phase} · {elapsed:.0f}s · {line}")
 
     try:
         healthy = wait_healthy(

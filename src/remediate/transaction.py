@@ -235,7 +235,7 @@ def transact(
 
     def show_progress(phase: str, elapsed: float, line: str) -> None:
         if timer.progress:
-            timer.progress(result.host, "wait", f"{phase} · {elapsed:.0f}s · {line}")
+            timer.progress(result.host, "waiting", f"{phase} · {elapsed:.0f}s · {line}")
 
     try:
         with timer.phase("commit"):
