@@ -14,7 +14,7 @@ from typing import Any
 
 from remediate import backupset, probes, templates
 from remediate.backupset import Backup
-from remediate.errors import ConflictError, RemediateError, RemediationError, TransportError
+from remediate.errors import ConflictError, RemediationError, TransportError
 from remediate.health import Healthy
 from remediate.models import HostResult, RunOptions
 from remediate.probes import ProbeResult
@@ -23,6 +23,7 @@ from remediate.transaction import (
     ProgressFn,
     Timer,
     endpoint_of,
+    host_outcome,
     lock_path,
     planned_steps,
     probe,
@@ -79,8 +80,8 @@ def backups_host(
     now: Callable[[], float] = time.time,
 ) -> HostResult:
     """List (and with ``prune_keep``, prune) a host's backups; the listing lands in ``extra``."""
-    result = HostResult(host=label or transport.host, started_at=now(), outcome="unchanged")
-    try:
+    result = HostResult(host=label or transport.host, started_at=now())
+    with host_outcome(result, now):
         _open(transport)
         found, sources = _read(transport, options.unit)
         assert found.state is not None
@@ -112,12 +113,7 @@ def backups_host(
             result.changed = bool(deleted)
         elif doomed:
             result.extra["would_delete"] = [b.path for b in doomed]
-    except RemediateError as exc:
-        result.error = str(exc)
-        result.exit_code = exc.exit_code
-        result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
-    finally:
-        result.finished_at = now()
+        result.outcome = "unchanged"  # the unit is untouched; `deleted` lists pruned backups
     return result
 
 
@@ -150,15 +146,8 @@ def rollback_host(
     """Restore a backup (``latest`` or a path) as a verified transaction; outcome ``restored``."""
     result = HostResult(host=label or transport.host, started_at=now())
     timer = Timer(result, progress)
-    try:
+    with host_outcome(result, now):
         _rollback(transport, options, to, result, timer, now)
-    except RemediateError as exc:
-        result.error = str(exc) if not result.error else f"{result.error}; {exc}"
-        result.exit_code = exc.exit_code
-        if result.outcome == "not_attempted":
-            result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
-    finally:
-        result.finished_at = now()
     return result
 
 

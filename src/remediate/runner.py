@@ -13,9 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from remediate.errors import (
-    RemediateError,
     RemediationError,
-    TransportError,
     UnhealthyError,
 )
 from remediate.health import Healthy, fetch_tokens, wait_healthy
@@ -26,6 +24,7 @@ from remediate.transaction import (
     ProgressFn,
     Timer,
     endpoint_of,
+    host_outcome,
     planned_steps,
     probe,
     resolve_unit,
@@ -150,17 +149,8 @@ def remediate_host(
     """The whole OOM remediation of one host. Never raises RemediateError: it lands in the result."""
     result = HostResult(host=label or transport.host, started_at=now())
     timer = Timer(result, progress)
-    try:
+    with host_outcome(result, now):
         _remediate(transport, options, result, timer, now)
-    except RemediateError as exc:
-        result.error = str(exc)
-        result.exit_code = exc.exit_code
-        if isinstance(exc, UnhealthyError):
-            result.journal = exc.journal
-        if result.outcome == "not_attempted":
-            result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
-    finally:
-        result.finished_at = now()
     return result
 
 
@@ -235,7 +225,7 @@ def status_host(
     from datetime import UTC, datetime
 
     result = HostResult(host=label or transport.host, started_at=now())
-    try:
+    with host_outcome(result, now):
         open_fn = getattr(transport, "open", None)
         if open_fn:
             open_fn()
@@ -260,10 +250,4 @@ def status_host(
             tokens, _ = fetch_tokens(transport, *endpoint_of(found, options))
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
-    except RemediateError as exc:
-        result.error = str(exc)
-        result.exit_code = exc.exit_code
-        result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
-    finally:
-        result.finished_at = now()
     return result

@@ -188,6 +188,23 @@ def planned_steps(unit: str, writes: list[FileWrite], epoch: int, *, restart: bo
     return steps
 
 
+@contextmanager
+def host_outcome(result: HostResult, now: Callable[[], float] = time.time) -> Iterator[None]:
+    """A host's errors become its result — one failing host never aborts the others — and its end time
+    is recorded. An outcome already set (``failed`` after a failed undo, say) is kept."""
+    try:
+        yield
+    except RemediateError as exc:
+        result.error = str(exc)
+        result.exit_code = exc.exit_code
+        if isinstance(exc, UnhealthyError) and exc.journal:
+            result.journal = exc.journal
+        if result.outcome == "not_attempted":
+            result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
+    finally:
+        result.finished_at = now()
+
+
 class Timer:
     def __init__(self, result: HostResult, progress: ProgressFn | None) -> None:
         self.result = result
