@@ -71,7 +71,8 @@ def exit_code(results: Sequence[HostResult]) -> int:
 
 
 def _default_transport(entry: HostEntry, options: SSHOptions) -> Transport:
-    return SSHTransport(entry.target, options, label=entry.name)
+    # host, user and port go separately: Fabric's "user@host:port" shorthand cannot carry an IPv6 port
+    return SSHTransport(entry.address, options, label=entry.name)
 
 
 def write_retry_file(inventory: Inventory | None, results: Sequence[HostResult], directory: str = ".") -> str | None:

@@ -75,6 +75,45 @@ class HostEntry:
         return (f"{user}@" if user else "") + host + (f":{port}" if port else "")
 
 
+def parse_target(target: str) -> tuple[str | None, str, int | None]:
+    """``[user@]host[:port]`` (``[v6addr]:port`` too) → (user, host, port)."""
+    user, _, rest = target.rpartition("@")
+    port: int | None = None
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail.startswith(":"):
+            port = _port(tail[1:], target)
+    elif rest.count(":") == 1:
+        host, _, text = rest.partition(":")
+        port = _port(text, target)
+    else:
+        host = rest  # a name, an IPv4 address, or a bare IPv6 address
+    if not host:
+        raise ConfigError(f"target {target!r} has no host")
+    return user or None, host, port
+
+
+def _port(text: str, target: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ConfigError(f"target {target!r}: {text!r} is not a TCP port")
+    return int(text)
+
+
+def adhoc_host(target: str, defaults: dict[str, Any] | None = None) -> HostEntry:
+    """A host given on the command line rather than named in an inventory.
+
+    The inventory's defaults apply to what to do (fraction, tokens, unit…), but how to connect comes
+    from the target itself and ssh_config, so an alias keeps its ``User``/``Port``.
+    """
+    user, host, port = parse_target(target)
+    settings = {k: v for k, v in (defaults or {}).items() if k not in ("user", "port")}
+    if user:
+        settings["user"] = user
+    if port:
+        settings["port"] = port
+    return HostEntry(name=target, address=host, settings=settings)
+
+
 @dataclass
 class Inventory:
     path: str
@@ -95,7 +134,7 @@ class Inventory:
             if names is None:
                 if any(ch in pattern for ch in "*?["):
                     raise ConfigError(f"pattern {pattern!r} matches no host or group", source=self.path)
-                adhoc.append(HostEntry(name=pattern, address=pattern, settings=dict(self.defaults)))
+                adhoc.append(adhoc_host(pattern, self.defaults))
                 continue
             chosen.extend(n for n in names if n not in chosen)
         ordered = [self.hosts[n] for n in self.hosts if n in chosen]

@@ -15,7 +15,7 @@ from typing import Any
 
 from remediate import fleet
 from remediate.errors import ConfigError
-from remediate.inventory import HostEntry, Inventory, load_inventory
+from remediate.inventory import HostEntry, Inventory, adhoc_host, load_inventory
 from remediate.models import OomRequest, RunOptions
 from remediate.transport.base import SSHOptions
 from remediate.unitfile.edit import DesiredState, validate_desired
@@ -61,7 +61,7 @@ def resolve_hosts(targets: Sequence[str], inventory_path: str | None) -> tuple[I
     if path is None:
         if not targets:
             raise ConfigError("no target given (a host, or -i inventory.yaml with names, groups or 'all')")
-        return None, [HostEntry(name=t, address=t) for t in targets]
+        return None, [adhoc_host(t) for t in targets]
     inventory = load_inventory(path)
     hosts = inventory.select(list(targets))
     if not hosts:
@@ -82,8 +82,9 @@ def ssh_for(entry: HostEntry, cli: SSHOptions) -> SSHOptions:
         ssh_config=cli.ssh_config,
         sudo=cli.sudo or bool(s.get("sudo")),
         connect_timeout=cli.connect_timeout,
-        user=cli.user,
-        port=cli.port,
+        connect_attempts=cli.connect_attempts,
+        user=cli.user or s.get("user"),
+        port=cli.port or s.get("port"),
     )
 
 

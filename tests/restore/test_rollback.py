@@ -37,6 +37,8 @@ def remediate(fleet: Sandbox, host: SandboxHost, *args: str, cwd: Path) -> tuple
         cwd=cwd, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert run.stdout, run.stderr
+    if run.returncode not in (0, 1, 2):
+        print(run.stdout, run.stderr)
     return run.returncode, json.loads(run.stdout)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from remediate.errors import ConfigError
-from remediate.inventory import dump_inventory, load_inventory, parse_inventory
+from remediate.inventory import adhoc_host, dump_inventory, load_inventory, parse_inventory, parse_target
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,8 +44,12 @@ def test_selection_by_name_group_glob_all_and_address_keeps_file_order() -> None
     assert [h.name for h in inv.select(["gpu-2", "gpu-1"])] == ["gpu-1", "gpu-2"]
     assert [h.name for h in inv.select(["gpu-*"])] == ["gpu-1", "gpu-2"]
     assert [h.name for h in inv.select(["everything"])] == ["gpu-1", "gpu-2", "cpu-1"]
-    adhoc = inv.select(["10.9.9.9"])
-    assert adhoc[0].address == "10.9.9.9" and adhoc[0].settings["user"] == "root"
+    adhoc = inv.select(["deploy@10.9.9.9:2222"])
+    assert adhoc[0].name == "deploy@10.9.9.9:2222" and adhoc[0].address == "10.9.9.9"
+    assert adhoc[0].target == "deploy@10.9.9.9:2222"
+    # what to do comes from the defaults; how to connect from the target (and ssh_config), not defaults.user
+    assert adhoc[0].settings == {"target_tokens": 200000, "user": "deploy", "port": 2222}
+    assert inv.select(["gpu-alias"])[0].target == "gpu-alias"
     assert inv.hosts["cpu-1"].target == "deploy@127.0.0.3"
     assert inv.hosts["gpu-2"].settings == {"user": "root", "target_tokens": 200000, "mem_fraction_static": 0.92}
 
@@ -110,3 +114,24 @@ def test_retry_file_round_trips_settings() -> None:
     assert list(again.hosts) == ["gpu-2", "cpu-1"]
     assert again.hosts["gpu-2"].settings == inv.hosts["gpu-2"].settings
     assert again.hosts["cpu-1"].target == inv.hosts["cpu-1"].target
+
+
+@pytest.mark.parametrize(
+    ("target", "parsed", "rendered"),
+    [
+        ("gpu-01", (None, "gpu-01", None), "gpu-01"),
+        ("root@10.0.0.1", ("root", "10.0.0.1", None), "root@10.0.0.1"),
+        ("root@127.0.0.1:2222", ("root", "127.0.0.1", 2222), "root@127.0.0.1:2222"),
+        ("[fe80::1]:22", (None, "fe80::1", 22), "[fe80::1]:22"),
+        ("fe80::1", (None, "fe80::1", None), "[fe80::1]"),
+    ],
+)
+def test_targets(target: str, parsed: tuple, rendered: str) -> None:
+    assert parse_target(target) == parsed
+    assert adhoc_host(target).target == rendered
+
+
+@pytest.mark.parametrize("bad", ["root@", "host:ssh", "host:70000"])
+def test_bad_targets(bad: str) -> None:
+    with pytest.raises(ConfigError, match="target"):
+        parse_target(bad)

@@ -39,6 +39,7 @@ class SSHOptions:
     ssh_config: str | None = None
     sudo: bool = False
     connect_timeout: float = 10.0
+    connect_attempts: int = 3
     user: str | None = None
     port: int | None = None
 

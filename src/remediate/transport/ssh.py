@@ -33,6 +33,7 @@ from paramiko.ssh_exception import (
     PasswordRequiredException,
     SSHException,
 )
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from remediate.errors import AuthError, ConnectError, TransportError
 from remediate.transport.base import CommandResult, HttpResponse, SSHOptions
@@ -165,13 +166,30 @@ class SSHTransport:
         """Connect and authenticate (host key verified). Idempotent."""
         if self._opened:
             return
-        with _translate_errors(self.host):
-            self._conn.open()
+        # A refused or reset connection (sshd restarting, MaxStartups under a fleet's fan-out) is retried,
+        # briefly and with jitter; authentication and host-key failures are final at once.
+        retrying = Retrying(
+            retry=retry_if_exception_type(ConnectError),
+            wait=wait_random_exponential(multiplier=0.2, max=2.0),
+            stop=stop_after_attempt(self.options.connect_attempts),
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                self._connect_once()
         self._opened = True
         if self.options.sudo:
             probe = self.run("true")
             if not probe.ok:
                 raise self._sudo_error(probe)
+
+    def _connect_once(self) -> None:
+        try:
+            with _translate_errors(self.host):
+                self._conn.open()
+        except ConnectError:
+            self._conn.close()  # a half-open client must not be reused by the next attempt
+            raise
 
     def _sudo_error(self, result: CommandResult) -> TransportError:
         text = result.stderr.lower()
