@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
 from remediate.errors import ConfigError, OwnedElsewhereError
+from remediate.unitfile.alloc import ALLOC, alloc_target, merge_alloc
 from remediate.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
-from remediate.unitfile.envfile import EnvAssignment
 from remediate.unitfile.model import TextEdit, apply_edits
 from remediate.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
 
@@ -25,7 +25,6 @@ __all__ = [
 
 FRACTION = "--mem-fraction-static"
 CHUNK = "--chunked-prefill-size"
-ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
 MARKER = re.compile(r"^[ \t]*# remediate: oom (\S+) mem-fraction-static (\S+)->(\S+)[ \t]*(?=\r?$)", re.MULTILINE)
 _ALLOC_SYNTAX = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+)*$")
 
@@ -286,63 +285,14 @@ def _plan_chunk(plan: _Plan, desired: DesiredState, items: list[ArgItem]) -> Non
         plan.changes.append(Change(CHUNK, hit.value_text, new_text, holder.path, holder.where))
 
 
-def _merge_alloc(assignment: EnvAssignment, wanted: str) -> tuple[list[TextEdit], str]:
-    """Edits that make the comma-separated ``key:value`` list hold every wanted option."""
-    value = assignment.value.text
-    edits: list[TextEdit] = []
-    appended: list[str] = []
-    options: list[tuple[str, int, int]] = []  # (key, value start, value end) in ``value``
-    pos = 0
-    for part in value.split(","):
-        key, colon, _ = part.partition(":")
-        if colon:
-            options.append((key.strip(), pos + len(key) + 1, pos + len(part)))
-        pos += len(part) + 1
-    merged = value
-    for option in wanted.split(","):
-        key, _, new = option.partition(":")
-        existing = [opt for opt in options if opt[0] == key]
-        if existing:
-            _, start, end = existing[-1]
-            if value[start:end].strip() != new:
-                edits.append(assignment.replace_value(start, end, new))
-                merged = merged.replace(f"{key}:{value[start:end]}", f"{key}:{new}")
-        else:
-            appended.append(option)
-    if appended:
-        extra = ",".join(appended)
-        sep = "," if value.strip() else ""
-        edits.append(assignment.replace_value(len(value), len(value), sep + extra))
-        merged = merged + sep + extra
-    return edits, merged
-
-
-def _alloc_target(service: Service) -> tuple[EnvAssignment | None, str, str]:
-    """The assignment that decides PYTORCH_CUDA_ALLOC_CONF for sglang: (assignment, path, where)."""
-    command = service.command
-    path = service.exec_start.path
-    if command.in_container:
-        env = [a for a in command.container_env if a.name == ALLOC]
-        return (env[-1] if env else None), path, f"{command.kind} -e"
-    prefix = [a for a in command.env_prefix if a.name == ALLOC]
-    if prefix:
-        return prefix[-1], path, command.kind if command.shell else "ExecStart= (env)"
-    value = service.lookup(ALLOC)
-    if value.unknown is not None:
-        service.notes.append(f"{ALLOC} could also be set in {value.where}, which was not read")
-    if value.assignment is not None and value.path is not None:
-        return value.assignment, value.path, value.where
-    return None, path, "Environment="
-
-
 def _plan_alloc(plan: _Plan, desired: DesiredState) -> None:
     wanted = desired.alloc_conf
     if wanted is None:
         return
     service = plan.service
-    assignment, path, where = _alloc_target(service)
+    assignment, path, where = alloc_target(service)
     if assignment is not None:
-        edits, merged = _merge_alloc(assignment, wanted)
+        edits, merged = merge_alloc(assignment, wanted)
         for edit in edits:
             plan.add(path, edit)
         if edits:
@@ -371,7 +321,7 @@ def _plan_alloc(plan: _Plan, desired: DesiredState) -> None:
 
 
 def _effective_alloc(service: Service) -> str | None:
-    assignment, _, _ = _alloc_target(service)
+    assignment, _, _ = alloc_target(service)
     return assignment.value.text if assignment is not None else None
 
 
