@@ -7,6 +7,7 @@ renders the :class:`~remediate.models.HostResult` this returns.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -16,9 +17,9 @@ from remediate.errors import (
     RemediationError,
     UnhealthyError,
 )
-from remediate.health import Healthy, fetch_tokens, wait_healthy
+from remediate.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
 from remediate.models import HostResult, RunOptions
-from remediate.probes import ProbeResult
+from remediate.probes import ProbeResult, parse_server_info
 from remediate.transaction import (
     FileWrite,
     ProgressFn,
@@ -94,13 +95,24 @@ def _verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) ->
         )
 
 
-def _already_healthy(transport: Transport, found: ProbeResult, options: RunOptions) -> int | None:
+def _already_healthy(
+    transport: Transport, found: ProbeResult, options: RunOptions, plan: EditPlan, result: HostResult
+) -> tuple[int | None, bool]:
+    """(tokens, stale) for a unit that needs no change: tokens when the running server runs it; stale
+    when it answers with other values (edited and reloaded, never restarted), so it must restart."""
     state = found.state
     assert state is not None
     if state.active_state != "active" or state.needs_daemon_reload:
-        return None
-    tokens, _ = fetch_tokens(transport, *endpoint_of(found, options))
-    return tokens
+        return None, False
+    info, _ = fetch_server_info(transport, *endpoint_of(found, options))
+    if info is None:
+        return None, False
+    try:
+        verify_server_args(result.host, info, plan)
+    except RemediationError as exc:
+        result.notes.append(f"{exc.message}; restarting to apply the unit")
+        return None, True
+    return parse_server_info(json.dumps(info).encode()), False
 
 
 def _is_running(found: ProbeResult) -> bool:
@@ -177,8 +189,8 @@ def _remediate(
         writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
         result.steps = planned_steps(unit, writes, epoch, restart=True)
     if not plan.is_changed:
-        tokens = _already_healthy(transport, found, options)
-        if tokens is None and not options.dry_run and _is_running(found):
+        tokens, stale = _already_healthy(transport, found, options, plan, result)
+        if tokens is None and not stale and not options.dry_run and _is_running(found):
             with timer.phase("wait"):
                 tokens = _wait_for_running(transport, found, options, result, timer)
         if tokens is not None:
@@ -187,7 +199,8 @@ def _remediate(
             result.target_tokens = options.target_tokens
             result.steps = []
             return
-        result.notes.append("the unit is already remediated but the server is not healthy: restarting it")
+        if not stale:
+            result.notes.append("the unit is already remediated but the server is not healthy: restarting it")
     if options.dry_run:
         # Nothing was changed: the outcome says so; `changed` and the diff say what a real run would do.
         result.outcome = "unchanged"

@@ -168,3 +168,27 @@ def test_dry_run_changes_nothing_and_shows_diff_and_steps(incident: Node) -> Non
     assert node.ls("/etc/systemd/system") == [UNIT]
     assert _changing(node.audit()) == []
     assert node.show("InvocationID")["InvocationID"] == invocation
+
+
+def test_unit_fixed_by_hand_but_never_restarted_is_restarted_not_unchanged(incident: Node) -> None:
+    """The file is right and daemon-reloaded, but the running server still has 0.94: that is not done."""
+    node = incident
+    fixed = node.bytes(UNIT_PATH).decode().replace("--mem-fraction-static 0.94", "--mem-fraction-static 0.93")
+    fixed = fixed.replace("--trust-remote-code", "--trust-remote-code --chunked-prefill-size 4096")
+    fixed = fixed.replace(
+        "Environment=CUDA_HOME=/usr/local/cuda\n", f"Environment=CUDA_HOME=/usr/local/cuda\n{ALLOC_LINE}\n"
+    )
+    node.host.write(UNIT_PATH, fixed, mode=0o640)
+    node.host.systemctl("daemon-reload", check=True)  # by hand (not audited); no restart
+    invocation = node.show("InvocationID")["InvocationID"]
+
+    # explicit fraction: without our marker, a step would lower the hand-made 0.93 again (the fraction rule)
+    run = node.cli("oom", "--mem-fraction-static", "0.93", "--timeout", "60")
+
+    assert run.returncode == 0, run
+    result = run.result
+    assert result["changed"] is False and result["backup"] is None
+    assert any("server reports mem_fraction_static=0.94" in note for note in result["notes"]), result["notes"]
+    assert result["outcome"] == "remediated" and result["max_total_num_tokens"] == 195011
+    assert node.show("InvocationID")["InvocationID"] != invocation
+    assert f"restart {UNIT}" in node.audit()
