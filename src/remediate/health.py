@@ -18,7 +18,7 @@ from typing import Any
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
 
 from remediate.errors import UnhealthyError
-from remediate.probes import ServiceState, explain_crash, parse_capacity_line, parse_server_info, parse_show
+from remediate.probes import ServiceState, explain_crash, parse_capacity_line, parse_show, tokens_from_info
 from remediate.transport.base import Transport
 from remediate.unitfile.report import mask_secrets
 
@@ -75,7 +75,7 @@ def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None
     info, path = fetch_server_info(transport, host, port)
     if info is None:
         return None, ""
-    return parse_server_info(json.dumps(info).encode()), path
+    return tokens_from_info(info), path
 
 
 def wait_healthy(
@@ -131,7 +131,7 @@ def wait_healthy(
             phase = f"warming up (/health {health.status})"
         else:
             info, source = fetch_server_info(transport, host, port)
-            tokens = parse_server_info(json.dumps(info).encode()) if info is not None else None
+            tokens = tokens_from_info(info) if info is not None else None
             if tokens is None:
                 tokens = parse_capacity_line(journal_since(transport, unit, restart_epoch))
                 source = "journal"

@@ -10,6 +10,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 SHOW_PROPERTIES = (
     "FragmentPath",
@@ -239,8 +240,11 @@ def parse_server_info(body: bytes) -> int | None:
         data = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(data, dict):
-        return None
+    return tokens_from_info(data) if isinstance(data, dict) else None
+
+
+def tokens_from_info(data: dict[str, Any]) -> int | None:
+    """The KV pool from a parsed info document: top-level, else ``internal_states[0].memory_usage``."""
     value = data.get("max_total_num_tokens")
     if isinstance(value, int):
         return value

@@ -7,7 +7,6 @@ renders the :class:`~remediate.models.HostResult` this returns.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -19,7 +18,7 @@ from remediate.errors import (
 )
 from remediate.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
 from remediate.models import HostResult, RunOptions
-from remediate.probes import ProbeResult, parse_server_info
+from remediate.probes import ProbeResult, tokens_from_info
 from remediate.transaction import (
     FileWrite,
     ProgressFn,
@@ -112,7 +111,7 @@ def _already_healthy(
     except RemediationError as exc:
         result.notes.append(f"{exc.message}; restarting to apply the unit")
         return None, True
-    return parse_server_info(json.dumps(info).encode()), False
+    return tokens_from_info(info), False
 
 
 def _is_running(found: ProbeResult) -> bool:
