@@ -65,12 +65,6 @@ def _read(transport: Transport, unit: str | None) -> tuple[ProbeResult, UnitSour
     return found, sources_from_probe(found)
 
 
-def _open(transport: Transport) -> None:
-    open_fn = getattr(transport, "open", None)
-    if open_fn:
-        open_fn()
-
-
 def backups_host(
     transport: Transport,
     options: RunOptions,
@@ -82,7 +76,7 @@ def backups_host(
     """List (and with ``prune_keep``, prune) a host's backups; the listing lands in ``extra``."""
     result = HostResult(host=label or transport.host, started_at=now())
     with host_outcome(result, now):
-        _open(transport)
+        transport.open()
         found, sources = _read(transport, options.unit)
         assert found.state is not None
         result.unit, result.unit_path = found.state.unit, found.state.fragment_path
@@ -155,7 +149,7 @@ def _rollback(
     transport: Transport, options: RunOptions, to: str, result: HostResult, timer: Timer, now: Callable[[], float]
 ) -> None:
     with timer.phase("connect"):
-        _open(transport)
+        transport.open()
     with timer.phase("read"):
         found, sources = _read(transport, options.unit)
         assert found.state is not None

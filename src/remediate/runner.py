@@ -171,9 +171,7 @@ def _remediate(
     from datetime import UTC, datetime
 
     with timer.phase("connect"):
-        open_fn = getattr(transport, "open", None)
-        if open_fn:
-            open_fn()
+        transport.open()
     with timer.phase("read"):
         found = resolve_unit(transport, probe(transport, options.unit), options.unit)
         assert found.state is not None
@@ -238,9 +236,7 @@ def status_host(
 
     result = HostResult(host=label or transport.host, started_at=now())
     with host_outcome(result, now):
-        open_fn = getattr(transport, "open", None)
-        if open_fn:
-            open_fn()
+        transport.open()
         found = resolve_unit(transport, probe(transport, options.unit), options.unit)
         assert found.state is not None
         result.unit = found.state.unit

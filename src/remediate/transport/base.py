@@ -49,6 +49,10 @@ class Transport(Protocol):
 
     host: str
 
+    def open(self) -> None:
+        """Connect (host key verified) and authenticate; idempotent."""
+        ...
+
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
         """Run a shell command (already quoted) on the host; never raises on non-zero exit."""
         ...
