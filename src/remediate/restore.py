@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any
 
 from remediate import backupset, probes, templates
@@ -22,6 +24,7 @@ from remediate.transaction import (
     FileWrite,
     ProgressFn,
     Timer,
+    detect_unit,
     endpoint_of,
     host_outcome,
     lock_path,
@@ -30,6 +33,7 @@ from remediate.transaction import (
     resolve_unit,
     sources_from_probe,
     transact,
+    unit_lock,
 )
 from remediate.transport.base import Transport
 from remediate.unitfile.edit import UnitSources
@@ -150,6 +154,18 @@ def _rollback(
 ) -> None:
     with timer.phase("connect"):
         transport.open()
+    with ExitStack() as held:
+        unit_name = options.unit
+        if not options.dry_run:
+            with timer.phase("lock"):
+                unit_name = unit_name or detect_unit(transport)
+                held.enter_context(unit_lock(transport, unit_name, options.lock_wait))
+        _rollback_locked(transport, replace(options, unit=unit_name), to, result, timer, now)
+
+
+def _rollback_locked(
+    transport: Transport, options: RunOptions, to: str, result: HostResult, timer: Timer, now: Callable[[], float]
+) -> None:
     with timer.phase("read"):
         found, sources = _read(transport, options.unit)
         assert found.state is not None

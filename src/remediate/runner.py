@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -23,6 +24,7 @@ from remediate.transaction import (
     FileWrite,
     ProgressFn,
     Timer,
+    detect_unit,
     endpoint_of,
     host_outcome,
     planned_steps,
@@ -30,6 +32,7 @@ from remediate.transaction import (
     resolve_unit,
     sources_from_probe,
     transact,
+    unit_lock,
 )
 from remediate.transport.base import Transport
 from remediate.unitfile.edit import EditPlan, plan_edit
@@ -168,12 +171,30 @@ def remediate_host(
 def _remediate(
     transport: Transport, options: RunOptions, result: HostResult, timer: Timer, now: Callable[[], float]
 ) -> None:
-    from datetime import UTC, datetime
-
     with timer.phase("connect"):
         transport.open()
+    with ExitStack() as held:
+        unit = options.unit
+        if not options.dry_run:
+            # Lock before reading: concurrent runs serialise, and the next one reads what this one left.
+            with timer.phase("lock"):
+                unit = unit or detect_unit(transport)
+                held.enter_context(unit_lock(transport, unit, options.lock_wait))
+        _remediate_locked(transport, options, unit, result, timer, now)
+
+
+def _remediate_locked(
+    transport: Transport,
+    options: RunOptions,
+    unit_name: str | None,
+    result: HostResult,
+    timer: Timer,
+    now: Callable[[], float],
+) -> None:
+    from datetime import UTC, datetime
+
     with timer.phase("read"):
-        found = resolve_unit(transport, probe(transport, options.unit), options.unit)
+        found = resolve_unit(transport, probe(transport, unit_name), unit_name)
         assert found.state is not None
         unit = found.state.unit
         result.unit = unit

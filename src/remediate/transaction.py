@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from remediate import probes, templates
 from remediate.errors import (
+    CommandError,
     ConfigError,
     ConflictError,
     RemediateError,
@@ -101,6 +103,13 @@ def resolve_unit(transport: Transport, found: ProbeResult, unit: str | None) -> 
     return found
 
 
+def detect_unit(transport: Transport) -> str:
+    """The one unit whose ExecStart runs sglang (a read-only probe; several or none → ConfigError)."""
+    found = resolve_unit(transport, probe(transport, None), None)
+    assert found.state is not None
+    return found.state.unit
+
+
 def sources_from_probe(found: ProbeResult) -> UnitSources:
     """Build the core's input from what the probe read (fragment, drop-ins, environment files)."""
     state = found.state
@@ -132,11 +141,15 @@ def commit(
     restart: bool = True,
     lock_wait: int = 30,
     analyze: bool = False,
+    take_lock: bool = True,
 ) -> CommitReport:
-    """Run the remote transaction (``templates/commit.sh.j2``) and parse what it reports."""
+    """Run the remote transaction (``templates/commit.sh.j2``) and parse what it reports.
+
+    ``take_lock=False`` when the caller already holds the unit's lock (:func:`unit_lock`)."""
     script = templates.render(
         "commit.sh.j2",
         unit=unit,
+        take_lock=take_lock,
         lock_path=lock_path(unit),
         lock_wait=int(lock_wait),
         files=[w.render_args() for w in writes],
@@ -167,6 +180,21 @@ def commit(
     if result.exited == 76:
         raise ConflictError(transport.host, f"aborted, nothing written: {detail}")
     raise RemediationError(transport.host, f"commit failed at {kind or 'step'}: {detail or message}")
+
+
+@contextmanager
+def unit_lock(transport: Transport, unit: str, wait: int) -> Iterator[None]:
+    """Hold the unit's lock on the host for a whole run — read, plan, commit, wait, verify, undo — so
+    concurrent runs serialise: the next one waits (≤ ``wait`` s) and then reads what this one left, or
+    fails clearly. The lock lives in a process tied to this SSH channel: it cannot outlive this run."""
+    script = templates.render("lock.sh.j2", lock_path=lock_path(unit), lock_wait=int(wait))
+    try:
+        with transport.hold("bash -c " + shlex.quote(script), ready="@@locked", timeout=wait + 15):
+            yield
+    except CommandError as exc:
+        if exc.result.exited == 75:
+            raise ConflictError(transport.host, f"another remediation holds the lock on {transport.host}") from None
+        raise RemediationError(transport.host, f"cannot take the lock {lock_path(unit)}: {exc}") from exc
 
 
 def planned_steps(unit: str, writes: list[FileWrite], epoch: int, *, restart: bool) -> list[str]:
@@ -247,7 +275,9 @@ def transact(
     analyze: bool = False,
 ) -> None:
     """Commit ``writes``, wait for the server, verify it; if it does not come back, put the previous bytes
-    back the same way and wait for the old server (outcome ``rolled_back``), unless ``--no-rollback``."""
+    back the same way and wait for the old server (outcome ``rolled_back``), unless ``--no-rollback``.
+
+    The caller holds the unit's lock (:func:`unit_lock`) from before its read until this returns."""
     result.outcome = "failed"
 
     def show_progress(phase: str, elapsed: float, line: str) -> None:
@@ -256,7 +286,9 @@ def transact(
 
     try:
         with timer.phase("commit"):
-            report = commit(transport, unit, writes, epoch=epoch, lock_wait=options.lock_wait, analyze=analyze)
+            report = commit(
+                transport, unit, writes, epoch=epoch, lock_wait=options.lock_wait, analyze=analyze, take_lock=False
+            )
         result.backups = list(report.backups.values())
         result.backup = result.backups[0] if result.backups else None
         result.warnings += [f"systemd-analyze: {line}" for line in report.analyze]
@@ -310,7 +342,7 @@ def _undo(
     """Restore the pre-change bytes the same atomic way, restart, and wait for the old server."""
     undo = [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
     try:
-        report = commit(transport, unit, undo, epoch=int(time.time()), lock_wait=options.lock_wait)
+        report = commit(transport, unit, undo, epoch=int(time.time()), lock_wait=options.lock_wait, take_lock=False)
         result.max_total_num_tokens = _wait(transport, unit, endpoint, options, report).tokens
     except RemediateError as exc:
         result.outcome = "failed"

@@ -138,6 +138,9 @@ class _EditsBeforeCommit:
             self.edited = True
         return self.inner.run(command, stdin=stdin, timeout=timeout)
 
+    def hold(self, command: str, *, ready: str, timeout: float) -> Any:
+        return self.inner.hold(command, ready=ready, timeout=timeout)
+
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> Any:
         return self.inner.http_get(host, port, path, timeout=timeout)
 

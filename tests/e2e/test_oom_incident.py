@@ -12,7 +12,7 @@ from .conftest import UNIT, UNIT_PATH, Node, poll
 pytestmark = pytest.mark.e2e
 
 ALLOC_LINE = "Environment=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-PHASES = ["connect", "read", "plan", "commit", "wait", "verify"]
+PHASES = ["connect", "lock", "read", "plan", "commit", "wait", "verify"]
 CHANGING = ("daemon-reload", "reset-failed", "restart", "start", "stop")
 
 

@@ -137,7 +137,7 @@ def test_remediated_phases_in_order(no_sleep: list[float]) -> None:
     result = run(host)
     assert result.outcome == "remediated", result.error
     assert result.exit_code == 0 and result.error is None
-    assert phases(result) == ["connect", "read", "plan", "commit", "wait", "verify"]
+    assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait", "verify"]
     assert result.unit == UNIT and result.unit_path == PATH
     assert result.max_total_num_tokens == 206635
     assert result.backup == f"{PATH}.bak.oom.{EPOCH}"
@@ -200,7 +200,8 @@ def test_unchanged_when_already_remediated_and_healthy() -> None:
     assert result.changed is False and result.steps == []
     assert host.scripts("# remediate commit") == []
     assert host.ran(POLL) == []
-    assert phases(result) == ["connect", "read", "plan"]
+    assert phases(result) == ["connect", "lock", "read", "plan"]
+    assert len(host.held) == 1 and "@@locked" in host.held[0]  # even a no-op run reads under the lock
 
 
 def test_already_remediated_but_down_is_restarted_without_writes() -> None:
@@ -314,7 +315,7 @@ def test_wait_fails_fast_without_rollback(polls: list[str]) -> None:
     assert result.outcome == "failed" and result.exit_code == 1
     assert len(host.ran(POLL)) == 2  # the second poll saw the crash
     assert len(host.scripts("# remediate commit")) == 1
-    assert phases(result) == ["connect", "read", "plan", "commit", "wait"]
+    assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait"]
     assert result.journal[0] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert "HF_TOKEN=***" in "\n".join(result.journal)
     assert "hf_abc123" not in json.dumps(result.to_dict())
@@ -335,7 +336,7 @@ def test_crash_rolls_back_to_the_old_bytes() -> None:
     host.http("/server_info", info(180000))
     result = run(host)
     assert result.outcome == "rolled_back" and result.exit_code == 1
-    assert phases(result) == ["connect", "read", "plan", "commit", "wait", "rollback"]
+    assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait", "rollback"]
     assert result.error is not None and "failed" in result.error and "rolled back" in result.error
     assert result.journal[0].startswith("torch.OutOfMemoryError")
     forward, undo = host.scripts("# remediate commit")
@@ -368,7 +369,7 @@ def test_min_tokens_below_rolls_back() -> None:
     result = run(host, min_tokens=200000)
     assert result.outcome == "rolled_back" and result.exit_code == 1
     assert result.error is not None and "below --min-tokens 200,000" in result.error
-    assert phases(result) == ["connect", "read", "plan", "commit", "wait", "verify", "rollback"]
+    assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait", "verify", "rollback"]
     _, undo = host.scripts("# remediate commit")
     assert written_texts(undo) == {PATH: INCIDENT}
 
@@ -429,3 +430,13 @@ def test_fake_refuses_unscripted_commands_and_repeats_its_last_reply() -> None:
     assert host.http_get("127.0.0.1", 1, "/other").status == 404
     with pytest.raises(UnscriptedCommandError):
         host.run("rm -rf /")
+
+
+def test_lock_held_by_another_run_fails_clearly_before_reading() -> None:
+    host = make_host(INCIDENT)
+    host.on(r"@@locked", CommandResult("bash -c", 75, "", "@@error lock another remediation holds the lock\n"))
+    result = run(host, unit=UNIT)  # with --unit nothing is read before the lock
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert result.error == "gpu-01: another remediation holds the lock on gpu-01"
+    assert host.ran(PROBE) == [] and host.scripts("# remediate commit") == []
+    assert phases(result) == ["connect", "lock"]

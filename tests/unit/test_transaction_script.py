@@ -26,6 +26,7 @@ def rendered(path: str, *, lock: str | None = None, restart: bool = True) -> str
     return templates.render(
         "commit.sh.j2",
         unit=UNIT,
+        take_lock=True,
         lock_path=lock or transaction.lock_path(UNIT),
         lock_wait=1,
         files=[write.render_args()],
@@ -124,3 +125,24 @@ def test_commit_report_is_parsed() -> None:
     assert report.analyze == [f"{path}:3: warn"]
     [call] = host.calls
     assert call.command == "bash -s" and call.timeout is not None and call.timeout > 30
+
+
+@needs_tools
+def test_lock_script_holds_until_stdin_closes_and_a_second_taker_gets_75(tmp_path: Path) -> None:
+    """templates/lock.sh.j2 for real: held while its stdin is open; another taker times out with 75."""
+    lock = str(tmp_path / "run" / "lock" / "remediate-sglang.service.lock")
+    script = templates.render("lock.sh.j2", lock_path=lock, lock_wait=1)
+    holder = subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "@@locked\n"
+        second = subprocess.run(["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        assert second.returncode == 75
+        assert "another remediation holds the lock" in second.stderr
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()  # remediate's channel closing
+        assert holder.wait(timeout=10) == 0
+        assert holder.stdout is not None
+        holder.stdout.close()
+    third = subprocess.run(["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert third.returncode == 0 and third.stdout == "@@locked\n"  # released: taken at once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,6 +56,11 @@ class Transport(Protocol):
 
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
         """Run a shell command (already quoted) on the host; never raises on non-zero exit."""
+        ...
+
+    def hold(self, command: str, *, ready: str, timeout: float) -> AbstractContextManager[None]:
+        """Run ``command`` until the context exits, once it printed the line ``ready`` (e.g. a lock it took
+        and keeps while its stdin stays open). If it exits first: CommandError with its result."""
         ...
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:

@@ -18,10 +18,11 @@ import base64
 import hashlib
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from remediate.errors import TransportError
+from remediate.errors import CommandError, TransportError
 from remediate.transport.base import CommandResult, HttpResponse
 
 Reply = CommandResult | str | int | Callable[[str, str | None], CommandResult]
@@ -69,6 +70,8 @@ class FakeTransport:
     host: str = "gpu-01"
     calls: list[Call] = field(default_factory=list)
     http_calls: list[HttpCall] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    holding: int = 0
     opened: int = 0
     closed: int = 0
     open_error: TransportError | None = None
@@ -111,6 +114,25 @@ class FakeTransport:
                 reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
                 return _as_result(reply, command, stdin)
         raise UnscriptedCommandError(f"{self.host}: no scripted reply for {command!r} (stdin: {_head(stdin)!r})")
+
+    @contextmanager
+    def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[None]:
+        """Held commands are recorded in ``held``; scripted ones (``on``) that do not print ``ready`` fail
+        with CommandError, as a real command that exits early would. Unscripted ones are granted."""
+        self.held.append(command)
+        for rule in self._rules:
+            if rule.pattern.search(command):
+                rule.hits += 1
+                reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
+                result = _as_result(reply, command, None)
+                if ready not in result.stdout.splitlines():
+                    raise CommandError(self.host, "hold", result)
+                break
+        self.holding += 1
+        try:
+            yield
+        finally:
+            self.holding -= 1
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
         self.http_calls.append(HttpCall(host, port, path))

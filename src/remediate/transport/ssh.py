@@ -35,7 +35,7 @@ from paramiko.ssh_exception import (
 )
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from remediate.errors import AuthError, ConnectError, TransportError
+from remediate.errors import AuthError, CommandError, ConnectError, TransportError
 from remediate.transport.base import CommandResult, HttpResponse, SSHOptions
 
 # paramiko logs refused direct-tcpip channels (normal while a model loads) as errors; our callers get
@@ -231,6 +231,39 @@ class SSHTransport:
             stdout=out.decode("utf-8", "replace"),
             stderr=err.decode("utf-8", "replace"),
         )
+
+    @contextmanager
+    def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[None]:
+        """Keep ``command`` running on its own channel for the duration of the context; closing the
+        channel (or losing the connection) ends it, so a lock it holds can never outlive this process."""
+        if not self._opened:
+            self.open()
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(self.host, "connection lost")
+        marker = ready.encode() + b"\n"
+        with _translate_errors(self.host):
+            chan = transport.open_session(timeout=self.options.connect_timeout)
+        try:
+            with _translate_errors(self.host):
+                chan.exec_command(self._wrap(command))
+                chan.settimeout(0.1)
+                seen = b""
+                deadline = time.monotonic() + timeout
+                while marker not in seen:
+                    if chan.exit_status_ready() and not chan.recv_ready():
+                        err = chan.recv_stderr(65536) if chan.recv_stderr_ready() else b""
+                        result = CommandResult(command, chan.recv_exit_status(), seen.decode(), err.decode())
+                        raise CommandError(self.host, "hold", result)
+                    if time.monotonic() > deadline:
+                        raise ConnectError(self.host, f"no {ready!r} from the host within {timeout:.0f}s")
+                    try:
+                        seen += chan.recv(4096)
+                    except TimeoutError:
+                        continue
+            yield
+        finally:
+            chan.close()
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
         """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections."""
