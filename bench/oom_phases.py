@@ -31,7 +31,7 @@ from sandbox import Sandbox  # noqa: E402
 from sandbox.host import free_address_block  # noqa: E402
 from sandbox.units import free_port, incident_unit  # noqa: E402
 
-PHASES = ("connect", "read", "plan", "commit", "wait", "verify")
+PHASES = ("connect", "lock", "read", "plan", "commit", "wait", "verify")
 UNIT_PATH = "/etc/systemd/system/sglang.service"
 STANDIN = "/opt/sglang/standin"
 
