@@ -77,10 +77,16 @@ def lock_path(unit: str) -> str:
     return f"{LOCK_DIR}/remediate-{unit}.lock"
 
 
-def probe(transport: Transport, unit: str | None, extra_files: tuple[str, ...] = ()) -> ProbeResult:
-    """Read everything needed to plan, in one round trip."""
+def probe(
+    transport: Transport, unit: str | None, extra_files: tuple[str, ...] = (), *, detect_only: bool = False
+) -> ProbeResult:
+    """Read everything needed to plan, in one round trip (``detect_only``: just find the sglang unit)."""
     script = templates.render(
-        "probe.sh.j2", unit=unit or "", properties=probes.SHOW_PROPERTIES, extra_files=extra_files
+        "probe.sh.j2",
+        unit=unit or "",
+        properties=probes.SHOW_PROPERTIES,
+        extra_files=extra_files,
+        detect_only=detect_only,
     )
     result = transport.run("bash -s", stdin=script, timeout=60)
     if not result.ok and "@@end" not in result.stdout:
@@ -105,9 +111,7 @@ def resolve_unit(transport: Transport, found: ProbeResult, unit: str | None) -> 
 
 def detect_unit(transport: Transport) -> str:
     """The one unit whose ExecStart runs sglang (a read-only probe; several or none → ConfigError)."""
-    found = resolve_unit(transport, probe(transport, None), None)
-    assert found.state is not None
-    return found.state.unit
+    return resolve_unit(transport, probe(transport, None, detect_only=True), None).candidates[0]
 
 
 def sources_from_probe(found: ProbeResult) -> UnitSources:
