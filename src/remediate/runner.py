@@ -81,9 +81,18 @@ def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -
             )
 
 
-def _verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> None:
+def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> None:
     result.max_total_num_tokens = healthy.tokens
     result.target_tokens = options.target_tokens
+    longest = (healthy.info or {}).get("max_req_input_len")
+    if isinstance(longest, int):
+        # A smaller KV pool silently lowers the longest prompt sglang accepts (SGLANG.md §3.2).
+        result.extra["max_req_input_len"] = longest
+        context = (healthy.info or {}).get("context_length")
+        if isinstance(context, int) and longest < context - 6:
+            result.warnings.append(
+                f"prompts longer than {longest:,} tokens are now rejected (context length {context:,})"
+            )
     if options.min_tokens is not None and healthy.tokens < options.min_tokens:
         raise RemediationError(
             result.host,
@@ -227,7 +236,7 @@ def _remediate_locked(
 
     def check(healthy: Healthy) -> None:
         verify_server_args(result.host, healthy.info, plan)
-        _verify_tokens(result, healthy, options)
+        verify_tokens(result, healthy, options)
 
     transact(
         transport,

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from remediate.errors import RemediationError
-from remediate.runner import verify_server_args
+from remediate.health import Healthy
+from remediate.models import HostResult, RunOptions
+from remediate.runner import verify_server_args, verify_tokens
 from remediate.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 
 INCIDENT = (Path(__file__).resolve().parents[2] / "examples" / "incident" / "sglang.service").read_text()
@@ -35,3 +37,11 @@ def test_matching_server_args_pass() -> None:
 def test_mismatch_is_a_remediation_error(info: dict) -> None:
     with pytest.raises(RemediationError, match="the server reports"):
         verify_server_args("gpu-01", info, PLAN)
+
+
+def test_longest_prompt_is_reported_and_a_shrink_below_the_context_warned() -> None:
+    result = HostResult(host="gpu-01")
+    info = {"max_total_num_tokens": 195011, "max_req_input_len": 195005, "context_length": 262144}
+    verify_tokens(result, Healthy(tokens=195011, source="/server_info", info=info, seconds=1.0, polls=3), RunOptions())
+    assert result.extra["max_req_input_len"] == 195005
+    assert result.warnings == ["prompts longer than 195,005 tokens are now rejected (context length 262,144)"]
