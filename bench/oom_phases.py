@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,24 +28,11 @@ sys.path.insert(0, str(REPO))
 
 from sandbox import Sandbox  # noqa: E402
 from sandbox.host import free_address_block  # noqa: E402
-from sandbox.units import free_port, incident_unit  # noqa: E402
+from sandbox.units import free_port, incident_unit, wait_http_ok  # noqa: E402
 
 PHASES = ("connect", "lock", "read", "plan", "commit", "wait", "verify")
 UNIT_PATH = "/etc/systemd/system/sglang.service"
 STANDIN = "/opt/sglang/standin"
-
-
-def wait_healthy(address: str, port: int, deadline: float = 60) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        try:
-            with urllib.request.urlopen(f"http://{address}:{port}/health", timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise SystemExit(f"the incident server did not get healthy on {address}:{port}")
 
 
 def one_run(fleet: Sandbox, time_scale: float, workdir: Path) -> tuple[dict[str, float], float, dict]:
@@ -55,7 +41,8 @@ def one_run(fleet: Sandbox, time_scale: float, workdir: Path) -> tuple[dict[str,
     host.set_standin(time_scale=time_scale)
     port = free_port(host.address)
     host.install_unit("sglang.service", incident_unit(host.address, port))
-    wait_healthy(host.address, port)
+    if not wait_http_ok(host.address, port):
+        raise SystemExit(f"the incident server did not get healthy on {host.address}:{port}")
     argv = [sys.executable, "-m", "remediate", "oom", host.name, "--ssh-config", str(fleet.ssh_config)]
     argv += ["--target-tokens", "200000", "--json"]
     start = time.monotonic()

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sandbox import Sandbox, SandboxHost  # noqa: E402
-from sandbox.units import incident_unit  # noqa: E402
+from sandbox.units import incident_unit, wait_http_ok  # noqa: E402
 
 UNIT = "sglang.service"
 TIME_SCALE = float(os.environ.get("DEMO_TIME_SCALE", "0.01"))  # the ~7.5 min load takes ~4.5 s
@@ -54,19 +54,6 @@ def generate(host: SandboxHost, prompt_tokens: int, *, max_new_tokens: int = 8, 
     return result
 
 
-def wait_ready(host: SandboxHost, deadline_s: float = 120) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://{host.address}:30000/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.2)
-    raise SystemExit("demo: the sglang stand-in did not become ready")
-
-
 def remediate(*args: str, sandbox: Sandbox, cwd: str) -> int:
     cmd = [sys.executable, "-m", "remediate", *args, "--ssh-config", str(sandbox.ssh_config)]
     print("$ remediate " + " ".join(args), flush=True)
@@ -89,7 +76,8 @@ def main() -> int:
             host.install_unit(UNIT, incident_unit(), start=True)
             print(host.read(f"/etc/systemd/system/{UNIT}"))
             say("the model loads (the port refuses connections meanwhile) …")
-            wait_ready(host)
+            if not wait_http_ok(host.address, 30000, deadline=120):
+                raise SystemExit("demo: the sglang stand-in did not become ready")
             capacity = [line for line in host.journal(UNIT) if "max_total_num_tokens=" in line]
             print(capacity[-1] if capacity else "(no capacity line)")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import re
 import socket
+import time
+import urllib.request
 from pathlib import Path
 
 INCIDENT = Path(__file__).resolve().parent.parent / "examples" / "incident" / "sglang.service"
@@ -45,3 +47,17 @@ def free_port(address: str) -> int:
                 continue
         return port
     raise RuntimeError(f"no free port on {address}")
+
+
+def wait_http_ok(address: str, port: int, path: str = "/health", deadline: float = 60) -> bool:
+    """Poll ``http://address:port/path`` until it answers 200 (True) or ``deadline`` seconds pass (False)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:  # refused while the model loads, 503 while it warms up
+            pass
+        time.sleep(0.05)
+    return False

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
@@ -24,19 +23,15 @@ from remediate.transaction import (
     FileWrite,
     ProgressFn,
     Timer,
-    detect_unit,
+    connected_and_locked,
     endpoint_of,
     host_outcome,
     lock_path,
     planned_steps,
-    probe,
-    resolve_unit,
-    sources_from_probe,
+    read_unit,
     transact,
-    unit_lock,
 )
 from remediate.transport.base import Transport
-from remediate.unitfile.edit import UnitSources
 from remediate.unitfile.report import unified_diff
 
 
@@ -64,11 +59,6 @@ def list_backups(transport: Transport, found: ProbeResult) -> list[Backup]:
     return backupset.newest_first(backups)
 
 
-def _read(transport: Transport, unit: str | None) -> tuple[ProbeResult, UnitSources]:
-    found = resolve_unit(transport, probe(transport, unit), unit)
-    return found, sources_from_probe(found)
-
-
 def backups_host(
     transport: Transport,
     options: RunOptions,
@@ -81,7 +71,7 @@ def backups_host(
     result = HostResult(host=label or transport.host, started_at=now())
     with host_outcome(result, now):
         transport.open()
-        found, sources = _read(transport, options.unit)
+        found, sources = read_unit(transport, options.unit)
         assert found.state is not None
         result.unit, result.unit_path = found.state.unit, found.state.fragment_path
         backups = list_backups(transport, found)
@@ -152,14 +142,7 @@ def rollback_host(
 def _rollback(
     transport: Transport, options: RunOptions, to: str, result: HostResult, timer: Timer, now: Callable[[], float]
 ) -> None:
-    with timer.phase("connect"):
-        transport.open()
-    with ExitStack() as held:
-        unit_name = options.unit
-        if not options.dry_run:
-            with timer.phase("lock"):
-                unit_name = unit_name or detect_unit(transport)
-                held.enter_context(unit_lock(transport, unit_name, options.lock_wait))
+    with connected_and_locked(transport, options, timer) as unit_name:
         _rollback_locked(transport, replace(options, unit=unit_name), to, result, timer, now)
 
 
@@ -167,7 +150,7 @@ def _rollback_locked(
     transport: Transport, options: RunOptions, to: str, result: HostResult, timer: Timer, now: Callable[[], float]
 ) -> None:
     with timer.phase("read"):
-        found, sources = _read(transport, options.unit)
+        found, sources = read_unit(transport, options.unit)
         assert found.state is not None
         unit = found.state.unit
         result.unit, result.unit_path = unit, found.state.fragment_path

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -24,15 +23,12 @@ from remediate.transaction import (
     FileWrite,
     ProgressFn,
     Timer,
-    detect_unit,
+    connected_and_locked,
     endpoint_of,
     host_outcome,
     planned_steps,
-    probe,
-    resolve_unit,
-    sources_from_probe,
+    read_unit,
     transact,
-    unit_lock,
 )
 from remediate.transport.base import Transport
 from remediate.unitfile.edit import EditPlan, plan_edit
@@ -180,15 +176,7 @@ def remediate_host(
 def _remediate(
     transport: Transport, options: RunOptions, result: HostResult, timer: Timer, now: Callable[[], float]
 ) -> None:
-    with timer.phase("connect"):
-        transport.open()
-    with ExitStack() as held:
-        unit = options.unit
-        if not options.dry_run:
-            # Lock before reading: concurrent runs serialise, and the next one reads what this one left.
-            with timer.phase("lock"):
-                unit = unit or detect_unit(transport)
-                held.enter_context(unit_lock(transport, unit, options.lock_wait))
+    with connected_and_locked(transport, options, timer) as unit:
         _remediate_locked(transport, options, unit, result, timer, now)
 
 
@@ -203,12 +191,11 @@ def _remediate_locked(
     from datetime import UTC, datetime
 
     with timer.phase("read"):
-        found = resolve_unit(transport, probe(transport, unit_name), unit_name)
+        found, sources = read_unit(transport, unit_name)
         assert found.state is not None
         unit = found.state.unit
         result.unit = unit
         result.unit_path = found.state.fragment_path
-        sources = sources_from_probe(found)
     with timer.phase("plan"):
         plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
@@ -267,11 +254,11 @@ def status_host(
     result = HostResult(host=label or transport.host, started_at=now())
     with host_outcome(result, now):
         transport.open()
-        found = resolve_unit(transport, probe(transport, options.unit), options.unit)
+        found, sources = read_unit(transport, options.unit)
         assert found.state is not None
         result.unit = found.state.unit
         result.unit_path = found.state.fragment_path
-        plan = plan_edit(sources_from_probe(found), options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
         result.outcome = "unchanged"  # read-only: nothing was changed
         state = found.state

@@ -13,7 +13,7 @@ import hashlib
 import shlex
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from remediate import probes, templates
@@ -112,6 +112,28 @@ def resolve_unit(transport: Transport, found: ProbeResult, unit: str | None) -> 
 def detect_unit(transport: Transport) -> str:
     """The one unit whose ExecStart runs sglang (a read-only probe; several or none → ConfigError)."""
     return resolve_unit(transport, probe(transport, None, detect_only=True), None).candidates[0]
+
+
+def read_unit(transport: Transport, unit: str | None) -> tuple[ProbeResult, UnitSources]:
+    """Probe the unit (or the one running sglang) and build the core's input from what was read."""
+    found = resolve_unit(transport, probe(transport, unit), unit)
+    return found, sources_from_probe(found)
+
+
+@contextmanager
+def connected_and_locked(transport: Transport, options: RunOptions, timer: Timer) -> Iterator[str | None]:
+    """Connect, then — unless it is a dry run — take the unit's lock before anything is read, and keep it
+    until the block ends: concurrent runs serialise, and the next one reads what this one left.
+    Yields the unit name (detected when not given; None for a dry run without --unit)."""
+    with timer.phase("connect"):
+        transport.open()
+    with ExitStack() as held:
+        unit = options.unit
+        if not options.dry_run:
+            with timer.phase("lock"):
+                unit = unit or detect_unit(transport)
+                held.enter_context(unit_lock(transport, unit, options.lock_wait))
+        yield unit
 
 
 def sources_from_probe(found: ProbeResult) -> UnitSources:
