@@ -16,17 +16,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from remediate import fleet
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
-from remediate.inventory import HostEntry, Inventory, dump_inventory
-from remediate.models import HostResult, OomRequest
-from remediate.runner import remediate_host
-from remediate.settings import (
+from remediate.fleet.inventory import HostEntry, Inventory, dump_inventory
+from remediate.fleet.rollout import Rollout, Strategy, now_stamp
+from remediate.fleet.settings import (
     build_strategy,
     resolve_hosts,
     run_options_for,
     ssh_for,
 )
+from remediate.host.runner import remediate_host
+from remediate.models import HostResult, OomRequest
 from remediate.transport.base import SSHOptions, Transport
 from remediate.transport.ssh import SSHTransport
 
@@ -81,10 +81,10 @@ def write_retry_file(inventory: Inventory | None, results: Sequence[HostResult],
     if not names:
         return None
     inv = inventory or Inventory(path="(command line)")
-    path = Path(directory).resolve() / f"remediate-retry-{fleet.now_stamp()}.yaml"
+    path = Path(directory).resolve() / f"remediate-retry-{now_stamp()}.yaml"
     n = 1
     while path.exists():
-        path = Path(directory).resolve() / f"remediate-retry-{fleet.now_stamp()}-{n}.yaml"
+        path = Path(directory).resolve() / f"remediate-retry-{now_stamp()}-{n}.yaml"
         n += 1
     header = "# remediate retry file: the hosts that failed or were not attempted. Use it with -i.\n"
     path.write_text(header + dump_inventory(inv, names), encoding="utf-8")
@@ -94,13 +94,13 @@ def write_retry_file(inventory: Inventory | None, results: Sequence[HostResult],
 def run_on_hosts(
     hosts: list[HostEntry],
     work: Callable[[HostEntry], HostResult],
-    strategy: fleet.Strategy,
+    strategy: Strategy,
     *,
     confirm: Callable[[str], bool] | None = None,
     on_event: Callable[[str], None] | None = None,
     stop_when: Callable[[HostResult], str | None] | None = None,
-) -> tuple[list[HostResult], fleet.Rollout[HostEntry]]:
-    rollout = fleet.Rollout(
+) -> tuple[list[HostResult], Rollout[HostEntry]]:
+    rollout = Rollout(
         hosts=hosts,
         name_of=lambda h: h.name,
         work=work,
@@ -144,7 +144,7 @@ def _connected(
 def _roll_out(
     hosts: list[HostEntry],
     inventory: Inventory | None,
-    strategy: fleet.Strategy,
+    strategy: Strategy,
     ssh: SSHOptions,
     job: Callable[[Transport, HostEntry], HostResult],
     *,
@@ -266,7 +266,7 @@ def for_each_host(
     """Run a read-only per-host function over the selected hosts, ``forks`` at a time."""
     _, hosts = resolve_hosts(targets, inventory_path)
     work = _connected(fn, ssh, transport_factory)
-    results, _ = run_on_hosts(hosts, work, fleet.Strategy(canary=0, forks=forks, max_failures="100%"))
+    results, _ = run_on_hosts(hosts, work, Strategy(canary=0, forks=forks, max_failures="100%"))
     return results
 
 
@@ -279,7 +279,7 @@ def status(
     transport_factory: TransportFactory | None = None,
 ) -> list[HostResult]:
     """Per host: unit, state, current fraction/chunk/alloc conf, tokens, and whether it is remediated."""
-    from remediate.runner import status_host
+    from remediate.host.runner import status_host
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         request = OomRequest(unit=unit)
@@ -304,7 +304,7 @@ def rollback(
     retry_dir: str = ".",
 ) -> RolloutResult:
     """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too."""
-    from remediate.restore import rollback_host
+    from remediate.host.restore import rollback_host
 
     inventory_obj, hosts = resolve_hosts(targets, inventory)
     if to != "latest" and len(hosts) > 1:
@@ -341,7 +341,7 @@ def backups(
 ) -> list[HostResult]:
     """List each host's backups (newest first, with the flag-level difference to the current unit);
     with ``prune_keep``, delete all but the newest N per file (never the newest, never the current state's)."""
-    from remediate.restore import backups_host
+    from remediate.host.restore import backups_host
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         options = replace(run_options_for(entry, OomRequest(unit=unit)), dry_run=dry_run)

@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from remediate import __version__, api, localfile, render, settings
+from remediate import __version__, api, render
+from remediate.core.unitfile.edit import SourceFile, UnitSources, plan_edit
+from remediate.core.unitfile.report import plan_to_dict, summary_lines, unified_diff
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
+from remediate.fleet import settings
+from remediate.host import localfile
 from remediate.models import HostResult, OomRequest
 from remediate.transport.base import SSHOptions
-from remediate.unitfile.edit import SourceFile, UnitSources, plan_edit
-from remediate.unitfile.report import plan_to_dict, summary_lines, unified_diff
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediate.core.unitfile.edit import DesiredState
 from remediate.transport.base import SSHOptions
-from remediate.unitfile.edit import DesiredState
 
 OUTCOMES = ("remediated", "restored", "unchanged", "rolled_back", "failed", "unreachable", "not_attempted")
 SUCCESS_OUTCOMES = frozenset({"remediated", "restored", "unchanged"})

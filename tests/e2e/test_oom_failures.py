@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from remediate import runner
+from remediate.host import runner
 from remediate.models import RunOptions
 from remediate.transport.base import CommandResult, SSHOptions
 from remediate.transport.ssh import SSHTransport

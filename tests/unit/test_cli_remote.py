@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fake_transport import FakeTransport, exec_start_value, probe_output
 
 from remediate.cli import cli
-from remediate.inventory import HostEntry
+from remediate.fleet.inventory import HostEntry
 from remediate.transport.base import SSHOptions
-from remediate.transport.fake import FakeTransport, exec_start_value, probe_output
 
 ROOT = Path(__file__).resolve().parents[2]
 INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()

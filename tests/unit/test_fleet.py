@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from remediate.errors import ConfigError
-from remediate.fleet import Rollout, Strategy, failure_budget, parse_batch, plan_batches
+from remediate.fleet.rollout import Rollout, Strategy, failure_budget, parse_batch, plan_batches
 from remediate.models import HostResult
 
 

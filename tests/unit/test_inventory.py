@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from remediate.errors import ConfigError
-from remediate.inventory import adhoc_host, dump_inventory, load_inventory, parse_inventory, parse_target
+from remediate.fleet.inventory import adhoc_host, dump_inventory, load_inventory, parse_inventory, parse_target
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_transport import exec_start_value, probe_output
 
-from remediate import probes
-from remediate.transport.fake import exec_start_value, probe_output
+from remediate.core import probes
 
 SGLANG_CAPACITY = (
     "[2026-11-29 07:14:22 TP0] max_total_num_tokens=206635, chunked_prefill_size=2048, "

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import tenacity.nap
+from fake_transport import FakeTransport, exec_start_value, probe_output, state_output
 
+from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
+from remediate.host.runner import remediate_host
 from remediate.models import HostResult, RunOptions
-from remediate.runner import remediate_host
 from remediate.transport.base import CommandResult
-from remediate.transport.fake import FakeTransport, exec_start_value, probe_output, state_output
-from remediate.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 
 ROOT = Path(__file__).resolve().parents[2]
 INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
@@ -421,8 +421,9 @@ def test_probe_failure_is_a_transport_error() -> None:
 
 
 def test_fake_refuses_unscripted_commands_and_repeats_its_last_reply() -> None:
+    from fake_transport import UnscriptedCommandError
+
     from remediate.transport.base import Transport
-    from remediate.transport.fake import UnscriptedCommandError
 
     host: Transport = FakeTransport("h").on(r"\Aecho", "one\n", 3).http("/health", None, 503, 200)
     assert [host.run("echo").stdout, host.run("echo").exited, host.run("echo").exited] == ["one\n", 3, 3]

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fake_transport import FakeTransport
 
-from remediate import templates, transaction
-from remediate.transport.fake import FakeTransport
+from remediate.host import templates, transaction
 
 EPOCH = 1_764_400_000
 UNIT = "sglang.service"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
+from remediate.core.unitfile.model import parse_unit, render_unit
+from remediate.core.unitfile.report import unified_diff
 from remediate.errors import ConfigError
-from remediate.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
-from remediate.unitfile.model import parse_unit, render_unit
-from remediate.unitfile.report import unified_diff
 
 CASES = Path(__file__).resolve().parent.parent / "cases"
 FRAGMENT = "/etc/systemd/system/sglang.service"

@@ -1,4 +1,4 @@
-"""The unit-file core is pure: nothing under src/remediate/unitfile imports I/O or opens files."""
+"""The unit-file core is pure: nothing under src/remediate/core/unitfile imports I/O or opens files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-UNITFILE = Path(__file__).resolve().parents[2] / "src" / "remediate" / "unitfile"
+UNITFILE = Path(__file__).resolve().parents[2] / "src" / "remediate" / "core" / "unitfile"
 FORBIDDEN = {
     "os", "pathlib", "io", "subprocess", "socket", "shutil", "tempfile", "click", "fabric",
     "paramiko", "invoke", "remediate.transport", "glob", "urllib", "http", "requests",

@@ -7,9 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from remediate.errors import ConfigError
-from remediate.unitfile.argv import find_in_exec, resolve_flag
-from remediate.unitfile.edit import (
+from remediate.core.unitfile.argv import find_in_exec, resolve_flag
+from remediate.core.unitfile.edit import (
     DesiredState,
     SourceFile,
     UnitSources,
@@ -19,11 +18,12 @@ from remediate.unitfile.edit import (
     runs_sglang,
     validate_desired,
 )
-from remediate.unitfile.envfile import parse_env_file
-from remediate.unitfile.execline import parse_exec, quote_word, split_words
-from remediate.unitfile.model import MappedText, TextEdit, apply_edits, parse_unit
-from remediate.unitfile.report import mask_secrets, plan_to_dict, summary_lines, unified_diff
-from remediate.unitfile.shellwords import split_shell
+from remediate.core.unitfile.envfile import parse_env_file
+from remediate.core.unitfile.execline import parse_exec, quote_word, split_words
+from remediate.core.unitfile.model import MappedText, TextEdit, apply_edits, parse_unit
+from remediate.core.unitfile.report import mask_secrets, plan_to_dict, summary_lines, unified_diff
+from remediate.core.unitfile.shellwords import split_shell
+from remediate.errors import ConfigError
 
 NOW = datetime(2026, 11, 29, 7, 14, 22, tzinfo=UTC)
 

@@ -9,10 +9,10 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
+from remediate.core.unitfile.envfile import parse_env_file
+from remediate.core.unitfile.model import parse_unit, render_unit
 from remediate.errors import ConfigError
-from remediate.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
-from remediate.unitfile.envfile import parse_env_file
-from remediate.unitfile.model import parse_unit, render_unit
 
 NOW = datetime(2026, 11, 29, 7, 14, 22, tzinfo=UTC)
 unit_chars = st.sampled_from(list("[]=#; \t\\\r\n\"'abcXYZ-_.:$%{}01"))

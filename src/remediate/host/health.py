@@ -17,10 +17,10 @@ from typing import Any
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
 
+from remediate.core.probes import ServiceState, explain_crash, parse_capacity_line, parse_show, tokens_from_info
+from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import UnhealthyError
-from remediate.probes import ServiceState, explain_crash, parse_capacity_line, parse_show, tokens_from_info
 from remediate.transport.base import Transport
-from remediate.unitfile.report import mask_secrets
 
 _STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from remediate.unitfile.model import MappedText, Span
+from remediate.core.unitfile.model import MappedText, Span
 
 EXEC_PREFIX_CHARS = "-@:+!|"
 _WHITESPACE = " \t\n\r"

@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from remediate.core.unitfile.edit import Settings, SourceFile, UnitSources, find_sglang_exec, read_settings
 from remediate.errors import ConfigError, RemediateError
-from remediate.unitfile.edit import Settings, SourceFile, UnitSources, find_sglang_exec, read_settings
 
 # <original>.bak[.<tag>][.<epoch>][.<n>] — the epoch is 9–11 digits (2001…2286).
 _NAME = re.compile(r"^(?P<orig>.+?)\.bak(?:\.(?P<tag>[A-Za-z][\w-]*))?(?:\.(?P<epoch>\d{9,11}))?(?:\.(?P<n>\d+))?$")

@@ -6,8 +6,8 @@ character mapped back to the file) and the control operators that end a command.
 
 from __future__ import annotations
 
-from remediate.unitfile.execline import Token
-from remediate.unitfile.model import MappedText, Span
+from remediate.core.unitfile.execline import Token
+from remediate.core.unitfile.model import MappedText, Span
 
 CONTROL_OPERATORS = ("&&", "||", ";;", ";", "|", "&", "\n", "(", ")")
 _BLANK = " \t"

@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-from remediate.unitfile.edit import EditPlan
+from remediate.core.unitfile.edit import EditPlan
 
 # NAME=VALUE where NAME looks secret; NAME follows a line start, blank, quote or '=' (--env=NAME=…).
 _SECRET_ASSIGNMENT = re.compile(

@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from remediate import probes, templates
+from remediate.core import probes
+from remediate.core.probes import ProbeResult
+from remediate.core.unitfile.edit import SourceFile, UnitSources
 from remediate.errors import (
     CommandError,
     ConfigError,
@@ -26,11 +28,10 @@ from remediate.errors import (
     TransportError,
     UnhealthyError,
 )
-from remediate.health import Healthy, wait_healthy
+from remediate.host import templates
+from remediate.host.health import Healthy, wait_healthy
 from remediate.models import HostResult, Phase, RunOptions
-from remediate.probes import ProbeResult
 from remediate.transport.base import Transport
-from remediate.unitfile.edit import SourceFile, UnitSources
 
 ProgressFn = Callable[[str, str, str], None]  # (host, phase, detail)
 

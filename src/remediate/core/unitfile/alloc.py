@@ -6,9 +6,9 @@ flips to ``True``) and every other option (``max_split_size_mb:512``) stays wher
 
 from __future__ import annotations
 
-from remediate.unitfile.envfile import EnvAssignment
-from remediate.unitfile.model import TextEdit
-from remediate.unitfile.sources import Service
+from remediate.core.unitfile.envfile import EnvAssignment
+from remediate.core.unitfile.model import TextEdit
+from remediate.core.unitfile.sources import Service
 
 ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
 

@@ -13,12 +13,12 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from remediate import fleet
+from remediate.core.unitfile.edit import DesiredState, validate_desired
 from remediate.errors import ConfigError
-from remediate.inventory import HostEntry, Inventory, adhoc_host, load_inventory
+from remediate.fleet import rollout
+from remediate.fleet.inventory import HostEntry, Inventory, adhoc_host, load_inventory
 from remediate.models import OomRequest, RunOptions
 from remediate.transport.base import SSHOptions
-from remediate.unitfile.edit import DesiredState, validate_desired
 
 
 def strategy_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
@@ -29,24 +29,24 @@ def strategy_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_strategy(cli: dict[str, Any], inventory: Inventory | None) -> fleet.Strategy:
+def build_strategy(cli: dict[str, Any], inventory: Inventory | None) -> rollout.Strategy:
     """CLI > inventory ``rollout:`` > defaults."""
     merged: dict[str, Any] = {**(inventory.rollout if inventory else {}), **cli}
-    strategy = fleet.Strategy()
+    strategy = rollout.Strategy()
     if "canary" in merged:
         canary = int(merged["canary"])
         if canary < 0:
             raise ConfigError("--canary must be ≥ 0")
         strategy = replace(strategy, canary=canary)
     if "batch" in merged:
-        strategy = replace(strategy, batch=fleet.parse_batch(merged["batch"]))
+        strategy = replace(strategy, batch=rollout.parse_batch(merged["batch"]))
     if "forks" in merged:
         forks = int(merged["forks"])
         if forks < 1:
             raise ConfigError("--forks must be at least 1")
         strategy = replace(strategy, forks=forks)
     if "max_failures" in merged:
-        fleet.failure_budget(str(merged["max_failures"]), 1)
+        rollout.failure_budget(str(merged["max_failures"]), 1)
         strategy = replace(strategy, max_failures=str(merged["max_failures"]))
     if merged.get("pause_after_canary"):
         strategy = replace(strategy, pause_after_canary=True)

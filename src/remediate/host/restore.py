@@ -13,13 +13,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from remediate import backupset, probes, templates
-from remediate.backupset import Backup
+from remediate.core import backups as backupset
+from remediate.core import probes
+from remediate.core.backups import Backup
+from remediate.core.probes import ProbeResult
+from remediate.core.unitfile.report import unified_diff
 from remediate.errors import ConflictError, RemediationError, TransportError
-from remediate.health import Healthy
-from remediate.models import HostResult, RunOptions
-from remediate.probes import ProbeResult
-from remediate.transaction import (
+from remediate.host import templates
+from remediate.host.health import Healthy
+from remediate.host.transaction import (
     FileWrite,
     ProgressFn,
     Timer,
@@ -31,8 +33,8 @@ from remediate.transaction import (
     read_unit,
     transact,
 )
+from remediate.models import HostResult, RunOptions
 from remediate.transport.base import Transport
-from remediate.unitfile.report import unified_diff
 
 
 def unit_files(found: ProbeResult) -> list[str]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from remediate.unitfile.execline import split_words
-from remediate.unitfile.model import MappedText, Span, TextEdit
+from remediate.core.unitfile.execline import split_words
+from remediate.core.unitfile.model import MappedText, Span, TextEdit
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DQUOTE_ESCAPABLE = '"\\`$\n'

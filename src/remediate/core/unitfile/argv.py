@@ -11,10 +11,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from remediate.unitfile.envfile import EnvAssignment
-from remediate.unitfile.execline import Token, parse_exec
-from remediate.unitfile.model import MappedText, Span
-from remediate.unitfile.shellwords import is_operator, split_shell
+from remediate.core.unitfile.envfile import EnvAssignment
+from remediate.core.unitfile.execline import Token, parse_exec
+from remediate.core.unitfile.model import MappedText, Span
+from remediate.core.unitfile.shellwords import is_operator, split_shell
 
 # sglang server flags (argparse long options, without "--"). Prefixes are resolved against this
 # table, so it lists neighbours of the flags we edit too: a prefix counts only when it is unique.

@@ -12,14 +12,15 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from remediate.core.probes import ProbeResult, tokens_from_info
+from remediate.core.unitfile.edit import EditPlan, plan_edit
+from remediate.core.unitfile.report import summary_lines, unified_diff
 from remediate.errors import (
     RemediationError,
     UnhealthyError,
 )
-from remediate.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
-from remediate.models import HostResult, RunOptions
-from remediate.probes import ProbeResult, tokens_from_info
-from remediate.transaction import (
+from remediate.host.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
+from remediate.host.transaction import (
     FileWrite,
     ProgressFn,
     Timer,
@@ -30,9 +31,8 @@ from remediate.transaction import (
     read_unit,
     transact,
 )
+from remediate.models import HostResult, RunOptions
 from remediate.transport.base import Transport
-from remediate.unitfile.edit import EditPlan, plan_edit
-from remediate.unitfile.report import summary_lines, unified_diff
 
 
 def _fill_plan(result: HostResult, plan: EditPlan) -> None:

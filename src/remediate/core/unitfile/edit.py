@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
+from remediate.core.unitfile.alloc import ALLOC, alloc_target, merge_alloc
+from remediate.core.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
+from remediate.core.unitfile.model import TextEdit, apply_edits
+from remediate.core.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
 from remediate.errors import ConfigError, OwnedElsewhereError
-from remediate.unitfile.alloc import ALLOC, alloc_target, merge_alloc
-from remediate.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
-from remediate.unitfile.model import TextEdit, apply_edits
-from remediate.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
 
 __all__ = [
     "Change", "DesiredState", "EditPlan", "FileEdit", "Settings", "SourceFile", "UnitSources",

@@ -22,7 +22,7 @@ def _template_dir() -> Path:
     if packaged.is_dir():
         return Path(str(packaged))
     # A development checkout: templates/ sits at the repository root.
-    return Path(__file__).resolve().parents[2] / "templates"
+    return Path(__file__).resolve().parents[3] / "templates"
 
 
 @cache

@@ -10,10 +10,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_in_exec, shell_var
+from remediate.core.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
+from remediate.core.unitfile.model import Directive, UnitFile, parse_unit
 from remediate.errors import ConfigError
-from remediate.unitfile.argv import ArgItem, SglangCommand, find_in_exec, shell_var
-from remediate.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
-from remediate.unitfile.model import Directive, UnitFile, parse_unit
 
 _PARTIAL_VAR = re.compile(r"\$(\{[A-Za-z_]|[A-Za-z_])")
 

@@ -1,0 +1,1 @@
+"""The pure core: unit files, probe parsers, backup sets. No I/O, no clock, no environment."""

@@ -1,0 +1,1 @@
+"""Many hosts: inventory, per-host settings, and the rollout (canary, batches, forks, failure budget)."""

@@ -1,0 +1,1 @@
+"""One host: the read → plan → commit → wait → verify → undo transaction over a Transport."""
