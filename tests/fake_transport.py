@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from remediate.errors import CommandError, TransportError
-from remediate.transport.base import CommandResult, HttpResponse
+from remediate.models import CommandResult
+from remediate.transport.base import HttpResponse
 
 Reply = CommandResult | str | int | Callable[[str, str | None], CommandResult]
 HttpReply = HttpResponse | int | None | tuple[int, bytes | str]

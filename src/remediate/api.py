@@ -12,26 +12,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from remediate.core.unitfile.edit import EditPlan, SourceFile, UnitSources, plan_edit
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet.inventory import HostEntry, Inventory, dump_inventory
+from remediate.fleet.request import OomRequest
 from remediate.fleet.rollout import Rollout, Strategy, now_stamp
 from remediate.fleet.settings import (
     build_strategy,
+    desired_state,
+    parse_desired_args,
     resolve_hosts,
     run_options_for,
     ssh_for,
 )
-from remediate.host.runner import remediate_host
-from remediate.models import HostResult, OomRequest
+from remediate.host import localfile
+from remediate.host.restore import backups_host, rollback_host
+from remediate.host.runner import remediate_host, status_host
+from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions, Transport
 from remediate.transport.ssh import SSHTransport
 
-ProgressFn = Callable[[str, str, str], None]
 TransportFactory = Callable[[HostEntry, SSHOptions], Transport]
+"""Opens a host's one connection: ``(inventory entry, resolved SSH options) -> Transport``. Every remote
+function takes one as ``transport_factory`` (default: SSH), so scripts and tests can bring their own."""
 
 
 @dataclass
@@ -217,6 +225,7 @@ def remediate_oom(
     stop_when: Callable[[HostResult], str | None] | None = None,
     progress: ProgressFn | None = None,
     retry_dir: str = ".",
+    transport_factory: TransportFactory | None = None,
 ) -> RolloutResult:
     """Remediate the OOM on every selected host; see `remediate oom --help` for the semantics.
 
@@ -234,12 +243,14 @@ def remediate_oom(
             sudo=sudo,
         ),
         unit=unit,
-        cli_desired={
-            "mem_fraction_static": None if mem_fraction_static is None else Decimal(str(mem_fraction_static)),
-            "mem_fraction_step": None if mem_fraction_step is None else Decimal(str(mem_fraction_step)),
-            "chunked_prefill_size": chunked_prefill_size,
-            "alloc_conf": alloc_conf,
-        },
+        cli_desired=parse_desired_args(
+            {
+                "mem_fraction_static": mem_fraction_static,
+                "mem_fraction_step": mem_fraction_step,
+                "chunked_prefill_size": chunked_prefill_size,
+                "alloc_conf": alloc_conf,
+            }
+        ),
         min_tokens=min_tokens,
         target_tokens=target_tokens,
         timeout=timeout,
@@ -251,7 +262,9 @@ def remediate_oom(
             if v is not None
         },
     )
-    return remediate_oom_request(request, progress=progress, stop_when=stop_when, retry_dir=retry_dir)
+    return remediate_oom_request(
+        request, progress=progress, stop_when=stop_when, retry_dir=retry_dir, transport_factory=transport_factory
+    )
 
 
 def for_each_host(
@@ -279,7 +292,6 @@ def status(
     transport_factory: TransportFactory | None = None,
 ) -> list[HostResult]:
     """Per host: unit, state, current fraction/chunk/alloc conf, tokens, and whether it is remediated."""
-    from remediate.host.runner import status_host
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         request = OomRequest(unit=unit)
@@ -304,8 +316,6 @@ def rollback(
     retry_dir: str = ".",
 ) -> RolloutResult:
     """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too."""
-    from remediate.host.restore import rollback_host
-
     inventory_obj, hosts = resolve_hosts(targets, inventory)
     if to != "latest" and len(hosts) > 1:
         raise ConfigError("--to PATH names one file: use it with one host")
@@ -341,10 +351,60 @@ def backups(
 ) -> list[HostResult]:
     """List each host's backups (newest first, with the flag-level difference to the current unit);
     with ``prune_keep``, delete all but the newest N per file (never the newest, never the current state's)."""
-    from remediate.host.restore import backups_host
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         options = replace(run_options_for(entry, OomRequest(unit=unit)), dry_run=dry_run)
         return backups_host(transport, options, label=entry.name, prune_keep=prune_keep)
 
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
+
+
+@dataclass
+class EditResult:
+    """`remediate edit`: the plan for a local unit file and, with ``write``, the backup taken."""
+
+    path: Path
+    plan: EditPlan
+    backup: Path | None = None
+
+    @property
+    def written(self) -> bool:
+        return self.backup is not None
+
+
+def edit_unit_file(
+    unit_file: str | Path,
+    *,
+    mem_fraction_static: float | str | Decimal | None = None,
+    mem_fraction_step: float | str | Decimal | None = None,
+    chunked_prefill_size: int | str | None = None,
+    alloc_conf: str | None = None,
+    write: bool = False,
+    now: datetime | None = None,
+) -> EditResult:
+    """Plan the OOM fix for a local unit file; with ``write``, back it up and replace it atomically.
+
+    Only the given file is edited: a change that belongs in another file (an EnvironmentFile, a drop-in)
+    is a ConfigError naming that file, and nothing is written."""
+    path = Path(unit_file)
+    raw = {
+        "mem_fraction_static": mem_fraction_static,
+        "mem_fraction_step": mem_fraction_step,
+        "chunked_prefill_size": chunked_prefill_size,
+        "alloc_conf": alloc_conf,
+    }
+    try:
+        desired = desired_state(parse_desired_args(raw))
+    except ConfigError as exc:
+        raise ConfigError(exc.message, source=str(path)) from None
+    text = localfile.read_unit_file(path)
+    sources = UnitSources(fragment=SourceFile(path=str(path), text=text), env_files=None)
+    when = now or datetime.now(tz=UTC)
+    plan = plan_edit(sources, desired, now=when)
+    result = EditResult(path, plan)
+    if write and plan.is_changed:
+        for change in plan.files:
+            if Path(change.path) != path:
+                raise ConfigError(f"the change would touch {change.path}; edit that file", source=str(path))
+        result.backup = localfile.write_atomically(path, plan.files[0].new_text, backup_epoch=int(when.timestamp()))
+    return result

@@ -11,7 +11,6 @@ import functools
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,12 +18,10 @@ import click
 from rich.console import Console
 
 from remediate import __version__, api, render
-from remediate.core.unitfile.edit import SourceFile, UnitSources, plan_edit
-from remediate.core.unitfile.report import plan_to_dict, summary_lines, unified_diff
-from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
+from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 from remediate.fleet import settings
-from remediate.host import localfile
-from remediate.models import HostResult, OomRequest
+from remediate.fleet.request import OomRequest
+from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -168,13 +165,6 @@ def _ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> SS
     )
 
 
-def _transport_factory() -> api.TransportFactory | None:
-    """Tests inject a FakeTransport factory through ``ctx.obj``; real runs use SSH."""
-    ctx = click.get_current_context(silent=True)
-    obj = ctx.find_root().obj if ctx else None
-    return obj.get("transport_factory") if isinstance(obj, dict) else None
-
-
 def _emit(
     results: Sequence[HostResult], *, as_json: bool, dry_run: bool = False, extra: dict[str, Any] | None = None
 ) -> int:
@@ -235,37 +225,13 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
       remediate edit examples/incident/sglang.service
       remediate edit sglang.service --mem-fraction-static 0.9 --write
     """
-    try:
-        desired = settings.desired_state(settings.parse_desired_args(desired_kw))
-    except ConfigError as exc:
-        raise ConfigError(exc.message, source=str(unit_file)) from None
-    text = localfile.read_unit(unit_file)
-    sources = UnitSources(fragment=SourceFile(path=str(unit_file), text=text), env_files=None)
-    now = datetime.now(tz=UTC)
-    plan = plan_edit(sources, desired, now=now)
-    backup = None
-    if write and plan.is_changed:
-        for change in plan.files:
-            if Path(change.path) != unit_file:
-                raise ConfigError(f"the change would touch {change.path}; edit that file", source=str(unit_file))
-        backup = localfile.write_atomically(unit_file, plan.files[0].new_text, backup_epoch=int(now.timestamp()))
+    edited = api.edit_unit_file(unit_file, write=write, **desired_kw)
+    backup = str(edited.backup) if edited.backup else None
     if as_json:
-        document = plan_to_dict(plan)
-        document["written"] = bool(backup)
-        document["backup"] = str(backup) if backup else None
-        click.echo(render.dumps(document))
+        click.echo(render.dumps(render.edit_document(edited.plan, backup)))
     else:
-        out = _stdout()
-        render.diff_lines(out, "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files))
-        for line in summary_lines(plan):
-            out.print(line, highlight=False)
-        for note in plan.notes:
-            out.print(f"note: {note}", highlight=False)
-        if not plan.is_changed:
-            out.print(f"{unit_file}: already remediated, nothing to change", highlight=False)
-        elif backup:
-            out.print(f"wrote {unit_file} (backup {backup})", highlight=False)
-    if check and plan.is_changed and not write:
+        render.edit_report(_stdout(), str(unit_file), edited.plan, backup)
+    if check and edited.plan.is_changed and not write:
         sys.exit(1)
 
 
@@ -311,9 +277,7 @@ def oom(**kw: Any) -> None:
     )
     with _progress(kw["as_json"]) as progress:
         confirm = _confirm(kw, progress)
-        rollout = api.remediate_oom_request(
-            request, progress=progress, confirm=confirm, transport_factory=_transport_factory()
-        )
+        rollout = api.remediate_oom_request(request, progress=progress, confirm=confirm)
     code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
     if rollout.retry_file and not kw["as_json"]:
         _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
@@ -339,7 +303,6 @@ def status(**kw: Any) -> None:
         inventory=kw["inventory"],
         ssh=_ssh_options(kw, kw["timeout"]),
         unit=kw["unit"],
-        transport_factory=_transport_factory(),
     )
     if kw["as_json"]:
         click.echo(render.dumps(render.results_document(results)))
@@ -376,7 +339,6 @@ def backups(**kw: Any) -> None:
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
-        transport_factory=_transport_factory(),
     )
     if kw["as_json"]:
         click.echo(render.dumps(render.results_document(results)))
@@ -418,7 +380,6 @@ def rollback(**kw: Any) -> None:
             strategy=settings.strategy_from_cli(kw),
             progress=progress,
             confirm=confirm,
-            transport_factory=_transport_factory(),
         )
     code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
     if rollout.retry_file and not kw["as_json"]:

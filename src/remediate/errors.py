@@ -11,6 +11,7 @@
     │  └─ CommandError                 a remote action exited non-zero; carries the CommandResult
     └─ RemediationError       exit 1   applied, but the host did not become healthy / verify failed
        ├─ ConflictError                the unit changed under us, or another run holds the lock
+       │  └─ LockHeldError             another run holds the unit's lock
        └─ UnhealthyError               the server failed, crashed or timed out while we waited
 
 Exceptions store data and build their message in ``__str__``. Anything that is not a
@@ -22,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from remediate.transport.base import CommandResult
+    from remediate.models import CommandResult
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -60,10 +61,8 @@ class OwnedElsewhereError(ConfigError):
         self.where = where
 
 
-class TransportError(RemediateError):
-    """The host could not be reached or a remote command failed."""
-
-    exit_code = EXIT_UNREACHABLE
+class _HostError(RemediateError):
+    """An error on one host: the message is prefixed with the host's name."""
 
     def __init__(self, host: str, message: str) -> None:
         super().__init__(f"{host}: {message}")
@@ -72,6 +71,12 @@ class TransportError(RemediateError):
 
     def __str__(self) -> str:
         return f"{self.host}: {self.message}"
+
+
+class TransportError(_HostError):
+    """The host could not be reached or a remote command failed."""
+
+    exit_code = EXIT_UNREACHABLE
 
 
 class ConnectError(TransportError):
@@ -98,22 +103,21 @@ class CommandError(TransportError):
         return f"{self.host}: {self.what} failed (exit {self.result.exited})" + (f": {detail}" if detail else "")
 
 
-class RemediationError(RemediateError):
+class RemediationError(_HostError):
     """The change was applied (or attempted) but the host is not healthy."""
 
     exit_code = EXIT_FAILED
 
-    def __init__(self, host: str, message: str) -> None:
-        super().__init__(f"{host}: {message}")
-        self.host = host
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.host}: {self.message}"
-
 
 class ConflictError(RemediationError):
     """The unit changed between read and commit, or another run holds the lock."""
+
+
+class LockHeldError(ConflictError):
+    """Another remediation held the unit's lock for longer than we wait; nothing was read or written."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host, f"another remediation holds the lock on {host}")
 
 
 class UnhealthyError(RemediationError):

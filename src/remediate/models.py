@@ -1,47 +1,33 @@
-"""Value types shared by the orchestration layer and the CLI: options in, results out."""
+"""Value types every layer may use: a remote command's result, a host's result, progress callbacks.
+
+The bottom of the tree: it imports nothing from remediate.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from remediate.core.unitfile.edit import DesiredState
-from remediate.transport.base import SSHOptions
 
 OUTCOMES = ("remediated", "restored", "unchanged", "rolled_back", "failed", "unreachable", "not_attempted")
 SUCCESS_OUTCOMES = frozenset({"remediated", "restored", "unchanged"})
 
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What to do on each host (the desired state plus how to verify it)."""
-
-    desired: DesiredState = field(default_factory=DesiredState)
-    unit: str | None = None
-    min_tokens: int | None = None
-    target_tokens: int | None = None
-    timeout: float = 900.0
-    dry_run: bool = False
-    rollback: bool = True
-    lock_wait: int = 30
-    server_port: int | None = None
+ProgressFn = Callable[[str, str, str], None]
+"""Live progress: ``(host, phase, detail)``; render.LiveProgress is one."""
 
 
 @dataclass(frozen=True)
-class OomRequest:
-    """Everything `remediate oom` was asked to do (CLI values; None = not given)."""
+class CommandResult:
+    """What one remote command produced. A non-zero exit of a probe is data, not an error."""
 
-    targets: tuple[str, ...] = ()
-    inventory: str | None = None
-    ssh: SSHOptions = field(default_factory=SSHOptions)
-    unit: str | None = None
-    cli_desired: dict[str, Any] = field(default_factory=dict)
-    min_tokens: int | None = None
-    target_tokens: int | None = None
-    timeout: float = 900.0
-    dry_run: bool = False
-    rollback: bool = True
-    strategy: dict[str, Any] = field(default_factory=dict)
+    argv: str
+    exited: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exited == 0
 
 
 @dataclass(frozen=True)

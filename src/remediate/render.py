@@ -17,6 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from remediate.core.unitfile.edit import EditPlan
+from remediate.core.unitfile.report import plan_to_dict, summary_lines, unified_diff
 from remediate.models import HostResult
 
 _OUTCOME_STYLE = {
@@ -40,6 +42,24 @@ def diff_lines(console: Console, diff: str) -> None:
         elif line.startswith("@@"):
             style = "cyan"
         console.print(line, style=style, highlight=False, markup=False)
+
+
+def edit_report(console: Console, path: str, plan: EditPlan, backup: str | None) -> None:
+    """`remediate edit`: the masked diff, the flag summary, notes, and what was written."""
+    diff_lines(console, "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files))
+    for line in summary_lines(plan):
+        console.print(line, highlight=False)
+    for note in plan.notes:
+        console.print(f"note: {note}", highlight=False)
+    if not plan.is_changed:
+        console.print(f"{path}: already remediated, nothing to change", highlight=False)
+    elif backup:
+        console.print(f"wrote {path} (backup {backup})", highlight=False)
+
+
+def edit_document(plan: EditPlan, backup: str | None) -> dict[str, Any]:
+    """`remediate edit --json`: the plan, and whether (and where to) it was backed up and written."""
+    return {**plan_to_dict(plan), "written": bool(backup), "backup": backup}
 
 
 def host_report(console: Console, result: HostResult, *, dry_run: bool = False) -> None:

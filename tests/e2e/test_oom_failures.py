@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from remediate.host import runner
-from remediate.models import RunOptions
-from remediate.transport.base import CommandResult, SSHOptions
+from remediate.host.options import RunOptions
+from remediate.models import CommandResult
+from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
 
 from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
@@ -197,8 +198,8 @@ def test_crash_during_load_fails_fast_with_the_oom_lines_and_rolls_back(incident
 
 
 def test_second_run_started_while_the_first_waits_does_not_restart_the_loading_server(incident: Node) -> None:
-    """The lock covers the commit only; a run that starts during the first run's wait sees the unit
-    already remediated and the server still loading. It must not restart it (a real load is minutes)."""
+    """The lock spans the whole run: a run that starts during the first run's wait waits for the lock,
+    then reads the remediated, healthy server (unchanged). It must not restart it (a real load is minutes)."""
     node = incident
     node.host.set_standin(time_scale=0.01)  # a 4.5 s load: time for the second run to arrive mid-load
     first = node.popen("oom", "--timeout", "60")

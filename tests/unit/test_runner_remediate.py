@@ -14,9 +14,9 @@ import tenacity.nap
 from fake_transport import FakeTransport, exec_start_value, probe_output, state_output
 
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
+from remediate.host.options import RunOptions
 from remediate.host.runner import remediate_host
-from remediate.models import HostResult, RunOptions
-from remediate.transport.base import CommandResult
+from remediate.models import CommandResult, HostResult
 
 ROOT = Path(__file__).resolve().parents[2]
 INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
@@ -233,16 +233,6 @@ def test_dry_run_sends_no_commit() -> None:
 
 
 # -- commit failures ---------------------------------------------------------------------------
-
-
-def test_lock_held() -> None:
-    host = make_host()
-    host.on(COMMIT, commit_error(75, "lock another remediation holds the lock /run/lock/remediate-sglang.service.lock"))
-    result = run(host)
-    assert result.outcome == "failed" and result.exit_code == 1
-    assert result.error is not None and "another remediation holds the lock on gpu-01" in result.error
-    assert len(host.scripts("# remediate commit")) == 1
-    assert host.ran(POLL) == [] and host.http_calls == []
 
 
 def test_conflict_aborts_without_rollback() -> None:

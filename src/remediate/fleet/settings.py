@@ -17,7 +17,8 @@ from remediate.core.unitfile.edit import DesiredState, validate_desired
 from remediate.errors import ConfigError
 from remediate.fleet import rollout
 from remediate.fleet.inventory import HostEntry, Inventory, adhoc_host, load_inventory
-from remediate.models import OomRequest, RunOptions
+from remediate.fleet.request import OomRequest
+from remediate.host.options import RunOptions
 from remediate.transport.base import SSHOptions
 
 

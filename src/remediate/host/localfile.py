@@ -9,7 +9,8 @@ from pathlib import Path
 from remediate.errors import ConfigError
 
 
-def read_unit(path: Path) -> str:
+def read_unit_file(path: Path) -> str:
+    """A local unit file as text; a missing, unreadable or non-UTF-8 file is a ConfigError naming it."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

@@ -13,27 +13,30 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from remediate.core import backups as backupset
 from remediate.core import probes
-from remediate.core.backups import Backup
+from remediate.core.backups import (
+    Backup,
+    choose,
+    make_backup,
+    newest_first,
+    select_prune,
+    settings_diff,
+    settings_or_none,
+    swap,
+    validate_backup,
+)
 from remediate.core.probes import ProbeResult
 from remediate.core.unitfile.report import unified_diff
-from remediate.errors import ConflictError, RemediationError, TransportError
+from remediate.errors import LockHeldError, RemediationError, TransportError
 from remediate.host import templates
+from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.health import Healthy
-from remediate.host.transaction import (
-    FileWrite,
-    ProgressFn,
-    Timer,
-    connected_and_locked,
-    endpoint_of,
-    host_outcome,
-    lock_path,
-    planned_steps,
-    read_unit,
-    transact,
-)
-from remediate.models import HostResult, RunOptions
+from remediate.host.lock import LOCK_HELD_EXIT, connected_and_locked, lock_path
+from remediate.host.options import RunOptions
+from remediate.host.outcome import Timer, host_outcome, record_settings
+from remediate.host.read import endpoint_of, read_unit
+from remediate.host.transaction import transact
+from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
 
@@ -53,12 +56,10 @@ def list_backups(transport: Transport, found: ProbeResult) -> list[Backup]:
     listed = probes.parse_probe(result.stdout, None).files
     backups = []
     for remote in listed.values():
-        backup = backupset.make_backup(
-            remote.path, text=remote.text, sha256=remote.sha256, size=remote.size, mtime=remote.mtime
-        )
+        backup = make_backup(remote.path, text=remote.text, sha256=remote.sha256, size=remote.size, mtime=remote.mtime)
         if backup is not None and backup.original in found.files:
             backups.append(backup)
-    return backupset.newest_first(backups)
+    return newest_first(backups)
 
 
 def backups_host(
@@ -77,12 +78,12 @@ def backups_host(
         assert found.state is not None
         result.unit, result.unit_path = found.state.unit, found.state.fragment_path
         backups = list_backups(transport, found)
-        current = backupset.settings_or_none(sources)
+        current = settings_or_none(sources)
         current_sha = {p: f.sha256 for p, f in found.files.items() if f.exists}
-        doomed = backupset.select_prune(backups, prune_keep, current_sha) if prune_keep is not None else []
+        doomed = select_prune(backups, prune_keep, current_sha) if prune_keep is not None else []
         rows: list[dict[str, Any]] = []
         for b in backups:
-            restored = backupset.settings_or_none(backupset.swap(sources, b.original, b.text))
+            restored = settings_or_none(swap(sources, b.original, b.text))
             rows.append(
                 {
                     "path": b.path,
@@ -92,13 +93,13 @@ def backups_host(
                     "size": b.size,
                     "sha256": b.sha256,
                     "identical_to_current": b.sha256 == current_sha.get(b.original),
-                    "changes": backupset.settings_diff(current, restored),
+                    "changes": settings_diff(current, restored),
                     "prune": b in doomed,
                 }
             )
         result.extra = {"backups": rows}
         if doomed and not options.dry_run:
-            deleted = _prune(transport, found.state.unit, doomed)
+            deleted = _prune(transport, found.state.unit, doomed, options.lock_wait)
             result.extra["deleted"] = deleted
             result.changed = bool(deleted)
         elif doomed:
@@ -107,18 +108,18 @@ def backups_host(
     return result
 
 
-def _prune(transport: Transport, unit: str, doomed: list[Backup]) -> list[str]:
+def _prune(transport: Transport, unit: str, doomed: list[Backup], lock_wait: int) -> list[str]:
     directory = doomed[0].path.rsplit("/", 1)[0] or "/"
     script = templates.render(
         "prune.sh.j2",
         lock_path=lock_path(unit),
-        lock_wait=30,
+        lock_wait=lock_wait,
         backups=[{"path": b.path, "sha256": b.sha256} for b in doomed],
         directory=directory,
     )
-    result = transport.run("bash -s", stdin=script, timeout=90)
-    if result.exited == 75:
-        raise ConflictError(transport.host, f"another remediation holds the lock on {transport.host}")
+    result = transport.run("bash -s", stdin=script, timeout=lock_wait + 60)
+    if result.exited == LOCK_HELD_EXIT:
+        raise LockHeldError(transport.host)
     if not result.ok:
         raise RemediationError(transport.host, f"prune failed: {result.stderr.strip()}")
     return [line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith("@@deleted ")]
@@ -158,39 +159,26 @@ def _rollback_locked(
         result.unit, result.unit_path = unit, found.state.fragment_path
         backups = list_backups(transport, found)
     with timer.phase("plan"):
-        chosen = backupset.choose(backups, to)
+        chosen = choose(backups, to)
         restored = sources
         for b in chosen:
-            restored = backupset.swap(restored, b.original, b.text)
+            restored = swap(restored, b.original, b.text)
         for b in chosen:
-            backupset.validate_backup(b, restored, unit)
-        current = backupset.settings_or_none(sources)
-        after = backupset.settings_or_none(restored)
+            validate_backup(b, restored, unit)
+        current = settings_or_none(sources)
+        after = settings_or_none(restored)
         writes = [
             FileWrite(b.original, found.files[b.original].text, b.text, backup_tag="rollback")
             for b in chosen
             if b.text != found.files[b.original].text
         ]
         result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
-        result.summary += backupset.settings_diff(current, after) if writes else []
+        result.summary += settings_diff(current, after) if writes else []
         result.diff = "".join(unified_diff(w.path, w.old_text, w.new_text) for w in writes)
         result.changed = bool(writes)
-        for key, settings in (("flags_before", current), ("flags_after", after)):
-            if settings is not None:
-                setattr(
-                    result,
-                    key,
-                    {
-                        "mem_fraction_static": settings.mem_fraction_static,
-                        "chunked_prefill_size": settings.chunked_prefill_size,
-                    },
-                )
-        if current is not None:
-            result.env_before = {"PYTORCH_CUDA_ALLOC_CONF": current.alloc_conf}
-        if after is not None:
-            result.env_after = {"PYTORCH_CUDA_ALLOC_CONF": after.alloc_conf}
+        record_settings(result, current, after)
         epoch = int(now())
-        result.steps = planned_steps(unit, writes, epoch, restart=True)
+        result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
     if not writes:
         result.outcome = "unchanged"
         result.notes.append("the unit already has the backup's bytes: nothing to restore")

@@ -9,43 +9,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from remediate.core.probes import ProbeResult, tokens_from_info
 from remediate.core.unitfile.edit import EditPlan, plan_edit
-from remediate.core.unitfile.report import summary_lines, unified_diff
-from remediate.errors import (
-    RemediationError,
-    UnhealthyError,
-)
-from remediate.host.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
-from remediate.host.transaction import (
-    FileWrite,
-    ProgressFn,
-    Timer,
-    connected_and_locked,
-    endpoint_of,
-    host_outcome,
-    planned_steps,
-    read_unit,
-    transact,
-)
-from remediate.models import HostResult, RunOptions
+from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
+from remediate.errors import RemediationError
+from remediate.host.commit import FileWrite, planned_steps
+from remediate.host.health import Healthy, fetch_server_info, fetch_tokens
+from remediate.host.lock import connected_and_locked
+from remediate.host.options import RunOptions
+from remediate.host.outcome import Timer, host_outcome, record_settings
+from remediate.host.read import endpoint_of, read_unit
+from remediate.host.transaction import transact
+from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
 
 def _fill_plan(result: HostResult, plan: EditPlan) -> None:
-    result.flags_before = {
-        "mem_fraction_static": plan.before.mem_fraction_static,
-        "chunked_prefill_size": plan.before.chunked_prefill_size,
-    }
-    result.flags_after = {
-        "mem_fraction_static": plan.after.mem_fraction_static,
-        "chunked_prefill_size": plan.after.chunked_prefill_size,
-    }
-    result.env_before = {"PYTORCH_CUDA_ALLOC_CONF": plan.before.alloc_conf}
-    result.env_after = {"PYTORCH_CUDA_ALLOC_CONF": plan.after.alloc_conf}
+    record_settings(result, plan.before, plan.after)
     result.diff = "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files)
     result.summary = summary_lines(plan)
     result.notes = list(plan.notes)
@@ -57,11 +41,7 @@ def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -
     document). Catches a restart that did not take — and another server answering on that port."""
     if not info:
         return
-    expected = {
-        "mem_fraction_static": plan.after.mem_fraction_static,
-        "chunked_prefill_size": plan.after.chunked_prefill_size,
-    }
-    for key, want in expected.items():
+    for key, want in flag_values(plan.after).items():
         got = info.get(key)
         if want is None or got is None:
             continue
@@ -122,41 +102,6 @@ def _already_healthy(
     return tokens_from_info(info), False
 
 
-def _is_running(found: ProbeResult) -> bool:
-    state = found.state
-    assert state is not None
-    return state.active_state == "active" and state.main_pid > 0 and not state.needs_daemon_reload
-
-
-def _wait_for_running(
-    transport: Transport, found: ProbeResult, options: RunOptions, result: HostResult, timer: Timer
-) -> int | None:
-    """The unit is already remediated and running but not answering yet: it is loading (a start by hand,
-    or another remediation whose lock was released after its restart). Restarting it would throw the
-    load away (minutes on a real host) and make that other run roll back; wait for it instead."""
-    state = found.state
-    assert state is not None
-
-    def show_progress(phase: str, elapsed: float, line: str) -> None:
-        if timer.progress:
-            timer.progress(result.host, "waiting", f"{phase} · {elapsed:.0f}s · {line}")
-
-    try:
-        healthy = wait_healthy(
-            transport,
-            state.unit,
-            endpoint_of(found, options),
-            timeout=options.timeout,
-            restart_epoch=None,
-            invocation_id=state.invocation_id or None,
-            on_progress=show_progress,
-        )
-    except UnhealthyError as exc:
-        result.notes.append(f"the running server did not get healthy ({exc})")
-        return None
-    return healthy.tokens
-
-
 def remediate_host(
     transport: Transport,
     options: RunOptions,
@@ -188,8 +133,6 @@ def _remediate_locked(
     timer: Timer,
     now: Callable[[], float],
 ) -> None:
-    from datetime import UTC, datetime
-
     with timer.phase("read"):
         found, sources = read_unit(transport, unit_name)
         assert found.state is not None
@@ -201,12 +144,9 @@ def _remediate_locked(
         _fill_plan(result, plan)
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
-        result.steps = planned_steps(unit, writes, epoch, restart=True)
+        result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
     if not plan.is_changed:
         tokens, stale = _already_healthy(transport, found, options, plan, result)
-        if tokens is None and not stale and not options.dry_run and _is_running(found):
-            with timer.phase("wait"):
-                tokens = _wait_for_running(transport, found, options, result, timer)
         if tokens is not None:
             result.outcome = "unchanged"
             result.max_total_num_tokens = tokens
@@ -249,8 +189,6 @@ def status_host(
     now: Callable[[], float] = time.time,
 ) -> HostResult:
     """Read-only: the unit, its state, current settings, tokens, and whether it is remediated."""
-    from datetime import UTC, datetime
-
     result = HostResult(host=label or transport.host, started_at=now())
     with host_outcome(result, now):
         transport.open()

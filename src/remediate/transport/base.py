@@ -6,19 +6,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from remediate.models import CommandResult
 
-@dataclass(frozen=True)
-class CommandResult:
-    """What one remote command produced. A non-zero exit of a probe is data, not an error."""
-
-    argv: str
-    exited: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exited == 0
+__all__ = ["CommandResult", "HttpResponse", "SSHOptions", "Transport"]
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from paramiko.ssh_exception import (
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from remediate.errors import AuthError, CommandError, ConnectError, TransportError
-from remediate.transport.base import CommandResult, HttpResponse, SSHOptions
+from remediate.models import CommandResult
+from remediate.transport.base import HttpResponse, SSHOptions
 
 # paramiko logs refused direct-tcpip channels (normal while a model loads) as errors; our callers get
 # them as data. A NullHandler keeps Python's last-resort handler from printing them on stderr.

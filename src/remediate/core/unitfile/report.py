@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-from remediate.core.unitfile.edit import EditPlan
+from remediate.core.unitfile.edit import EditPlan, Settings
 
 # NAME=VALUE where NAME looks secret; NAME follows a line start, blank, quote or '=' (--env=NAME=…).
 _SECRET_ASSIGNMENT = re.compile(
@@ -19,6 +19,16 @@ _SECRET_FLAG = re.compile(
     r"(?P<flag>--[A-Za-z0-9-]*(?:-key|-token|-secret|password))(?P<sep>[= ]+)(?P<value>[^\s\"'\\]+)"
 )
 MASK = "***"
+
+
+def flag_values(settings: Settings) -> dict[str, str | None]:
+    """The server flags we manage, keyed by sglang's ServerArgs names (the JSON ``flags`` block)."""
+    return {"mem_fraction_static": settings.mem_fraction_static, "chunked_prefill_size": settings.chunked_prefill_size}
+
+
+def env_values(settings: Settings) -> dict[str, str | None]:
+    """The environment we manage (the JSON ``env`` block)."""
+    return {"PYTORCH_CUDA_ALLOC_CONF": settings.alloc_conf}
 
 
 def _value_end(text: str, start: int, quote: str) -> int:

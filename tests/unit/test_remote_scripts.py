@@ -1,7 +1,8 @@
-"""The rendered commit script: shell-safe for hostile paths, and its @@ report parsed back correctly."""
+"""The rendered commit and lock scripts: shell-safe for hostile paths, their @@ reports parsed back correctly."""
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import shutil
 import subprocess
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport
 
-from remediate.host import templates, transaction
+from remediate.host import commit, templates
+from remediate.host.commit import FileWrite
+from remediate.host.lock import LOCK_HELD_EXIT
 
 EPOCH = 1_764_400_000
 UNIT = "sglang.service"
@@ -21,14 +24,11 @@ NEW = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --mem-fract
 REPORT = "@@reloaded\n@@restart 1764400001\n@@restarted inv-2\n@@end\n"
 
 
-def rendered(path: str, *, lock: str | None = None, restart: bool = True) -> str:
-    write = transaction.FileWrite(path, OLD, NEW)
+def rendered(path: str, *, restart: bool = True) -> str:
+    write = FileWrite(path, OLD, NEW)
     return templates.render(
         "commit.sh.j2",
         unit=UNIT,
-        take_lock=True,
-        lock_path=lock or transaction.lock_path(UNIT),
-        lock_wait=1,
         files=[write.render_args()],
         epoch=EPOCH,
         restart=restart,
@@ -37,9 +37,9 @@ def rendered(path: str, *, lock: str | None = None, restart: bool = True) -> str
 
 
 def sent_script(path: str) -> str:
-    """The script transaction.commit sends for one write of ``path`` (captured by the fake)."""
+    """The script commit.commit sends for one write of ``path`` (captured by the fake)."""
     host = FakeTransport("gpu-01").on(r"# remediate commit", f"@@backup 0 {path}.bak.oom.{EPOCH}\n" + REPORT)
-    transaction.commit(host, UNIT, [transaction.FileWrite(path, OLD, NEW)], epoch=EPOCH)
+    commit.commit(host, UNIT, [FileWrite(path, OLD, NEW)], epoch=EPOCH)
     [script] = host.scripts("# remediate commit")
     return script
 
@@ -80,7 +80,7 @@ def _run_locally(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess
     target.parent.mkdir()
     target.write_text(OLD)
     target.chmod(0o640)
-    script = rendered(str(target), lock=str(tmp_path / "lock"), restart=False)
+    script = rendered(str(target), restart=False)
     completed = subprocess.run(
         ["bash", "-s"], input=script, capture_output=True, text=True, cwd=tmp_path, timeout=30, check=False
     )
@@ -109,7 +109,7 @@ def test_commit_script_never_executes_the_path(tmp_path: Path) -> None:
 
 def test_backup_path_with_spaces_is_parsed() -> None:
     host = FakeTransport("gpu-01").on(r"# remediate commit", f"@@backup 0 {SPACED}.bak.oom.{EPOCH}\n" + REPORT)
-    report = transaction.commit(host, UNIT, [transaction.FileWrite(SPACED, OLD, NEW)], epoch=EPOCH)
+    report = commit.commit(host, UNIT, [FileWrite(SPACED, OLD, NEW)], epoch=EPOCH)
     assert report.backups == {SPACED: f"{SPACED}.bak.oom.{EPOCH}"}
 
 
@@ -118,7 +118,7 @@ def test_commit_report_is_parsed() -> None:
     host = FakeTransport("gpu-01").on(
         r"# remediate commit", f"@@backup 0 {path}.bak.oom.{EPOCH}.1\n@@analyze {path}:3: warn\n" + REPORT
     )
-    report = transaction.commit(host, UNIT, [transaction.FileWrite(path, OLD, NEW)], epoch=EPOCH)
+    report = commit.commit(host, UNIT, [FileWrite(path, OLD, NEW)], epoch=EPOCH)
     assert report.backups == {path: f"{path}.bak.oom.{EPOCH}.1"}
     assert report.restart_epoch == 1764400001.0
     assert report.invocation_id == "inv-2"
@@ -127,16 +127,22 @@ def test_commit_report_is_parsed() -> None:
     assert call.command == "bash -s" and call.timeout is not None and call.timeout > 30
 
 
+def test_commit_script_takes_no_lock() -> None:
+    """The run holds the unit's lock on its own channel (lock.sh.j2); the commit must not wait for it again."""
+    script = sent_script("/etc/systemd/system/sglang.service")
+    assert "flock" not in script and "remediate-sglang.service.lock" not in script
+
+
 @needs_tools
-def test_lock_script_holds_until_stdin_closes_and_a_second_taker_gets_75(tmp_path: Path) -> None:
-    """templates/lock.sh.j2 for real: held while its stdin is open; another taker times out with 75."""
+def test_lock_script_holds_until_stdin_closes_and_a_second_taker_gets_lock_held_exit(tmp_path: Path) -> None:
+    """templates/lock.sh.j2 for real: held while its stdin is open; another taker times out with LOCK_HELD_EXIT."""
     lock = str(tmp_path / "run" / "lock" / "remediate-sglang.service.lock")
     script = templates.render("lock.sh.j2", lock_path=lock, lock_wait=1)
     holder = subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "@@locked\n"
         second = subprocess.run(["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        assert second.returncode == 75
+        assert second.returncode == LOCK_HELD_EXIT
         assert "another remediation holds the lock" in second.stderr
     finally:
         assert holder.stdin is not None
@@ -146,3 +152,33 @@ def test_lock_script_holds_until_stdin_closes_and_a_second_taker_gets_75(tmp_pat
         holder.stdout.close()
     third = subprocess.run(["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True)
     assert third.returncode == 0 and third.stdout == "@@locked\n"  # released: taken at once
+
+
+@needs_tools
+def test_prune_script_refuses_while_the_lock_is_held(tmp_path: Path) -> None:
+    """prune.sh.j2 takes the same lock (the shared _flock.sh.j2 macro): held by a run, it deletes nothing."""
+    lock = str(tmp_path / "remediate-sglang.service.lock")
+    backup = tmp_path / "sglang.service.bak.oom.1"
+    backup.write_text(OLD)
+    sha = hashlib.sha256(OLD.encode()).hexdigest()
+    prune = templates.render(
+        "prune.sh.j2",
+        lock_path=lock,
+        lock_wait=1,
+        backups=[{"path": str(backup), "sha256": sha}],
+        directory=str(tmp_path),
+    )
+    holder_script = templates.render("lock.sh.j2", lock_path=lock, lock_wait=1)
+    holder = subprocess.Popen(["bash", "-c", holder_script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "@@locked\n"
+        refused = subprocess.run(["bash", "-s"], input=prune, capture_output=True, text=True, check=False)
+        assert refused.returncode == LOCK_HELD_EXIT and backup.exists()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(timeout=10) == 0
+        assert holder.stdout is not None
+        holder.stdout.close()
+    done = subprocess.run(["bash", "-s"], input=prune, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and f"@@deleted {backup}" in done.stdout and not backup.exists()

@@ -1,0 +1,25 @@
+"""What a fleet command was asked to do, before it is resolved per host (fleet/settings.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediate.transport.base import SSHOptions
+
+
+@dataclass(frozen=True)
+class OomRequest:
+    """Everything `remediate oom` was asked to do (CLI values; None = not given)."""
+
+    targets: tuple[str, ...] = ()
+    inventory: str | None = None
+    ssh: SSHOptions = field(default_factory=SSHOptions)
+    unit: str | None = None
+    cli_desired: dict[str, Any] = field(default_factory=dict)
+    min_tokens: int | None = None
+    target_tokens: int | None = None
+    timeout: float = 900.0
+    dry_run: bool = False
+    rollback: bool = True
+    strategy: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,61 @@
+"""A host's result as a run goes: timed phases, live progress, and errors turned into the outcome."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from remediate.core.unitfile.edit import Settings
+from remediate.core.unitfile.report import env_values, flag_values
+from remediate.errors import RemediateError, TransportError, UnhealthyError
+from remediate.models import HostResult, Phase, ProgressFn
+
+
+@contextmanager
+def host_outcome(result: HostResult, now: Callable[[], float] = time.time) -> Iterator[None]:
+    """A host's errors become its result — one failing host never aborts the others — and its end time
+    is recorded. An outcome already set (``failed`` after a failed undo, say) is kept."""
+    try:
+        yield
+    except RemediateError as exc:
+        result.error = str(exc)
+        result.exit_code = exc.exit_code
+        if isinstance(exc, UnhealthyError) and exc.journal:
+            result.journal = exc.journal
+        if result.outcome == "not_attempted":
+            result.outcome = "unreachable" if isinstance(exc, TransportError) and exc.exit_code == 3 else "failed"
+    finally:
+        result.finished_at = now()
+
+
+class Timer:
+    """Times a host's phases into its result and reports each one (and the waits) as progress."""
+
+    def __init__(self, result: HostResult, progress: ProgressFn | None) -> None:
+        self.result = result
+        self.progress = progress
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = time.monotonic() - start
+            self.result.phases.append(Phase(name, seconds))
+            if self.progress:
+                self.progress(self.result.host, name, f"{seconds:.2f}s")
+
+    def waiting(self, phase: str, elapsed: float, line: str) -> None:
+        """A wait's progress line (health.wait_healthy's ``on_progress``): phase, elapsed, newest journal line."""
+        if self.progress:
+            self.progress(self.result.host, "waiting", f"{phase} · {elapsed:.0f}s · {line}")
+
+
+def record_settings(result: HostResult, before: Settings | None, after: Settings | None) -> None:
+    """The managed flags and environment before and after the change (unknown sides stay empty)."""
+    if before is not None:
+        result.flags_before, result.env_before = flag_values(before), env_values(before)
+    if after is not None:
+        result.flags_after, result.env_after = flag_values(after), env_values(after)

@@ -1,0 +1,88 @@
+"""Read one host in one round trip (``templates/probe.sh.j2``) and turn what was read into the core's input."""
+
+from __future__ import annotations
+
+from remediate.core import probes
+from remediate.core.probes import ProbeResult
+from remediate.core.unitfile.edit import SourceFile, UnitSources
+from remediate.errors import ConfigError, TransportError
+from remediate.host import templates
+from remediate.host.options import RunOptions
+from remediate.transport.base import Transport
+
+DEFAULT_ENDPOINT = ("127.0.0.1", 30000)  # sglang's own defaults for --host/--port
+
+
+def probe(
+    transport: Transport, unit: str | None, extra_files: tuple[str, ...] = (), *, detect_only: bool = False
+) -> ProbeResult:
+    """Read everything needed to plan, in one round trip (``detect_only``: just find the sglang unit)."""
+    script = templates.render(
+        "probe.sh.j2",
+        unit=unit or "",
+        properties=probes.SHOW_PROPERTIES,
+        extra_files=extra_files,
+        detect_only=detect_only,
+    )
+    result = transport.run("bash -s", stdin=script, timeout=60)
+    if not result.ok and "@@end" not in result.stdout:
+        raise TransportError(transport.host, f"probe failed (exit {result.exited}): {result.stderr.strip()}")
+    return probes.parse_probe(result.stdout, unit)
+
+
+def resolve_unit(transport: Transport, found: ProbeResult, unit: str | None) -> ProbeResult:
+    """The unit to work on: the one given, or the single unit whose ExecStart runs sglang."""
+    if unit:
+        state = found.state
+        if state is None or not state.fragment_path:
+            raise ConfigError(f"unit {unit} not found", source=transport.host)
+        return found
+    if not found.candidates:
+        raise ConfigError("no systemd unit runs sglang; pass --unit", source=transport.host)
+    if len(found.candidates) > 1:
+        names = ", ".join(found.candidates)
+        raise ConfigError(f"several units run sglang ({names}); pass --unit", source=transport.host)
+    return found
+
+
+def detect_unit(transport: Transport) -> str:
+    """The one unit whose ExecStart runs sglang (a read-only probe; several or none → ConfigError)."""
+    return resolve_unit(transport, probe(transport, None, detect_only=True), None).candidates[0]
+
+
+def read_unit(transport: Transport, unit: str | None) -> tuple[ProbeResult, UnitSources]:
+    """Probe the unit (or the one running sglang) and build the core's input from what was read."""
+    found = resolve_unit(transport, probe(transport, unit), unit)
+    return found, sources_from_probe(found)
+
+
+def sources_from_probe(found: ProbeResult) -> UnitSources:
+    """Build the core's input from what the probe read (fragment, drop-ins, environment files)."""
+    state = found.state
+    assert state is not None
+    fragment = found.files.get(state.fragment_path)
+    if fragment is None or not fragment.exists:
+        raise ConfigError(f"cannot read unit file {state.fragment_path}", source=state.unit)
+    dropins = tuple(
+        SourceFile(path=p, text=found.files[p].text)
+        for p in state.dropin_paths
+        if p in found.files and found.files[p].exists
+    )
+    env_files: dict[str, str | None] = {}
+    for path, remote in found.files.items():
+        if path == state.fragment_path or path in state.dropin_paths:
+            continue
+        env_files[path] = remote.text if remote.exists else None
+    return UnitSources(
+        fragment=SourceFile(path=fragment.path, text=fragment.text), dropins=dropins, env_files=env_files
+    )
+
+
+def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
+    """Where the server listens as seen from the host: its ``--host``/``--port`` (``--server-port`` wins)."""
+    assert found.state is not None
+    for argv in found.state.exec_argvs:
+        if any("sglang" in word for word in argv):
+            host, port = probes.server_endpoint(argv)
+            return host, options.server_port or port
+    return DEFAULT_ENDPOINT[0], options.server_port or DEFAULT_ENDPOINT[1]
