@@ -1,0 +1,253 @@
+"""The import contract of the whole tree: packages are the layers and imports point only downward.
+
+::
+
+    faces       cli.py (click) · api.py · render.py (rich)      may import every layer below
+    fleet/      inventory, settings, rollout, request           not the faces
+    host/       one host's transaction, health, restore, ...    not fleet/, not the faces
+    transport/  base.py, ssh.py (the only fabric/paramiko)      core, errors, models only
+    core/       PURE: unitfile/, probes.py, backups.py          core, errors, models + pure stdlib only
+    errors.py models.py                                         each other only
+
+The checker reads the source (AST), so it sees function-level and ``TYPE_CHECKING`` imports too, and
+it is tested on synthetic modules below: a contract that cannot fail proves nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "remediate"
+
+RANK = {"base": 0, "core": 1, "transport": 2, "host": 3, "fleet": 4, "face": 5}
+FACES = {"remediate", "remediate.__main__", "remediate.api", "remediate.cli", "remediate.render"}
+BASE = {"remediate.errors", "remediate.models"}
+
+# What may import which third-party library (module name → the only importers).
+THIRD_PARTY_HOMES = {
+    "click": {"remediate.cli"},
+    "rich": {"remediate.render", "remediate.cli"},
+    "fabric": {"remediate.transport.ssh"},
+    "paramiko": {"remediate.transport.ssh"},
+    "invoke": {"remediate.transport.ssh"},
+    "jinja2": {"remediate.host.templates"},
+}
+# The concrete SSH transport is chosen once, by the API's default factory; everything else sees the Protocol.
+SSH_IMPORTERS = {"remediate.api", "remediate.transport.ssh"}
+
+# The pure core: stdlib modules that do no I/O, read no clock and no environment.
+PURE_STDLIB = {
+    "__future__", "abc", "base64", "bisect", "collections", "dataclasses", "datetime", "decimal", "difflib",
+    "enum", "fnmatch", "functools", "hashlib", "itertools", "json", "math", "operator", "re", "shlex",
+    "string", "textwrap", "typing",
+}  # fmt: skip
+IMPURE_CALLS = {"open", "exec", "eval", "__import__", "input", "print"}
+IMPURE_ATTRIBUTES = {
+    "now", "today", "utcnow", "read_text", "write_text", "read_bytes", "write_bytes", "environ", "getenv",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Import:
+    name: str
+    line: int
+
+
+def layer_of(module: str) -> str:
+    if module in BASE:
+        return "base"
+    if module in FACES:
+        return "face"
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in {"core", "transport", "host", "fleet"}:
+        return parts[1]
+    raise AssertionError(f"{module}: not in any layer (errors/models, core/, transport/, host/, fleet/, faces)")
+
+
+def imports_of(module: str, tree: ast.AST, known: set[str], is_package: bool = False) -> list[Import]:
+    """Every module ``module`` imports, anywhere in its body; ``from remediate import api`` is remediate.api
+    (a name that is not a module, like a class, counts as its module)."""
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [Import(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            found.append(Import(base, node.lineno))
+            found += [Import(f"{base}.{a.name}", node.lineno) for a in node.names if f"{base}.{a.name}" in known]
+    return found
+
+
+def _may_import(importer: str, imported: str) -> bool:
+    mine, theirs = layer_of(importer), layer_of(imported)
+    if mine == "base":
+        return theirs == "base"
+    if mine == "transport":
+        return theirs in {"base", "core", "transport"}
+    if mine == "face":
+        if imported == "remediate.cli":
+            return importer in {"remediate.__main__"}
+        if importer == "remediate.render":
+            return imported not in FACES
+        return imported != importer and (importer != "remediate.api" or imported != "remediate.render")
+    return RANK[theirs] <= RANK[mine]
+
+
+def violations(module: str, source: str, known: set[str], is_package: bool = False) -> list[str]:
+    """What ``module`` (its ``source``) does against the contract, one line each; ``known`` = all remediate modules."""
+    tree = ast.parse(source)
+    layer = layer_of(module)
+    found: list[str] = []
+    for imp in imports_of(module, tree, known, is_package):
+        top = imp.name.split(".")[0]
+        where = f"{module}:{imp.line} imports {imp.name}"
+        if top == "remediate":
+            target = imp.name
+            if target not in known:
+                found.append(f"{where}: no such remediate module")
+            elif target != module and not _may_import(module, target):
+                found.append(f"{where}: {layer} must not import {layer_of(target)} ({target})")
+            elif target == "remediate.transport.ssh" and module not in SSH_IMPORTERS:
+                found.append(f"{where}: only the API's default factory picks the SSH transport")
+            continue
+        homes = THIRD_PARTY_HOMES.get(top)
+        if homes is not None and module not in homes:
+            found.append(f"{where}: {top} belongs in {', '.join(sorted(homes))} only")
+        if layer in {"core", "base"} and top not in PURE_STDLIB:
+            found.append(f"{where}: the {layer} layer is pure (allowed: {', '.join(sorted(PURE_STDLIB))})")
+    if layer in {"core", "base"}:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in IMPURE_CALLS:
+                found.append(f"{module}:{node.lineno} calls {node.func.id}(): the {layer} layer does no I/O")
+            if isinstance(node, ast.Attribute) and node.attr in IMPURE_ATTRIBUTES:
+                found.append(f"{module}:{node.lineno} uses .{node.attr}: no clock, files or environment in {layer}")
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+# -- the tree -------------------------------------------------------------------------------------
+
+
+def test_the_tree_has_its_layers() -> None:
+    layers = {layer_of(m) for m in MODULES}
+    assert layers == set(RANK)
+    assert {"remediate.core.unitfile.edit", "remediate.core.probes", "remediate.core.backups"} <= set(MODULES)
+    assert {"remediate.host.runner", "remediate.host.transaction", "remediate.fleet.rollout"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_keeps_the_contract(module: str) -> None:
+    path = MODULES[module]
+    assert violations(module, path.read_text(), set(MODULES), path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_has_one_job_in_at_most_about_400_lines(module: str) -> None:
+    lines = MODULES[module].read_text().count("\n")
+    assert lines <= 420, f"{module}: {lines} lines; split it by job"
+
+
+def test_no_test_double_in_the_package() -> None:
+    assert not [m for m in MODULES if "fake" in m or "test" in m]
+
+
+# -- the checker itself ---------------------------------------------------------------------------
+
+KNOWN = set(MODULES)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from remediate.host import runner",
+        "from remediate.host.health import wait_healthy",
+        "import remediate.fleet.rollout",
+        "from remediate.transport.base import Transport",
+        "from remediate import api",
+        "import paramiko",
+        "from fabric import Connection",
+        "import click",
+        "from rich.console import Console",
+        "import jinja2",
+        "import subprocess",
+        "import socket",
+        "import os",
+        "import time",
+        "from pathlib import Path",
+        "def f():\n    import subprocess\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from remediate.host.options import RunOptions\n",
+        "from datetime import datetime\nSTAMP = datetime.now()\n",
+        "def f(p):\n    return open(p).read()\n",
+        "def f(p):\n    return p.read_text()\n",
+    ],
+)
+def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
+    assert violations("remediate.core.probes", source, KNOWN), source
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("remediate.host.runner", "from remediate.fleet.settings import run_options_for"),
+        ("remediate.host.runner", "from remediate import api"),
+        ("remediate.host.runner", "from remediate.transport.ssh import SSHTransport"),
+        ("remediate.host.runner", "import click"),
+        ("remediate.fleet.rollout", "from remediate.cli import cli"),
+        ("remediate.fleet.rollout", "from remediate.api import status"),
+        ("remediate.transport.base", "from remediate.host.read import probe"),
+        ("remediate.transport.ssh", "from ..host import runner"),
+        ("remediate.models", "from remediate.core.unitfile.edit import DesiredState"),
+        ("remediate.models", "from remediate.transport.base import SSHOptions"),
+        ("remediate.errors", "import os"),
+        ("remediate.api", "import paramiko"),
+        ("remediate.api", "import click"),
+        ("remediate.render", "from remediate import api"),
+        ("remediate.host.health", "import jinja2"),
+        ("remediate.host.runner", "from remediate.host.nonexistent import thing"),
+    ],
+)
+def test_checker_catches_an_upward_or_misplaced_import(module: str, source: str) -> None:
+    assert violations(module, source, KNOWN), (module, source)
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("remediate.core.probes", "import re\nfrom remediate.core.unitfile.edit import UnitSources"),
+        (
+            "remediate.core.probes",
+            "from datetime import UTC, datetime\ndef f(now: datetime) -> datetime:\n    return now",
+        ),
+        ("remediate.core.unitfile.edit", "from . import model\nfrom .model import parse_unit"),
+        ("remediate.host.runner", "from remediate.core.probes import ProbeResult\nimport time"),
+        ("remediate.fleet.settings", "from remediate.host.options import RunOptions"),
+        ("remediate.api", "from remediate.transport.ssh import SSHTransport"),
+        ("remediate.cli", "import click\nfrom remediate import api, render"),
+        ("remediate.errors", "from remediate.models import CommandResult"),
+    ],
+)
+def test_checker_allows_what_the_contract_allows(module: str, source: str) -> None:
+    assert violations(module, source, KNOWN, module.endswith("__init__")) == []
+
+
+def test_relative_imports_are_resolved() -> None:
+    errors = violations("remediate.core.probes", "from ..host import runner", KNOWN)
+    assert any("imports remediate.host.runner: core must not import host" in e for e in errors), errors
