@@ -179,6 +179,25 @@ def _emit(
     return api.exit_code(results)
 
 
+def _exit_with_rollout(rollout: api.RolloutResult, *, as_json: bool, dry_run: bool) -> None:
+    """A mutating command's end: each host's report (or the JSON document), the retry file, the exit code."""
+    code = _emit(rollout.results, as_json=as_json, dry_run=dry_run, extra=rollout.extra())
+    if rollout.retry_file and not as_json:
+        _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
+    sys.exit(code)
+
+
+def _exit_with_table(
+    results: Sequence[HostResult], *, as_json: bool, table: Callable[[Console, Sequence[HostResult]], None]
+) -> None:
+    """A read-only command's end: one table (or the JSON document), the exit code."""
+    if as_json:
+        click.echo(render.dumps(render.results_document(results)))
+    else:
+        table(_stdout(), results)
+    sys.exit(api.exit_code(results))
+
+
 def _confirm(kw: dict[str, Any], progress: render.LiveProgress) -> Callable[[str], bool] | None:
     """--pause-after-canary asks on the terminal (the live display paused); --yes answers yes."""
     if not kw["pause_after_canary"] or kw["yes"]:
@@ -278,10 +297,7 @@ def oom(**kw: Any) -> None:
     with _progress(kw["as_json"]) as progress:
         confirm = _confirm(kw, progress)
         rollout = api.remediate_oom_request(request, progress=progress, confirm=confirm)
-    code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
-    if rollout.retry_file and not kw["as_json"]:
-        _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
-    sys.exit(code)
+    _exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
 
 
 @cli.command()
@@ -304,11 +320,7 @@ def status(**kw: Any) -> None:
         ssh=_ssh_options(kw, kw["timeout"]),
         unit=kw["unit"],
     )
-    if kw["as_json"]:
-        click.echo(render.dumps(render.results_document(results)))
-    else:
-        render.status_table(_stdout(), results)
-    sys.exit(api.exit_code(results))
+    _exit_with_table(results, as_json=kw["as_json"], table=render.status_table)
 
 
 @cli.command()
@@ -340,11 +352,7 @@ def backups(**kw: Any) -> None:
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
     )
-    if kw["as_json"]:
-        click.echo(render.dumps(render.results_document(results)))
-    else:
-        render.backups_table(_stdout(), results)
-    sys.exit(api.exit_code(results))
+    _exit_with_table(results, as_json=kw["as_json"], table=render.backups_table)
 
 
 @cli.command()
@@ -381,10 +389,7 @@ def rollback(**kw: Any) -> None:
             progress=progress,
             confirm=confirm,
         )
-    code = _emit(rollout.results, as_json=kw["as_json"], dry_run=kw["dry_run"], extra=rollout.extra())
-    if rollout.retry_file and not kw["as_json"]:
-        _stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
-    sys.exit(code)
+    _exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
 
 
 def main() -> None:

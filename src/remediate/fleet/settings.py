@@ -30,22 +30,23 @@ def strategy_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _count(merged: dict[str, Any], key: str, minimum: int) -> int:
+    value = int(merged[key])
+    if value < minimum:
+        raise ConfigError(f"--{key.replace('_', '-')} must be at least {minimum}")
+    return value
+
+
 def build_strategy(cli: dict[str, Any], inventory: Inventory | None) -> rollout.Strategy:
     """CLI > inventory ``rollout:`` > defaults."""
     merged: dict[str, Any] = {**(inventory.rollout if inventory else {}), **cli}
     strategy = rollout.Strategy()
     if "canary" in merged:
-        canary = int(merged["canary"])
-        if canary < 0:
-            raise ConfigError("--canary must be ≥ 0")
-        strategy = replace(strategy, canary=canary)
+        strategy = replace(strategy, canary=_count(merged, "canary", 0))
     if "batch" in merged:
         strategy = replace(strategy, batch=rollout.parse_batch(merged["batch"]))
     if "forks" in merged:
-        forks = int(merged["forks"])
-        if forks < 1:
-            raise ConfigError("--forks must be at least 1")
-        strategy = replace(strategy, forks=forks)
+        strategy = replace(strategy, forks=_count(merged, "forks", 1))
     if "max_failures" in merged:
         rollout.failure_budget(str(merged["max_failures"]), 1)
         strategy = replace(strategy, max_failures=str(merged["max_failures"]))

@@ -8,14 +8,16 @@ for its own short transaction. Both exit :data:`LOCK_HELD_EXIT` when another run
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
 from remediate.errors import CommandError, LockHeldError, RemediationError
 from remediate.host import templates
 from remediate.host.options import RunOptions
-from remediate.host.outcome import Timer
+from remediate.host.outcome import Timer, host_outcome, new_result
 from remediate.host.read import detect_unit
+from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
 LOCK_DIR = "/run/lock"
@@ -55,3 +57,21 @@ def connected_and_locked(transport: Transport, options: RunOptions, timer: Timer
                 unit = unit or detect_unit(transport)
                 held.enter_context(unit_lock(transport, unit, options.lock_wait))
         yield unit
+
+
+def run_locked(
+    transport: Transport,
+    options: RunOptions,
+    body: Callable[[str | None, HostResult, Timer], None],
+    *,
+    label: str | None = None,
+    progress: ProgressFn | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """One mutating run on a host (``oom``, ``rollback``): ``body(unit, result, timer)`` runs connected and
+    under the unit's lock, its phases timed; a RemediateError becomes the returned result, never raised."""
+    result = new_result(label or transport.host, now)
+    timer = Timer(result, progress)
+    with host_outcome(result, now), connected_and_locked(transport, options, timer) as unit:
+        body(unit, result, timer)
+    return result

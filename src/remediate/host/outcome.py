@@ -6,10 +6,24 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from remediate.core.probes import ProbeResult, ServiceState
 from remediate.core.unitfile.edit import Settings
 from remediate.core.unitfile.report import env_values, flag_values
 from remediate.errors import RemediateError, TransportError, UnhealthyError
 from remediate.models import HostResult, Phase, ProgressFn
+
+
+def new_result(host: str, now: Callable[[], float] = time.time) -> HostResult:
+    """A host's result, its start time taken now."""
+    return HostResult(host=host, started_at=now())
+
+
+def record_unit(result: HostResult, found: ProbeResult) -> ServiceState:
+    """The unit that was read (name and fragment path) goes into the result; returns its state."""
+    state = found.state
+    assert state is not None, "read_unit() resolves the unit before anything is recorded"
+    result.unit, result.unit_path = state.unit, state.fragment_path
+    return state
 
 
 @contextmanager

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from remediate.core import probes
 from remediate.core.probes import ProbeResult
 from remediate.core.unitfile.edit import SourceFile, UnitSources
 from remediate.errors import ConfigError, TransportError
 from remediate.host import templates
 from remediate.host.options import RunOptions
+from remediate.host.outcome import host_outcome, new_result, record_unit
+from remediate.models import HostResult
 from remediate.transport.base import Transport
 
 DEFAULT_ENDPOINT = ("127.0.0.1", 30000)  # sglang's own defaults for --host/--port
@@ -86,3 +91,22 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
             host, port = probes.server_endpoint(argv)
             return host, options.server_port or port
     return DEFAULT_ENDPOINT[0], options.server_port or DEFAULT_ENDPOINT[1]
+
+
+def run_read_only(
+    transport: Transport,
+    options: RunOptions,
+    body: Callable[[ProbeResult, UnitSources, HostResult], None],
+    *,
+    label: str | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """One read-only run on a host (``status``, ``backups``): connect, read the unit without the lock, then
+    ``body(found, sources, result)``; a RemediateError becomes the returned result, never raised."""
+    result = new_result(label or transport.host, now)
+    with host_outcome(result, now):
+        transport.open()
+        found, sources = read_unit(transport, options.unit)
+        record_unit(result, found)
+        body(found, sources, result)
+    return result

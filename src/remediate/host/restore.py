@@ -26,15 +26,16 @@ from remediate.core.backups import (
     validate_backup,
 )
 from remediate.core.probes import ProbeResult
+from remediate.core.unitfile.edit import UnitSources
 from remediate.core.unitfile.report import unified_diff
 from remediate.errors import LockHeldError, RemediationError, TransportError
 from remediate.host import templates
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.health import Healthy
-from remediate.host.lock import LOCK_HELD_EXIT, connected_and_locked, lock_path
+from remediate.host.lock import LOCK_HELD_EXIT, lock_path, run_locked
 from remediate.host.options import RunOptions
-from remediate.host.outcome import Timer, host_outcome, record_settings
-from remediate.host.read import endpoint_of, read_unit
+from remediate.host.outcome import Timer, record_settings, record_unit
+from remediate.host.read import endpoint_of, read_unit, run_read_only
 from remediate.host.transaction import transact
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
@@ -71,12 +72,10 @@ def backups_host(
     now: Callable[[], float] = time.time,
 ) -> HostResult:
     """List (and with ``prune_keep``, prune) a host's backups; the listing lands in ``extra``."""
-    result = HostResult(host=label or transport.host, started_at=now())
-    with host_outcome(result, now):
-        transport.open()
-        found, sources = read_unit(transport, options.unit)
-        assert found.state is not None
-        result.unit, result.unit_path = found.state.unit, found.state.fragment_path
+
+    def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
+        state = found.state
+        assert state is not None
         backups = list_backups(transport, found)
         current = settings_or_none(sources)
         current_sha = {p: f.sha256 for p, f in found.files.items() if f.exists}
@@ -99,13 +98,14 @@ def backups_host(
             )
         result.extra = {"backups": rows}
         if doomed and not options.dry_run:
-            deleted = _prune(transport, found.state.unit, doomed, options.lock_wait)
+            deleted = _prune(transport, state.unit, doomed, options.lock_wait)
             result.extra["deleted"] = deleted
             result.changed = bool(deleted)
         elif doomed:
             result.extra["would_delete"] = [b.path for b in doomed]
         result.outcome = "unchanged"  # the unit is untouched; `deleted` lists pruned backups
-    return result
+
+    return run_read_only(transport, options, body, label=label, now=now)
 
 
 def _prune(transport: Transport, unit: str, doomed: list[Backup], lock_wait: int) -> list[str]:
@@ -135,18 +135,11 @@ def rollback_host(
     now: Callable[[], float] = time.time,
 ) -> HostResult:
     """Restore a backup (``latest`` or a path) as a verified transaction; outcome ``restored``."""
-    result = HostResult(host=label or transport.host, started_at=now())
-    timer = Timer(result, progress)
-    with host_outcome(result, now):
-        _rollback(transport, options, to, result, timer, now)
-    return result
 
+    def body(unit: str | None, result: HostResult, timer: Timer) -> None:
+        _rollback_locked(transport, replace(options, unit=unit), to, result, timer, now)
 
-def _rollback(
-    transport: Transport, options: RunOptions, to: str, result: HostResult, timer: Timer, now: Callable[[], float]
-) -> None:
-    with connected_and_locked(transport, options, timer) as unit_name:
-        _rollback_locked(transport, replace(options, unit=unit_name), to, result, timer, now)
+    return run_locked(transport, options, body, label=label, progress=progress, now=now)
 
 
 def _rollback_locked(
@@ -154,9 +147,7 @@ def _rollback_locked(
 ) -> None:
     with timer.phase("read"):
         found, sources = read_unit(transport, options.unit)
-        assert found.state is not None
-        unit = found.state.unit
-        result.unit, result.unit_path = unit, found.state.fragment_path
+        unit = record_unit(result, found).unit
         backups = list_backups(transport, found)
     with timer.phase("plan"):
         chosen = choose(backups, to)

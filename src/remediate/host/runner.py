@@ -14,15 +14,15 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from remediate.core.probes import ProbeResult, tokens_from_info
-from remediate.core.unitfile.edit import EditPlan, plan_edit
+from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.errors import RemediationError
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.health import Healthy, fetch_server_info, fetch_tokens
-from remediate.host.lock import connected_and_locked
+from remediate.host.lock import run_locked
 from remediate.host.options import RunOptions
-from remediate.host.outcome import Timer, host_outcome, record_settings
-from remediate.host.read import endpoint_of, read_unit
+from remediate.host.outcome import Timer, record_settings, record_unit
+from remediate.host.read import endpoint_of, read_unit, run_read_only
 from remediate.host.transaction import transact
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
@@ -111,18 +111,11 @@ def remediate_host(
     now: Callable[[], float] = time.time,
 ) -> HostResult:
     """The whole OOM remediation of one host. Never raises RemediateError: it lands in the result."""
-    result = HostResult(host=label or transport.host, started_at=now())
-    timer = Timer(result, progress)
-    with host_outcome(result, now):
-        _remediate(transport, options, result, timer, now)
-    return result
 
-
-def _remediate(
-    transport: Transport, options: RunOptions, result: HostResult, timer: Timer, now: Callable[[], float]
-) -> None:
-    with connected_and_locked(transport, options, timer) as unit:
+    def body(unit: str | None, result: HostResult, timer: Timer) -> None:
         _remediate_locked(transport, options, unit, result, timer, now)
+
+    return run_locked(transport, options, body, label=label, progress=progress, now=now)
 
 
 def _remediate_locked(
@@ -135,10 +128,7 @@ def _remediate_locked(
 ) -> None:
     with timer.phase("read"):
         found, sources = read_unit(transport, unit_name)
-        assert found.state is not None
-        unit = found.state.unit
-        result.unit = unit
-        result.unit_path = found.state.fragment_path
+        unit = record_unit(result, found).unit
     with timer.phase("plan"):
         plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
@@ -189,17 +179,13 @@ def status_host(
     now: Callable[[], float] = time.time,
 ) -> HostResult:
     """Read-only: the unit, its state, current settings, tokens, and whether it is remediated."""
-    result = HostResult(host=label or transport.host, started_at=now())
-    with host_outcome(result, now):
-        transport.open()
-        found, sources = read_unit(transport, options.unit)
-        assert found.state is not None
-        result.unit = found.state.unit
-        result.unit_path = found.state.fragment_path
+
+    def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
+        state = found.state
+        assert state is not None
         plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
         result.outcome = "unchanged"  # read-only: nothing was changed
-        state = found.state
         result.extra = {
             "remediated": not plan.is_changed,
             "active_state": state.active_state,
@@ -213,4 +199,5 @@ def status_host(
             tokens, _ = fetch_tokens(transport, *endpoint_of(found, options))
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
-    return result
+
+    return run_read_only(transport, options, body, label=label, now=now)
