@@ -19,9 +19,10 @@ from typing import Any
 
 from remediate.core.unitfile.edit import EditPlan, SourceFile, UnitSources, plan_edit
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
-from remediate.fleet.inventory import HostEntry, Inventory, dump_inventory
+from remediate.fleet.inventory import HostEntry, Inventory
 from remediate.fleet.request import OomRequest
-from remediate.fleet.rollout import Rollout, Strategy, now_stamp
+from remediate.fleet.retry import write_retry_file
+from remediate.fleet.rollout import Rollout, Strategy
 from remediate.fleet.settings import (
     build_strategy,
     desired_state,
@@ -81,22 +82,6 @@ def exit_code(results: Sequence[HostResult]) -> int:
 def _default_transport(entry: HostEntry, options: SSHOptions) -> Transport:
     # host, user and port go separately: Fabric's "user@host:port" shorthand cannot carry an IPv6 port
     return SSHTransport(entry.address, options, label=entry.name)
-
-
-def write_retry_file(inventory: Inventory | None, results: Sequence[HostResult], directory: str = ".") -> str | None:
-    """``remediate-retry-<UTC>.yaml`` holding the failed and not-attempted hosts, usable as ``-i``."""
-    names = [r.host for r in results if not r.ok]
-    if not names:
-        return None
-    inv = inventory or Inventory(path="(command line)")
-    path = Path(directory).resolve() / f"remediate-retry-{now_stamp()}.yaml"
-    n = 1
-    while path.exists():
-        path = Path(directory).resolve() / f"remediate-retry-{now_stamp()}-{n}.yaml"
-        n += 1
-    header = "# remediate retry file: the hosts that failed or were not attempted. Use it with -i.\n"
-    path.write_text(header + dump_inventory(inv, names), encoding="utf-8")
-    return str(path)
 
 
 def run_on_hosts(

@@ -15,8 +15,6 @@ from remediate.host.outcome import host_outcome, new_result, record_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
-DEFAULT_ENDPOINT = ("127.0.0.1", 30000)  # sglang's own defaults for --host/--port
-
 
 def probe(
     transport: Transport, unit: str | None, extra_files: tuple[str, ...] = (), *, detect_only: bool = False
@@ -90,7 +88,8 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
         if any("sglang" in word for word in argv):
             host, port = probes.server_endpoint(argv)
             return host, options.server_port or port
-    return DEFAULT_ENDPOINT[0], options.server_port or DEFAULT_ENDPOINT[1]
+    host, port = probes.server_endpoint(())  # no sglang ExecStart: sglang's own defaults
+    return host, options.server_port or port
 
 
 def run_read_only(
