@@ -1,0 +1,165 @@
+"""What the parser finds: typed, frozen findings with their evidence lines, grouped by run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+Kind = Literal[
+    "cuda_oom_runtime",
+    "cuda_oom_graph_capture",
+    "kv_pool_too_small_at_startup",
+    "kv_pool_exhausted",
+    "req_slots_exhausted",
+    "cuda_error_oom",
+    "tp_memory_unbalanced",
+    "crash_loop",
+]
+KINDS: tuple[Kind, ...] = (
+    "cuda_oom_runtime",
+    "cuda_oom_graph_capture",
+    "kv_pool_too_small_at_startup",
+    "kv_pool_exhausted",
+    "req_slots_exhausted",
+    "cuda_error_oom",
+    "tp_memory_unbalanced",
+    "crash_loop",
+)
+Phase = Literal["prefill", "decode", "graph_capture", "unknown"]
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One NVML process line of torch's OOM text (``self``: "this process", i.e. the crashing one)."""
+
+    pid: int | None
+    bytes: int
+    self: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "bytes": self.bytes, "self": self.self}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One piece of crash evidence. Sizes are bytes; fields a kind does not have stay None."""
+
+    kind: Kind
+    line: str  # the telling line, as logged (sglang prefix kept)
+    evidence: tuple[str, ...] = ()  # the lines that support it, in journal order
+    index: int = -1  # position of ``line`` in the journal given
+    run: int = 0  # which run of the server (0 = oldest in the journal given)
+    rank: int | None = None  # TP rank when sglang's prefix said so
+    # torch's CUDA OOM text
+    torch_format: str | None = None  # "old" (≤2.0), "2.1", "2.2+", "new" (docs.pytorch.org link)
+    gpu: int | None = None
+    tried_bytes: int | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    allocated_bytes: int | None = None
+    private_pools_bytes: int | None = None
+    reserved_unallocated_bytes: int | None = None
+    reserved_bytes: int | None = None  # old format's "reserved in total by PyTorch"
+    allowed_bytes: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    phase: Phase | None = None
+    prefill_tokens: int | None = None
+    running_requests: int | None = None
+    # startup KV pool, KV exhaustion, TP imbalance, crash loop
+    mem_fraction_static: float | None = None  # the value the failing run used, when printed
+    suggested_fraction: float | None = None  # 0.5.2x "Raise --mem-fraction-static above Y"
+    minimum_fraction: float | None = None  # 0.5.2x "minimum viable = ... = Z"
+    tokens_requested: int | None = None
+    tokens_available: int | None = None
+    graph_flag: str | None = None  # the --cuda-graph-max-bs spelling sglang's hint names
+    min_gpu_memory_bytes: int | None = None
+    local_gpu_memory_bytes: int | None = None
+    restarts: int | None = None
+    is_possible: bool = False  # the text may mean OOM, but need not (illegal memory access)
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the kind and line first, None fields dropped, numbers as numbers."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "processes":
+                if value:
+                    out["processes"] = [p.to_dict() for p in value]
+            elif f.name == "evidence":
+                out["evidence"] = list(value)
+            elif f.name == "is_possible":
+                if value:
+                    out["possible"] = True
+            elif value is not None:
+                out[f.name] = value
+        return out
+
+    @property
+    def neighbours(self) -> tuple[GpuProcess, ...]:
+        """Other processes holding memory on the GPU (see the advisor for PID-namespace caveats)."""
+        return tuple(p for p in self.processes if not p.self)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What one run of the server logged about its memory (the min over ranks where ranks differ)."""
+
+    start_index: int = 0
+    mem_fraction_static: float | None = None  # server_args=ServerArgs(... mem_fraction_static=...)
+    chunked_prefill_size: int | None = None
+    cuda_graph_max_bs: int | None = None
+    max_running_requests: int | None = None
+    tp_size: int | None = None
+    free_before_weights_bytes: int | None = None  # "Load weight begin. avail mem="
+    free_after_weights_bytes: int | None = None  # "Load weight end. ... avail mem="
+    max_total_num_tokens: int | None = None
+    available_gpu_mem_bytes: int | None = None  # the capacity line's headroom
+    is_ready: bool = False  # "The server is fired up and ready to roll!"
+    ready_index: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Every finding in the journal given, the runs it spans, and which failure is the latest."""
+
+    findings: tuple[Finding, ...] = ()
+    runs: tuple[RunFacts, ...] = field(default_factory=lambda: (RunFacts(),))
+    show: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def latest_failure_run(self) -> int | None:
+        """The newest run with a crash finding (crash_loop is about the unit, not a run)."""
+        crash_runs = [f.run for f in self.findings if f.kind != "crash_loop"]
+        return max(crash_runs) if crash_runs else None
+
+    @property
+    def latest(self) -> tuple[Finding, ...]:
+        """The findings of the latest failure, plus crash_loop."""
+        run = self.latest_failure_run
+        return tuple(f for f in self.findings if f.run == run or f.kind == "crash_loop")
+
+    @property
+    def is_stale(self) -> bool:
+        """The latest failure is older than a later good start (a run that reached ready)."""
+        run = self.latest_failure_run
+        if run is None:
+            return False
+        return any(r.is_ready for r in self.runs[run + 1 :])
+
+    @property
+    def facts(self) -> RunFacts:
+        """The memory facts of the latest failure's run (else of the newest run)."""
+        run = self.latest_failure_run
+        return self.runs[run if run is not None else len(self.runs) - 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "latest_failure_run": self.latest_failure_run,
+            "is_stale": self.is_stale,
+            "runs": [r.to_dict() for r in self.runs],
+        }

@@ -1,0 +1,149 @@
+"""The crash texts of sglang and torch (SGLANG.md §2.5, §6, §8), one matcher per kind."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from remediate.core.diagnosis.findings import Finding, Kind, Phase
+from remediate.core.diagnosis.lines import LogLine
+from remediate.core.diagnosis.sizes import gib_to_bytes
+from remediate.core.diagnosis.torch_oom import OOM_MARK, parse_torch_oom
+
+_NUM = r"(\d+(?:\.\d+)?)"
+_CAPTURE = re.compile(r"Capture (?:prefill )?cuda graph failed", re.IGNORECASE)
+_GRAPH_FLAG = re.compile(r"set (--cuda-graph-max-bs(?:-decode)?) to a smaller value")
+_NOT_ENOUGH = re.compile(
+    r"Not enough memory\. Please try to increase --mem-fraction-static"
+    rf"(?:\.? Current value: (?:self\.server_args\.)?mem_fraction_static={_NUM})?"
+)
+_NO_KV = re.compile(
+    r"Loaded weights leave no GPU memory for the KV cache"
+    rf"(?: under --mem-fraction-static={_NUM})?(?:\. Raise --mem-fraction-static above {_NUM})?"
+    rf"(?: \(minimum viable = [^=()]*= {_NUM})?"
+)
+_KV_EXHAUSTED = re.compile(r"\b(Prefill|Decode) out of memory(?! happened)")
+_TRY_TOKENS = re.compile(r"Try to allocate (\d+) tokens")
+_AVAILABLE_TOKENS = re.compile(r"Available tokens: (\d+)")
+_REQ_SLOTS = re.compile(r"alloc_req_slots runs out of memory")
+_REQ_SLOTS_NUMS = re.compile(r"available_size\(\)=(\d+), num_reqs=(\d+)")
+_CUDA_ERROR = re.compile(r"CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|CUBLAS_STATUS_ALLOC_FAILED")
+_FLASHINFER = re.compile(r"Failed to allocate memory for (\S+) with size (\d+)")
+_ILLEGAL = re.compile(r"an illegal memory access was encountered")
+_UNBALANCED = re.compile(r"The memory capacity is unbalanced")
+_MIN_GPU = re.compile(rf"min_per_gpu_memory={_NUM}")
+_LOCAL_GPU = re.compile(rf"local_gpu_memory={_NUM}")
+
+
+@dataclass(frozen=True)
+class Match:
+    """What one line says; ``finding()`` adds where it sits."""
+
+    kind: Kind
+    values: dict[str, Any] = field(default_factory=dict)
+    phase: Phase | None = None
+    extra: tuple[LogLine, ...] = ()  # following lines that belong to the message (KV exhaustion's counts)
+    dedupe: str = ""
+
+    def as_kind(self, kind: Kind) -> Match:
+        return replace(self, kind=kind)
+
+    def finding(self, *, line: LogLine, evidence: tuple[str, ...], run: int, rank: int | None, **more: Any) -> Finding:
+        values = {**self.values, **{k: v for k, v in more.items() if v is not None}}
+        return Finding(
+            kind=self.kind, line=line.evidence, evidence=evidence, index=line.index, run=run, rank=rank, **values
+        )
+
+
+def _fraction(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:  # pragma: no cover - the regexes admit only decimals
+        return None
+
+
+def _torch(line: LogLine, following: Sequence[LogLine]) -> Match | None:
+    text = line.text
+    oom = parse_torch_oom(text)
+    if oom is None:
+        return None
+    values = {k: v for k, v in vars(oom).items() if v is not None and v != ()}
+    if _CAPTURE.search(text):
+        flag = next((m[1] for f in following if (m := _GRAPH_FLAG.search(f.text))), None)
+        if flag:
+            values["graph_flag"] = flag
+        return Match("cuda_oom_graph_capture", values, phase="graph_capture", dedupe=text[:400])
+    return Match("cuda_oom_runtime", values, dedupe=text[:400])
+
+
+def _startup(line: LogLine) -> Match | None:
+    text = line.text
+    if m := _NO_KV.search(text):
+        values = {
+            "mem_fraction_static": _fraction(m[1]),
+            "suggested_fraction": _fraction(m[2]),
+            "minimum_fraction": _fraction(m[3]),
+        }
+        return Match("kv_pool_too_small_at_startup", {k: v for k, v in values.items() if v is not None})
+    if m := _NOT_ENOUGH.search(text):
+        values = {"mem_fraction_static": _fraction(m[1])} if m[1] else {}
+        return Match("kv_pool_too_small_at_startup", values)
+    return None
+
+
+def _kv(line: LogLine, following: Sequence[LogLine]) -> Match | None:
+    text = line.text
+    if m := _KV_EXHAUSTED.search(text):
+        extra: list[LogLine] = []
+        values: dict[str, Any] = {}
+        for f in [line, *following[:4]]:
+            if (t := _TRY_TOKENS.search(f.text)) and "tokens_requested" not in values:
+                values["tokens_requested"] = int(t[1])
+                extra += [f] if f is not line else []
+            if (a := _AVAILABLE_TOKENS.search(f.text)) and "tokens_available" not in values:
+                values["tokens_available"] = int(a[1])
+                extra += [f] if f is not line else []
+        phase: Phase = "prefill" if m[1] == "Prefill" else "decode"
+        return Match("kv_pool_exhausted", values, phase=phase, extra=tuple(extra))
+    if _REQ_SLOTS.search(text):
+        values = {}
+        if n := _REQ_SLOTS_NUMS.search(text):
+            values = {"tokens_available": int(n[1]), "running_requests": int(n[2])}
+        return Match("req_slots_exhausted", values)
+    return None
+
+
+def _cuda_error(line: LogLine) -> Match | None:
+    text = line.text
+    if m := _FLASHINFER.search(text):
+        return Match("cuda_error_oom", {"tried_bytes": int(m[2]), "note": f"flashinfer buffer {m[1]}"}, dedupe=m[1])
+    if m := _CUDA_ERROR.search(text):
+        return Match("cuda_error_oom", {}, dedupe=m[0])
+    if _ILLEGAL.search(text):
+        note = "an illegal memory access can be an OOM reported late (sglang FAQ), or a kernel bug"
+        return Match("cuda_error_oom", {"is_possible": True, "note": note}, dedupe="illegal")
+    return None
+
+
+def _unbalanced(line: LogLine) -> Match | None:
+    if not _UNBALANCED.search(line.text):
+        return None
+    values: dict[str, Any] = {}
+    if m := _MIN_GPU.search(line.text):
+        values["min_gpu_memory_bytes"] = gib_to_bytes(m[1])
+    if m := _LOCAL_GPU.search(line.text):
+        values["local_gpu_memory_bytes"] = gib_to_bytes(m[1])
+    return Match("tp_memory_unbalanced", values)
+
+
+def match_line(line: LogLine, following: Sequence[LogLine]) -> Match | None:
+    """The finding one line carries (checked most specific first), or None."""
+    text = line.text
+    if OOM_MARK.search(text):
+        return _torch(line, following)
+    if _CAPTURE.search(text) and re.search(r"out of memory", text, re.IGNORECASE):
+        flag = next((m[1] for f in following if (m := _GRAPH_FLAG.search(f.text))), None)
+        return Match("cuda_oom_graph_capture", {"graph_flag": flag} if flag else {}, phase="graph_capture")
+    return _startup(line) or _kv(line, following) or _cuda_error(line) or _unbalanced(line)

@@ -1,0 +1,89 @@
+"""Startup pool failures, KV/request-slot exhaustion and unbalanced TP memory: not the OOM recipe."""
+
+from __future__ import annotations
+
+from remediate.core.diagnosis.advice import Recommendation, Settings, fmt_fraction, step_up, tokens_at
+from remediate.core.diagnosis.findings import Finding
+from remediate.core.diagnosis.sizes import format_size as fs
+
+
+def advise_startup(findings: list[Finding], s: Settings) -> Recommendation:
+    """``Not enough memory``: the KV pool came out empty, so the fraction goes *up* (never down)."""
+    f = next((g for g in findings if g.suggested_fraction is not None), findings[0])
+    cur = f.mem_fraction_static if f.mem_fraction_static is not None else s.mem_fraction_static
+    at = f" at --mem-fraction-static {fmt_fraction(cur)}" if cur is not None else ""
+    reasons = [
+        f"the KV pool came out empty at startup{at}: weights and KV cache get a fraction of the memory, "
+        "so this wants a higher fraction; lowering it (the OOM recipe) makes it worse"
+    ]
+    target: float | None
+    free0, free1 = s.free_before_weights_bytes, s.free_after_weights_bytes
+    if f.suggested_fraction is not None:
+        target = step_up(f.suggested_fraction)
+        viable = f" (minimum viable {f.minimum_fraction})" if f.minimum_fraction is not None else ""
+        reasons.append(f"sglang asks for above {f.suggested_fraction}{viable} → {fmt_fraction(target)}")
+    elif free0 and free1 and free1 < free0:
+        minimum = 1 - free1 / free0
+        target = step_up(minimum)
+        reasons.append(
+            f"weights leave {fs(free1)} of the {fs(free0)} free before loading: the pool is empty up to "
+            f"1 − {free1 / 2**30:.2f}/{free0 / 2**30:.2f} = {minimum:.4f} → {fmt_fraction(target)}, the first "
+            "0.01 step above it"
+        )
+    elif cur is not None:
+        target = round(cur + 0.01, 4)
+        reasons.append(f"no avail-mem lines logged: one step up, {fmt_fraction(cur)} → {fmt_fraction(target)}")
+    else:
+        target = None
+        reasons.append("neither the fraction nor the avail-mem lines were logged: raise --mem-fraction-static")
+    if target is not None and cur is not None and target <= cur:
+        target = round(cur + 0.01, 4)
+    if target is not None and target >= 1:
+        reasons.append("no fraction below 1 leaves room for the KV cache: the weights do not fit (more GPUs)")
+        target = None
+    tokens = tokens_at(s, target) if target is not None else None
+    if tokens:
+        reasons.append(f"expect ≈{tokens:,} KV tokens there")
+    return Recommendation(mem_fraction_static=target, reasons=tuple(reasons), blocking=True)
+
+
+def advise_kv_exhausted(findings: list[Finding], s: Settings) -> Recommendation:
+    """The logical KV pool (or the request slots) ran out: fewer running requests; a lower fraction hurts."""
+    f = findings[-1]
+    reasons: list[str] = []
+    if f.kind == "kv_pool_exhausted":
+        asked = f" asked for {f.tokens_requested:,} KV tokens" if f.tokens_requested is not None else " ran out"
+        avail = f" with {f.tokens_available:,} available" if f.tokens_available is not None else ""
+        pool = f" of {s.max_total_num_tokens:,}" if s.max_total_num_tokens else ""
+        reasons.append(
+            f"the {f.phase or 'scheduler'} batch{asked}{avail}{pool}: the KV pool is full, not GPU memory; "
+            "a lower --mem-fraction-static would shrink the pool further"
+        )
+    else:
+        reasons.append(
+            "the request slots (req_to_token pool) ran out: sglang asks for a smaller --max-running-requests; "
+            "a lower --mem-fraction-static does not help"
+        )
+    other: dict[str, int | str] = {}
+    running = s.max_running_requests or f.running_requests
+    if running and running > 1:
+        other["--max-running-requests"] = max(1, running // 2)
+        reasons.append(f"--max-running-requests {running} → {running // 2}")
+    else:
+        reasons.append("lower --max-running-requests")
+    return Recommendation(
+        mem_fraction_static=s.mem_fraction_static, other_flags=other, reasons=tuple(reasons), blocking=True
+    )
+
+
+def advise_unbalanced(findings: list[Finding], s: Settings) -> Recommendation:
+    """Some GPU has far less free memory than the others: a neighbour process, not a knob of ours."""
+    f = findings[0]
+    detail = ""
+    if f.min_gpu_memory_bytes is not None and f.local_gpu_memory_bytes is not None:
+        detail = f" ({fs(f.min_gpu_memory_bytes)} free on the emptiest vs {fs(f.local_gpu_memory_bytes)} here)"
+    reasons = (
+        f"GPU memory is unbalanced across TP ranks{detail}: another process holds memory on one GPU; no knob "
+        "of ours fixes a neighbour; free that GPU first",
+    )
+    return Recommendation(mem_fraction_static=s.mem_fraction_static, reasons=reasons, blocking=True)

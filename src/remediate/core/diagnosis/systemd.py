@@ -1,0 +1,55 @@
+"""The unit's restart history: NRestarts and start-limit-hit from ``systemctl show`` and the journal."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from remediate.core.diagnosis.findings import Finding
+from remediate.core.diagnosis.lines import LogLine
+
+_LIMIT = re.compile(r"start-limit-hit|Start request repeated too quickly")
+_COUNTER = re.compile(r"Scheduled restart job, restart counter is at (\d+)")
+CRASH_LOOP_RESTARTS = 3  # this many automatic restarts (without a new start by hand) is a loop
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def crash_loop_finding(
+    lines: Sequence[LogLine], show: Mapping[str, str], previous_restarts: int | None, *, run: int
+) -> Finding | None:
+    """One crash_loop finding when systemd gave up (start-limit-hit) or keeps restarting the server."""
+    evidence = [line for line in lines if _LIMIT.search(line.text) or _COUNTER.search(line.text)]
+    counters = [int(m[1]) for line in evidence if (m := _COUNTER.search(line.text))]
+    restarts = _int(show.get("NRestarts"))
+    if restarts is None and counters:
+        restarts = counters[-1]
+    hit = show.get("Result") == "start-limit-hit" or any(_LIMIT.search(line.text) for line in evidence)
+    growing = previous_restarts is not None and restarts is not None and restarts > previous_restarts
+    if not (hit or growing or (restarts or 0) >= CRASH_LOOP_RESTARTS):
+        return None
+    if evidence:
+        main = next((line for line in reversed(evidence) if _LIMIT.search(line.text)), evidence[-1])
+        text, index = main.evidence, main.index
+    else:
+        text, index = f"NRestarts={restarts} Result={show.get('Result', '')} (systemctl show)", -1
+    if hit:
+        note = "systemd stopped restarting the unit (start-limit-hit)"
+    elif growing:
+        note = f"NRestarts grew from {previous_restarts} to {restarts}"
+    else:
+        note = f"restarted {restarts} times"
+    return Finding(
+        kind="crash_loop",
+        line=text,
+        evidence=tuple(line.evidence for line in evidence[-4:]) or (text,),
+        index=index,
+        run=run,
+        restarts=restarts,
+        note=note,
+    )
