@@ -86,7 +86,9 @@ def step_up(value: float) -> float:
 
 
 def fmt_fraction(value: float) -> str:
-    return f"{value:.3f}".rstrip("0").rstrip(".") if value * 100 % 1 else f"{value:.2f}"
+    """0.9 → "0.90", 0.812 → "0.812" (at most four decimals, at least two)."""
+    whole, _, frac = f"{value:.4f}".partition(".")
+    return f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
 
 
 def neighbours(finding: Finding, server_pids: tuple[int, ...] = ()) -> tuple[GpuProcess, ...]:

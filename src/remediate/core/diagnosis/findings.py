@@ -25,6 +25,7 @@ KINDS: tuple[Kind, ...] = (
     "tp_memory_unbalanced",
     "crash_loop",
 )
+LOADING_NOTE = "while loading weights"  # a runtime-kind OOM whose traceback is in the weight loader
 Phase = Literal["prefill", "decode", "graph_capture", "unknown"]
 
 
@@ -71,6 +72,7 @@ class Finding:
     minimum_fraction: float | None = None  # 0.5.2x "minimum viable = ... = Z"
     tokens_requested: int | None = None
     tokens_available: int | None = None
+    slots_available: int | None = None  # alloc_req_slots: free request slots when it failed
     graph_flag: str | None = None  # the --cuda-graph-max-bs spelling sglang's hint names
     min_gpu_memory_bytes: int | None = None
     local_gpu_memory_bytes: int | None = None

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from remediate.core.diagnosis.findings import Diagnosis, Finding, Phase
+from remediate.core.diagnosis.findings import LOADING_NOTE, Diagnosis, Finding, Phase
 from remediate.core.diagnosis.lines import LogLine, split_lines
 from remediate.core.diagnosis.patterns import match_line
 from remediate.core.diagnosis.runs import RunSplitter
@@ -25,6 +25,7 @@ _PREFILL = re.compile(r"Prefill batch\..*?#new-token: (\d+)")
 _DECODE = re.compile(r"Decode batch\..*?#running-req: (\d+)")
 _FRAME = re.compile(r'^\s+File "|^\s{4}\S')
 _MAX_FRAMES = 200
+_LOADING = ("load_model", "load_weights", "_initialize_model")
 
 
 @dataclass
@@ -122,6 +123,13 @@ def parse_journal(
                 else:
                     running = latest[1]
             phase = phase or "unknown"
+            if phase == "unknown" and any(w in f.text for f in frames for w in _LOADING):
+                found = found.with_note(LOADING_NOTE)
+        elif found.kind == "kv_pool_exhausted":
+            latest = status.latest(rank)
+            if latest is not None and latest[0] == phase == "decode":
+                running = latest[1]
+                evidence.insert(0, latest[2])
         key = (found.kind, splitter.run, rank, found.dedupe)
         if key in seen:
             continue

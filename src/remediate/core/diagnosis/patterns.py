@@ -50,6 +50,9 @@ class Match:
     def as_kind(self, kind: Kind) -> Match:
         return replace(self, kind=kind)
 
+    def with_note(self, note: str) -> Match:
+        return replace(self, values={**self.values, "note": note})
+
     def finding(self, *, line: LogLine, evidence: tuple[str, ...], run: int, rank: int | None, **more: Any) -> Finding:
         values = {**self.values, **{k: v for k, v in more.items() if v is not None}}
         return Finding(
@@ -110,7 +113,7 @@ def _kv(line: LogLine, following: Sequence[LogLine]) -> Match | None:
     if _REQ_SLOTS.search(text):
         values = {}
         if n := _REQ_SLOTS_NUMS.search(text):
-            values = {"tokens_available": int(n[1]), "running_requests": int(n[2])}
+            values = {"slots_available": int(n[1]), "running_requests": int(n[2])}
         return Match("req_slots_exhausted", values)
     return None
 

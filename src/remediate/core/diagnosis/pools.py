@@ -65,7 +65,11 @@ def advise_kv_exhausted(findings: list[Finding], s: Settings) -> Recommendation:
             "a lower --mem-fraction-static does not help"
         )
     other: dict[str, int | str] = {}
-    running = s.max_running_requests or f.running_requests
+    # KV exhaustion: what was running when it hit; request slots: num_reqs is one call's count, not the load
+    if f.kind == "kv_pool_exhausted":
+        running = f.running_requests or s.max_running_requests
+    else:
+        running = s.max_running_requests
     if running and running > 1:
         other["--max-running-requests"] = max(1, running // 2)
         reasons.append(f"--max-running-requests {running} → {running // 2}")

@@ -17,7 +17,7 @@ from remediate.core.diagnosis.advice import (
     neighbours,
     tokens_at,
 )
-from remediate.core.diagnosis.findings import Finding
+from remediate.core.diagnosis.findings import LOADING_NOTE, Finding
 from remediate.core.diagnosis.sizes import format_size as fs
 
 
@@ -41,6 +41,12 @@ def advise_runtime(findings: list[Finding], s: Settings) -> Recommendation:
             f"process {proc.pid} holds {fs(proc.bytes)} on {gpu}: another process shares it, and no knob of "
             "ours fixes a neighbour; stop or move it first"
         )
+    if f.note == LOADING_NOTE:
+        reasons.append(
+            "the OOM came while loading the weights: --mem-fraction-static only sizes the KV pool after loading, "
+            "so no fraction fixes weights that do not fit; use more GPUs (--tp-size) or a smaller/quantized model"
+        )
+        return Recommendation(mem_fraction_static=s.mem_fraction_static, reasons=tuple(reasons), blocking=blocking)
     tried, free, ru = f.tried_bytes, f.free_bytes, f.reserved_unallocated_bytes
     where = f" (TP{f.rank})" if f.rank is not None else ""
     alloc: str | None = None
@@ -83,7 +89,7 @@ def advise_runtime(findings: list[Finding], s: Settings) -> Recommendation:
             + (f" ({running} → {running // 2})" if running and running > 1 else "")
         )
     remaining = max(0, need - (free or 0) - ru_gain) if have_numbers else 0
-    fraction, fraction_reasons = _fraction_for(f, s, remaining, have_numbers, bool(alloc or chunk))
+    fraction, fraction_reasons = _fraction_for(f, s, remaining, have_numbers)
     reasons += fraction_reasons
     return Recommendation(
         mem_fraction_static=fraction,
@@ -117,9 +123,7 @@ def _chunking(f: Finding, s: Settings, need: int) -> tuple[int | None, int, str 
     return CHUNK, spike, reason
 
 
-def _fraction_for(
-    f: Finding, s: Settings, remaining: int, have_numbers: bool, other_fix: bool
-) -> tuple[float | None, list[str]]:
+def _fraction_for(f: Finding, s: Settings, remaining: int, have_numbers: bool) -> tuple[float | None, list[str]]:
     """The smallest step down whose added headroom covers what is still missing (never a step up)."""
     cur = s.mem_fraction_static
     if cur is None:
@@ -127,8 +131,6 @@ def _fraction_for(
     if have_numbers and remaining == 0:
         return cur, [f"nothing left missing after that: --mem-fraction-static stays at {fmt_fraction(cur)}"]
     if not have_numbers:
-        if other_fix and f.kind != "cuda_error_oom":
-            return cur, [f"--mem-fraction-static stays at {fmt_fraction(cur)}"]
         new = round(cur - STEP, 4)
         return new, [f"one step down for headroom: {fmt_fraction(cur)} → {fmt_fraction(new)}"]
     base, what = s.free_before_weights_bytes, "free before weights"
@@ -170,5 +172,5 @@ def advise_graph_capture(findings: list[Finding], s: Settings) -> Recommendation
     remaining = max(0, (f.tried_bytes or 0) - (f.free_bytes or 0))
     if have:
         reasons.append(f"{fs(f.tried_bytes or 0)} needed, {fs(f.free_bytes or 0)} free: short by {fs(remaining)}")
-    fraction, more = _fraction_for(f, s, max(remaining, 1) if have else 0, have, False)
+    fraction, more = _fraction_for(f, s, max(remaining, 1) if have else 0, have)
     return Recommendation(mem_fraction_static=fraction, other_flags=other, reasons=tuple(reasons + more))
