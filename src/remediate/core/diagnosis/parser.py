@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from remediate.core.diagnosis.findings import LOADING_NOTE, Diagnosis, Finding, Phase
 from remediate.core.diagnosis.lines import LogLine, split_lines
@@ -24,6 +24,10 @@ _ONE_LINE = re.compile(r"(?:Error|Exception): ")
 _PREFILL = re.compile(r"Prefill batch\..*?#new-token: (\d+)")
 _DECODE = re.compile(r"Decode batch\..*?#running-req: (\d+)")
 _FRAME = re.compile(r'^\s+File "|^\s{4}\S')
+_CHAINED = re.compile(
+    r"^During handling of the above exception, another exception occurred|"
+    r"^The above exception was the direct cause of the following exception"
+)
 _MAX_FRAMES = 200
 _LOADING = ("load_model", "load_weights", "_initialize_model")
 
@@ -78,8 +82,9 @@ def parse_journal(
     splitter = RunSplitter()
     status = _RankState()
     open_blocks: list[_Block] = []
+    closed: _Block | None = None  # the traceback an exception line just ended (a chained one continues it)
     findings: list[Finding] = []
-    seen: set[tuple[str, int, int | None, str]] = set()
+    seen: dict[tuple[str, int, int | None, str], int] = {}
     for i, line in enumerate(parsed):
         splitter.feed(line)
         if splitter.runs[-1].start_index == line.index and splitter.run:
@@ -92,12 +97,15 @@ def parse_journal(
             open_blocks = [*open_blocks[-15:], _Block(rank=rank, header=line)]
             if _ONE_LINE.search(line.text):  # a flattened traceback: header and exception on one line
                 block = open_blocks.pop()
+        elif not line.has_sglang_prefix and closed is not None and _CHAINED.match(line.text):
+            open_blocks.append(closed)  # the chained traceback belongs to the same rank's failure
+            closed = None
         elif not line.has_sglang_prefix and open_blocks:
             if _FRAME.match(line.text):
                 if len(open_blocks[-1].frames) < _MAX_FRAMES:
                     open_blocks[-1].frames.append(line)
             elif _EXCEPTION_LINE.match(line.text):
-                block = open_blocks.pop(0)
+                block = closed = open_blocks.pop(0)
                 rank = block.rank
         found = match_line(line, parsed[i + 1 : i + 8])
         if found is None:
@@ -130,21 +138,28 @@ def parse_journal(
             if latest is not None and latest[0] == phase == "decode":
                 running = latest[1]
                 evidence.insert(0, latest[2])
-        key = (found.kind, splitter.run, rank, found.dedupe)
-        if key in seen:
-            continue
-        seen.add(key)
-        findings.append(
-            found.finding(
-                line=line,
-                evidence=tuple(dict.fromkeys(e.evidence for e in sorted(evidence, key=lambda e: e.index))),
-                run=splitter.run,
-                rank=rank,
-                phase=phase,
-                prefill_tokens=prefill_tokens,
-                running_requests=running,
-            )
+        family = "torch" if found.kind.startswith("cuda_oom") else found.kind
+        key = (family, splitter.run, rank, found.dedupe)
+        finding = found.finding(
+            line=line,
+            evidence=tuple(dict.fromkeys(e.evidence for e in sorted(evidence, key=lambda e: e.index))),
+            run=splitter.run,
+            rank=rank,
+            phase=phase,
+            prefill_tokens=prefill_tokens,
+            running_requests=running,
         )
+        if key in seen:
+            first = findings[seen[key]]
+            if finding.kind == "cuda_oom_graph_capture" and first.kind != finding.kind:
+                findings[seen[key]] = replace(
+                    first, kind=finding.kind, phase="graph_capture", graph_flag=finding.graph_flag or first.graph_flag
+                )
+            elif finding.graph_flag and not first.graph_flag:
+                findings[seen[key]] = replace(first, graph_flag=finding.graph_flag)
+            continue
+        seen[key] = len(findings)
+        findings.append(finding)
     loop = crash_loop_finding(parsed, show or {}, previous_restarts, run=splitter.run)
     if loop is not None:
         findings.append(loop)

@@ -73,12 +73,14 @@ def _torch(line: LogLine, following: Sequence[LogLine]) -> Match | None:
     if oom is None:
         return None
     values = {k: v for k, v in vars(oom).items() if v is not None and v != ()}
+    # the same OOM re-raised (chained, or wrapped as "Capture cuda graph failed: …", maybe cut) is one finding
+    dedupe = f"{oom.gpu}/{oom.tried_bytes}/{oom.total_bytes}/{oom.free_bytes}" if oom.tried_bytes else text[:400]
     if _CAPTURE.search(text):
         flag = next((m[1] for f in following if (m := _GRAPH_FLAG.search(f.text))), None)
         if flag:
             values["graph_flag"] = flag
-        return Match("cuda_oom_graph_capture", values, phase="graph_capture", dedupe=text[:400])
-    return Match("cuda_oom_runtime", values, dedupe=text[:400])
+        return Match("cuda_oom_graph_capture", values, phase="graph_capture", dedupe=dedupe)
+    return Match("cuda_oom_runtime", values, dedupe=dedupe)
 
 
 def _startup(line: LogLine) -> Match | None:
