@@ -12,6 +12,7 @@
     └─ RemediationError       exit 1   applied, but the host did not become healthy / verify failed
        ├─ ConflictError                the unit changed under us, or another run holds the lock
        │  └─ LockHeldError             another run holds the unit's lock
+       ├─ RefusedError                 the crash evidence contradicts the OOM recipe; nothing was changed
        └─ UnhealthyError               the server failed, crashed or timed out while we waited
 
 Exceptions store data and build their message in ``__str__``. Anything that is not a
@@ -118,6 +119,10 @@ class LockHeldError(ConflictError):
 
     def __init__(self, host: str) -> None:
         super().__init__(host, f"another remediation holds the lock on {host}")
+
+
+class RefusedError(RemediationError):
+    """The unit's latest failure contradicts the OOM recipe (``remediate diagnose`` says why); nothing changed."""
 
 
 class UnhealthyError(RemediationError):

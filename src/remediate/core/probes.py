@@ -44,6 +44,10 @@ CRASH_RE = re.compile(
 )
 
 
+# Sections the probe prints when asked for crash evidence (``diagnose``, the ``oom`` gate).
+EVIDENCE_SECTIONS = ("journal", "gpus", "apps", "ps")
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     """A file as read on the host in the probe round trip."""
@@ -123,6 +127,9 @@ class ProbeResult:
     files: dict[str, RemoteFile]
     has_systemd_analyze: bool
     now: float
+    # evidence sections (``with_evidence``): journal, gpus, apps, ps lines; a header's words (``@@gpus absent``)
+    sections: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    section_notes: dict[str, str] = field(default_factory=dict)
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -184,6 +191,8 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     section = ""
     current: dict[str, str] = {}
     b64: list[str] = []
+    sections: dict[str, list[str]] = {}
+    notes: dict[str, str] = {}
 
     def flush_file() -> None:
         if not current:
@@ -223,15 +232,29 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 now = float(rest or 0)
             elif head == "file":
                 current = dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+            elif head in EVIDENCE_SECTIONS:
+                sections.setdefault(head, [])
+                if rest.strip():
+                    notes[head] = rest.strip()
             continue
         if section == "show":
             show_lines.append(line)
         elif section == "file":
             b64.append(line.strip())
+        elif section in EVIDENCE_SECTIONS:
+            sections[section].append(line)
     if section == "file":
         flush_file()
     state = ServiceState(unit=unit, properties=parse_show("\n".join(show_lines))) if unit else None
-    return ProbeResult(candidates=candidates, state=state, files=files, has_systemd_analyze=has_analyze, now=now)
+    return ProbeResult(
+        candidates=candidates,
+        state=state,
+        files=files,
+        has_systemd_analyze=has_analyze,
+        now=now,
+        sections={k: tuple(v) for k, v in sections.items()},
+        section_notes=notes,
+    )
 
 
 def parse_server_info(body: bytes) -> int | None:

@@ -23,3 +23,4 @@ class OomRequest:
     dry_run: bool = False
     rollback: bool = True
     strategy: dict[str, Any] = field(default_factory=dict)
+    force: bool = False

@@ -164,4 +164,5 @@ def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
         dry_run=request.dry_run,
         rollback=request.rollback,
         server_port=s.get("server_port"),
+        force=request.force,
     )

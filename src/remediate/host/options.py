@@ -23,3 +23,4 @@ class RunOptions:
     rollback: bool = True
     lock_wait: int = LOCK_WAIT_S
     server_port: int | None = None
+    force: bool = False  # apply the recipe even when the crash evidence contradicts it

@@ -17,15 +17,24 @@ from remediate.transport.base import Transport
 
 
 def probe(
-    transport: Transport, unit: str | None, extra_files: tuple[str, ...] = (), *, detect_only: bool = False
+    transport: Transport,
+    unit: str | None,
+    extra_files: tuple[str, ...] = (),
+    *,
+    detect_only: bool = False,
+    journal_lines: int = 0,
+    journal_since: str | None = None,
 ) -> ProbeResult:
-    """Read everything needed to plan, in one round trip (``detect_only``: just find the sglang unit)."""
+    """Read everything needed to plan, in one round trip (``detect_only``: just find the sglang unit;
+    ``journal_lines``: also the crash evidence, the journal's last lines and nvidia-smi, for diagnose)."""
     script = templates.render(
         "probe.sh.j2",
         unit=unit or "",
         properties=probes.SHOW_PROPERTIES,
         extra_files=extra_files,
         detect_only=detect_only,
+        journal_lines=journal_lines,
+        journal_since=journal_since,
     )
     result = transport.run("bash -s", stdin=script, timeout=60)
     if not result.ok and "@@end" not in result.stdout:
@@ -53,9 +62,13 @@ def detect_unit(transport: Transport) -> str:
     return resolve_unit(transport, probe(transport, None, detect_only=True), None).candidates[0]
 
 
-def read_unit(transport: Transport, unit: str | None) -> tuple[ProbeResult, UnitSources]:
+def read_unit(
+    transport: Transport, unit: str | None, *, journal_lines: int = 0, journal_since: str | None = None
+) -> tuple[ProbeResult, UnitSources]:
     """Probe the unit (or the one running sglang) and build the core's input from what was read."""
-    found = resolve_unit(transport, probe(transport, unit), unit)
+    found = resolve_unit(
+        transport, probe(transport, unit, journal_lines=journal_lines, journal_since=journal_since), unit
+    )
     return found, sources_from_probe(found)
 
 

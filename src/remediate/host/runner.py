@@ -16,8 +16,9 @@ from typing import Any
 from remediate.core.probes import ProbeResult, tokens_from_info
 from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
-from remediate.errors import RemediationError
+from remediate.errors import RefusedError, RemediationError
 from remediate.host.commit import FileWrite, planned_steps
+from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
 from remediate.host.health import Healthy, fetch_server_info, fetch_tokens
 from remediate.host.lock import run_locked
 from remediate.host.options import RunOptions
@@ -102,6 +103,22 @@ def _already_healthy(
     return tokens_from_info(info), False
 
 
+def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOptions, result: HostResult) -> None:
+    """Refuse the recipe when the latest failure contradicts it (unless --force); the JSON gets the findings."""
+    evidence = read_evidence(found, sources)
+    result.extra["findings"] = [f.to_dict() for f in evidence.diagnosis.latest]
+    reason = refusal(evidence)
+    if reason is None:
+        return
+    if options.force:
+        result.warnings.append(f"--force: {reason}")
+    elif options.dry_run:
+        result.warnings.append(f"a real run refuses without --force: {reason}")
+    else:
+        result.extra["recommendation"] = evidence.recommendation.to_dict()
+        raise RefusedError(result.host, f"refusing the OOM recipe: {reason} (see `remediate diagnose`; --force)")
+
+
 def remediate_host(
     transport: Transport,
     options: RunOptions,
@@ -127,8 +144,9 @@ def _remediate_locked(
     now: Callable[[], float],
 ) -> None:
     with timer.phase("read"):
-        found, sources = read_unit(transport, unit_name)
+        found, sources = read_unit(transport, unit_name, journal_lines=GATE_LINES)
         unit = record_unit(result, found).unit
+        _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)

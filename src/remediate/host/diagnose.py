@@ -1,0 +1,143 @@
+"""Read-only crash diagnosis of one host: the journal of the last runs, ``systemctl show`` and nvidia-smi,
+read in the probe's one round trip, turned into findings and a recommendation by the pure core.
+
+``remediate oom`` asks the same probe for the evidence and refuses (unless ``--force``) when the unit's
+latest failure contradicts the OOM recipe: a startup ``Not enough memory``, a neighbour process on the GPU,
+KV-pool exhaustion. A healthy server, or a failure older than the last good start, never blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from remediate.core.diagnosis import Diagnosis, Recommendation, Settings, advise, oom_command, parse_journal
+from remediate.core.diagnosis.gpus import Gpu, GpuApp, foreign_apps, parse_apps, parse_gpus, process_tree
+from remediate.core.probes import ProbeResult
+from remediate.core.unitfile.edit import UnitSources, read_settings
+from remediate.errors import ConfigError
+from remediate.host.options import RunOptions
+from remediate.host.outcome import host_outcome, new_result, record_unit
+from remediate.host.read import read_unit
+from remediate.models import HostResult
+from remediate.transport.base import Transport
+
+DEFAULT_LINES = 2000
+"""Journal lines read by default: a few runs of a TP8 server's startup and crash."""
+GATE_LINES = 1000
+"""Journal lines `remediate oom` reads (in its probe) to check the latest failure before it commits."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a host's journal, unit and GPUs say about its latest failure."""
+
+    diagnosis: Diagnosis
+    recommendation: Recommendation
+    gpus: tuple[Gpu, ...]
+    apps: tuple[GpuApp, ...]
+    foreign: tuple[GpuApp, ...]
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "findings": [f.to_dict() for f in self.diagnosis.latest],
+            "all_findings": len(self.diagnosis.findings),
+            "is_stale": self.diagnosis.is_stale,
+            "runs": len(self.diagnosis.runs),
+            "recommendation": self.recommendation.to_dict(),
+            "gpus": [g.to_dict() for g in self.gpus],
+            "gpu_processes": [a.to_dict() for a in self.apps],
+            "foreign_gpu_processes": [a.to_dict() for a in self.foreign],
+        }
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(Decimal(text)) if text is not None else None
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def unit_settings(sources: UnitSources, server: frozenset[int], gpus: tuple[Gpu, ...]) -> Settings:
+    """The advisor's input from the unit on disk (what a restart would run) and the GPUs."""
+    try:
+        current = read_settings(sources)
+    except ConfigError:
+        current = None
+    chunk = _number(current.chunked_prefill_size) if current else None
+    return Settings(
+        mem_fraction_static=_number(current.mem_fraction_static) if current else None,
+        chunked_prefill_size=int(chunk) if chunk is not None else None,
+        alloc_conf=current.alloc_conf if current else None,
+        total_gpu_bytes=min((g.total_bytes for g in gpus), default=None),
+        server_pids=tuple(sorted(server)),
+    )
+
+
+def read_evidence(found: ProbeResult, sources: UnitSources, since_restarts: int | None = None) -> Evidence:
+    """Parse the evidence sections of a probe (``journal_lines`` > 0) into a diagnosis and a recommendation."""
+    state = found.state
+    assert state is not None
+    show = dict(state.properties)
+    lines = list(found.sections.get("journal", ()))
+    diagnosis = parse_journal(lines, show)
+    if since_restarts is not None and since_restarts + 1 < len(diagnosis.runs):
+        start = diagnosis.runs[-(since_restarts + 1)].start_index
+        diagnosis = parse_journal(lines[start:], show)
+    notes: list[str] = []
+    if not lines:
+        notes.append("the journal had no lines for this unit in the window read")
+    gpus = parse_gpus(found.sections.get("gpus", ()))
+    apps = parse_apps(found.sections.get("apps", ()))
+    gpu_note = found.section_notes.get("gpus")
+    if gpu_note == "absent":
+        notes.append("nvidia-smi is not on this host: GPU memory not read")
+    elif gpu_note or found.section_notes.get("apps"):
+        notes.append("nvidia-smi failed: GPU memory not read")
+    server = process_tree(found.sections.get("ps", ()), state.main_pid)
+    foreign = foreign_apps(apps, server)
+    for app in foreign:
+        notes.append(f"GPU process {app.pid} ({app.used_bytes >> 20} MiB) is not part of {state.unit}")
+    rec = advise(diagnosis, unit_settings(sources, server, gpus))
+    return Evidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))
+
+
+def refusal(evidence: Evidence) -> str | None:
+    """Why ``oom`` must not apply its recipe here (None: go ahead)."""
+    rec = evidence.recommendation
+    if not rec.blocking or evidence.diagnosis.is_stale:
+        return None
+    return f"the latest failure is {rec.kind}: {rec.reasons[0]}"
+
+
+def diagnose_host(
+    transport: Transport,
+    options: RunOptions,
+    *,
+    lines: int = DEFAULT_LINES,
+    since: str | None = None,
+    since_restarts: int | None = None,
+    label: str | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """Read-only, no lock: what happened on this host, why, and the ``remediate oom`` that would fix it."""
+    result = new_result(label or transport.host, now)
+    with host_outcome(result, now):
+        transport.open()
+        found, sources = read_unit(transport, options.unit, journal_lines=lines, journal_since=since)
+        state = record_unit(result, found)
+        evidence = read_evidence(found, sources, since_restarts)
+        command = oom_command(result.host, options.unit, evidence.recommendation)
+        result.outcome = "unchanged"  # read-only: nothing was changed
+        result.notes = list(evidence.notes)
+        result.extra = {
+            "active_state": state.active_state,
+            "sub_state": state.get("SubState"),
+            "n_restarts": state.n_restarts,
+            **evidence.to_dict(),
+        }
+        result.extra["recommendation"]["command"] = command
+    return result
