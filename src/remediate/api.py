@@ -32,6 +32,7 @@ from remediate.fleet.settings import (
     ssh_for,
 )
 from remediate.host import localfile
+from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
 from remediate.host.restore import backups_host, rollback_host
 from remediate.host.runner import remediate_host, status_host
 from remediate.models import HostResult, ProgressFn
@@ -203,6 +204,7 @@ def remediate_oom(
     timeout: float = 900.0,
     dry_run: bool = False,
     rollback: bool = True,
+    force: bool = False,
     canary: int | None = None,
     batch: str | None = None,
     forks: int | None = None,
@@ -241,6 +243,7 @@ def remediate_oom(
         timeout=timeout,
         dry_run=dry_run,
         rollback=rollback,
+        force=force,
         strategy={
             k: v
             for k, v in {"canary": canary, "batch": batch, "forks": forks, "max_failures": max_failures}.items()
@@ -281,6 +284,28 @@ def status(
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         request = OomRequest(unit=unit)
         return status_host(transport, run_options_for(entry, request), label=entry.name)
+
+    return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
+
+
+def diagnose(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    unit: str | None = None,
+    lines: int = DEFAULT_LINES,
+    since: str | None = None,
+    transport_factory: TransportFactory | None = None,
+) -> list[HostResult]:
+    """Read-only, no lock: each host's latest failure, why, and the `remediate oom` that fixes it."""
+    restarts, since_time = parse_since(since, lines)  # bad input fails before any host is contacted
+
+    def one(transport: Transport, entry: HostEntry) -> HostResult:
+        options = run_options_for(entry, OomRequest(unit=unit))
+        return diagnose_host(
+            transport, options, lines=lines, since=since_time, since_restarts=restarts, label=entry.name
+        )
 
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
 

@@ -26,6 +26,8 @@ from remediate.transport.base import SSHOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_connect_timeout = click.option("--timeout", type=click.FloatRange(min=1), default=10, show_default=True,
+                                help="Seconds to connect to each host.")  # fmt: skip
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "REMEDIATE", "max_content_width": 100}
 
 
@@ -267,6 +269,7 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 )
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
 @click.option("--no-rollback", is_flag=True, help="Leave the new state in place when the server does not come back.")
+@click.option("--force", is_flag=True, help="Apply even when the latest crash contradicts it (see diagnose).")
 @_handle_errors
 def oom(**kw: Any) -> None:
     """Apply the OOM fix to sglang hosts as one verified transaction each.
@@ -293,6 +296,7 @@ def oom(**kw: Any) -> None:
         dry_run=kw["dry_run"],
         rollback=not kw["no_rollback"],
         strategy=settings.strategy_from_cli(kw),
+        force=kw["force"],
     )
     with _progress(kw["as_json"]) as progress:
         confirm = _confirm(kw, progress)
@@ -302,9 +306,7 @@ def oom(**kw: Any) -> None:
 
 @cli.command()
 @connection_options
-@click.option(
-    "--timeout", type=click.FloatRange(min=1), default=10, show_default=True, help="Seconds to connect to each host."
-)
+@_connect_timeout
 @_handle_errors
 def status(**kw: Any) -> None:
     """Read-only: each host's sglang unit, state, memory settings, tokens, and whether it is remediated.
@@ -325,6 +327,25 @@ def status(**kw: Any) -> None:
 
 @cli.command()
 @connection_options
+@click.option("--since", metavar="RESTARTS|TIME", help="Restarts to look back over (0: this run) or a journalctl time.")
+@click.option("--lines", type=click.IntRange(min=1), default=2000, show_default=True, help="Journal lines to read.")
+@_connect_timeout
+@_handle_errors
+def diagnose(**kw: Any) -> None:
+    """Read-only: why each host's server died (evidence, arithmetic) and the `remediate oom` to run.
+
+    \b
+    Examples:
+      remediate diagnose gpu-01 --since 1
+      remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
+    """
+    named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
+    _exit_with_table(api.diagnose(kw["targets"], ssh=_ssh_options(kw, kw["timeout"]), **named),
+                     as_json=kw["as_json"], table=render.diagnose_report)  # fmt: skip
+
+
+@cli.command()
+@connection_options
 @click.option(
     "--prune", is_flag=True, help="Delete old backups beyond --keep (never the newest, never the current state's)."
 )
@@ -332,9 +353,7 @@ def status(**kw: Any) -> None:
     "--keep", type=click.IntRange(min=1), default=10, show_default=True, help="Backups to keep per file with --prune."
 )
 @click.option("--dry-run", is_flag=True, help="With --prune: list what would be deleted.")
-@click.option(
-    "--timeout", type=click.FloatRange(min=1), default=10, show_default=True, help="Seconds to connect to each host."
-)
+@_connect_timeout
 @_handle_errors
 def backups(**kw: Any) -> None:
     """List the backups next to each host's unit files, newest first, with what a restore would change.

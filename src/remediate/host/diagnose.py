@@ -8,15 +8,25 @@ KV-pool exhaustion. A healthy server, or a failure older than the last good star
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from remediate.core.diagnosis import Diagnosis, Recommendation, Settings, advise, oom_command, parse_journal
+from remediate.core.diagnosis import (
+    Diagnosis,
+    Finding,
+    Recommendation,
+    Settings,
+    advise,
+    oom_command,
+    parse_journal,
+)
 from remediate.core.diagnosis.gpus import Gpu, GpuApp, foreign_apps, parse_apps, parse_gpus, process_tree
 from remediate.core.probes import ProbeResult
 from remediate.core.unitfile.edit import UnitSources, read_settings
+from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError
 from remediate.host.options import RunOptions
 from remediate.host.outcome import host_outcome, new_result, record_unit
@@ -28,6 +38,45 @@ DEFAULT_LINES = 2000
 """Journal lines read by default: a few runs of a TP8 server's startup and crash."""
 GATE_LINES = 1000
 """Journal lines `remediate oom` reads (in its probe) to check the latest failure before it commits."""
+
+
+_TIME = re.compile(
+    r"^(?:@\d+(?:\.\d+)?|now|today|yesterday"
+    r"|\d{4}-\d\d-\d\d(?:[ T]\d\d:\d\d(?::\d\d)?)?|\d\d:\d\d(?::\d\d)?"
+    r"|-?\d+ ?(?:s|sec|seconds?|m|min|minutes?|h|hours?|d|days?|w|weeks?)(?: ago)?)$"
+)
+
+
+def parse_since(value: str | None, lines: int = DEFAULT_LINES) -> tuple[int | None, str | None]:
+    """``--since``: a number of restarts to look back over, or a journalctl time; (restarts, time)."""
+    if lines < 1:
+        raise ConfigError("--lines must be at least 1")
+    if value is None:
+        return None, None
+    text = value.strip()
+    if text.isdigit():
+        return int(text), None
+    if _TIME.match(text):
+        return None, text
+    raise ConfigError(
+        f"--since {value!r} is neither a number of restarts nor a time (e.g. 1, '2 hours ago', '2026-12-01 08:00')"
+    )
+
+
+# ServerArgs reprs and tracebacks print secrets as ``api_key='…'`` (not the env/flag forms mask_secrets knows).
+_SECRET_KWARG = re.compile(r"(?i)(\b\w*(?:api_key|token|secret|password)\w*=)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
+
+
+def masked(line: str) -> str:
+    """A journal line as it may be shown or stored: secrets replaced by ``***``."""
+    return _SECRET_KWARG.sub(lambda m: m.group(1) + MASK, mask_secrets(line))
+
+
+def _finding_dict(finding: Finding) -> dict[str, object]:
+    out = finding.to_dict()
+    out["line"] = masked(finding.line)
+    out["evidence"] = [masked(line) for line in finding.evidence]
+    return out
 
 
 @dataclass(frozen=True)
@@ -43,7 +92,7 @@ class Evidence:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "findings": [f.to_dict() for f in self.diagnosis.latest],
+            "findings": [_finding_dict(f) for f in self.diagnosis.latest],
             "all_findings": len(self.diagnosis.findings),
             "is_stale": self.diagnosis.is_stale,
             "runs": len(self.diagnosis.runs),

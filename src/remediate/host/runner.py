@@ -106,7 +106,7 @@ def _already_healthy(
 def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOptions, result: HostResult) -> None:
     """Refuse the recipe when the latest failure contradicts it (unless --force); the JSON gets the findings."""
     evidence = read_evidence(found, sources)
-    result.extra["findings"] = [f.to_dict() for f in evidence.diagnosis.latest]
+    result.extra["findings"] = evidence.to_dict()["findings"]
     reason = refusal(evidence)
     if reason is None:
         return
