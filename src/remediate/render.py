@@ -324,7 +324,8 @@ def diagnose_report(console: Console, results: Sequence[HostResult]) -> None:
 def _knobs(rec: dict[str, Any]) -> str:
     parts = []
     if rec.get("mem_fraction_static") is not None:
-        parts.append(f"--mem-fraction-static {rec['mem_fraction_static']}")
+        whole, _, frac = f"{rec['mem_fraction_static']:.4f}".partition(".")
+        parts.append(f"--mem-fraction-static {whole}.{frac.rstrip('0').ljust(2, '0')}")
     if rec.get("chunked_prefill_size") is not None:
         parts.append(f"--chunked-prefill-size {rec['chunked_prefill_size']}")
     if rec.get("alloc_conf"):
