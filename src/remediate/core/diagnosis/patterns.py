@@ -67,11 +67,10 @@ def _fraction(text: str | None) -> float | None:
         return None
 
 
-def _torch(line: LogLine, following: Sequence[LogLine]) -> Match | None:
+def _torch(line: LogLine, following: Sequence[LogLine]) -> Match:
     text = line.text
     oom = parse_torch_oom(text)
-    if oom is None:
-        return None
+    assert oom is not None, "match_line checked OOM_MARK"
     values = {k: v for k, v in vars(oom).items() if v is not None and v != ()}
     # the same OOM re-raised (chained, or wrapped as "Capture cuda graph failed: …", maybe cut) is one finding
     dedupe = f"{oom.gpu}/{oom.tried_bytes}/{oom.total_bytes}/{oom.free_bytes}" if oom.tried_bytes else text[:400]

@@ -138,7 +138,9 @@ def _fraction_for(f: Finding, s: Settings, remaining: int, have_numbers: bool) -
         base, what = f.total_bytes or s.total_gpu_bytes, "total"
     if not base:
         new = round(cur - STEP, 4)
-        return new, [f"still short by {fs(remaining)}; GPU size unknown: one step, {cur} → {new}"]
+        return new, [
+            f"still short by {fs(remaining)}; GPU size unknown: one step, {fmt_fraction(cur)} → {fmt_fraction(new)}"
+        ]
     per_step = int(STEP * base)
     steps = math.ceil(remaining / per_step)
     new = round(cur - steps * STEP, 4)
