@@ -317,6 +317,9 @@ def diagnose_report(console: Console, results: Sequence[HostResult]) -> None:
             console.print("  [yellow]`remediate oom` refuses this host without --force[/yellow]", highlight=False)
         if rec.get("command"):
             console.print(f"  run: [bold]{escape(rec['command'])}[/bold]", highlight=False)
+        for gpu in r.extra.get("gpus", []):
+            used, total = gpu["used_bytes"] / 2**30, gpu["total_bytes"] / 2**30
+            console.print(f"  GPU {gpu['index']}: {used:.2f} of {total:.2f} GiB in use", highlight=False)
         for note in r.notes:
             console.print(f"  note: {escape(note)}", highlight=False)
 

@@ -63,3 +63,39 @@ def test_recap_table_lists_every_host() -> None:
     text = out.getvalue()
     assert "195,011 (target 200,000: −2.5%)" in text and "not_attempted" in text
     assert "1 not_attempted, 1 remediated" in text
+
+
+def test_diagnose_report_says_what_why_evidence_and_the_command() -> None:
+    from rich.console import Console
+
+    from remediate.models import HostResult
+    from remediate.render import diagnose_report
+
+    finding = {
+        "kind": "cuda_oom_runtime",
+        "rank": 0,
+        "phase": "prefill",
+        "prefill_tokens": 32768,
+        "evidence": [
+            "[t TP0] Scheduler hit an exception: Traceback",
+            '  File "x.py", line 1',
+            "torch.OutOfMemoryError: …",
+        ],
+    }
+    rec = {"kind": "cuda_oom_runtime", "mem_fraction_static": 0.9, "chunked_prefill_size": 4096,
+           "alloc_conf": "expandable_segments:True", "other_flags": {}, "reasons": ["896.00 MiB needed"],
+           "blocking": False, "command": "remediate oom gpu-01 --mem-fraction-static 0.90"}  # fmt: skip
+    ok = HostResult(host="gpu-01", unit="sglang.service", outcome="unchanged")
+    ok.extra = {"findings": [finding], "recommendation": rec, "gpus": [{"index": 0, "used_bytes": 1 << 30,
+                "total_bytes": 2 << 30}], "active_state": "failed", "sub_state": "failed", "n_restarts": 2}  # fmt: skip
+    bad = HostResult(host="gpu-02", outcome="unreachable", error="gpu-02: connection refused")
+    console = Console(record=True, width=200)
+    diagnose_report(console, [ok, bad])
+    text = console.export_text()
+    assert "what happened: torch ran out of GPU memory while serving (TP0, prefill of 32,768 tokens)" in text
+    assert "    torch.OutOfMemoryError: …" in text and 'File "x.py"' not in text
+    assert "- 896.00 MiB needed" in text
+    assert "recommendation: --mem-fraction-static 0.90, --chunked-prefill-size 4096" in text
+    assert "run: remediate oom gpu-01 --mem-fraction-static 0.90" in text
+    assert "GPU 0: 1.00 of 2.00 GiB in use" in text
+    assert "gpu-02 error gpu-02: connection refused" in text
