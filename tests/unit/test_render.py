@@ -98,4 +98,4 @@ def test_diagnose_report_says_what_why_evidence_and_the_command() -> None:
     assert "recommendation: --mem-fraction-static 0.90, --chunked-prefill-size 4096" in text
     assert "run: remediate oom gpu-01 --mem-fraction-static 0.90" in text
     assert "GPU 0: 1.00 of 2.00 GiB in use" in text
-    assert "gpu-02 error gpu-02: connection refused" in text
+    assert "gpu-02  error gpu-02: connection refused" in text
