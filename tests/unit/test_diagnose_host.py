@@ -20,12 +20,17 @@ CASES = ROOT / "tests" / "cases_diagnosis"
 
 
 def host(
-    journal: list[str], *, gpus: list[str] | None = None, apps: list[str] = (), state: str = "failed"
+    journal: list[str],
+    *,
+    gpus: list[str] | None = None,
+    apps: list[str] = (),
+    state: str = "failed",
+    argv: list[str] = ARGV,
 ) -> FakeTransport:  # type: ignore[assignment]
     props = {
         "FragmentPath": PATH,
         "DropInPaths": "",
-        "ExecStart": exec_start_value(ARGV),
+        "ExecStart": exec_start_value(argv),
         "ActiveState": state,
         "SubState": "failed" if state == "failed" else "running",
         "Result": "exit-code",
@@ -68,16 +73,19 @@ def test_incident_journal_gives_findings_recommendation_and_command() -> None:
     rec = result["recommendation"]
     assert rec["chunked_prefill_size"] == 4096 and rec["alloc_conf"] == "expandable_segments:True"
     assert rec["mem_fraction_static"] == 0.94 and isinstance(rec["mem_fraction_static"], float)
-    assert rec["command"].startswith("remediate oom gpu-01 ")  # --unit as the inventory names it, if it does
-    assert rec["command"].endswith(" --mem-fraction-static 0.94")
-    assert result["gpus"] == [{"index": 0, "total_bytes": 97250 << 20, "used_bytes": 96900 << 20}]
-    assert result["foreign_gpu_processes"] == [{"pid": 555, "used_bytes": 2048 << 20}]
-    assert any("GPU process 555" in n for n in result["notes"]), result["notes"]
+    # a GPU process outside the server's tree is a neighbour: reported first, and `oom` would refuse
+    assert rec["blocking"] is True and rec["command"] is None
+    assert rec["reasons"][0].startswith("nvidia-smi: process 555 holds 2.00 GiB outside the server")
     # read-only and one round trip: only the probe ran, and it asked for the journal and nvidia-smi
     (call,) = fake.calls
     assert call.stdin is not None
     assert 'journalctl -u "$unit" -o short-iso --no-pager -q -n 2000' in call.stdin
     assert "--query-compute-apps=pid,used_memory" in call.stdin
+
+    alone = run(host(journal("incident-kimi-tp8"), gpus=["0, 97250, 96900"], apps=["102, 95000"], state="active"))
+    assert alone["foreign_gpu_processes"] == [] and alone["recommendation"]["blocking"] is False
+    assert alone["recommendation"]["command"].startswith("remediate oom gpu-01 ")  # --unit as the inventory says
+    assert alone["recommendation"]["command"].endswith(" --mem-fraction-static 0.94")
 
 
 def test_since_time_is_quoted_into_the_script_and_restarts_cut_the_runs() -> None:
@@ -136,3 +144,10 @@ def test_oom_dry_run_warns_instead_of_refusing() -> None:
     (result,) = rollout.results
     assert result.exit_code == 0
     assert any("refuses without --force" in w for w in result.warnings), result.warnings
+
+
+def test_a_container_unit_does_not_attribute_gpu_processes() -> None:
+    docker = ["/usr/bin/docker", "run", "--gpus", "all", "lmsysorg/sglang", "python3", "-m", "sglang.launch_server"]
+    result = run(host(journal("incident-kimi-tp8"), gpus=["0, 97250, 96900"], apps=["9999, 95000"], argv=docker))
+    assert result["foreign_gpu_processes"] == [] and result["recommendation"]["blocking"] is False
+    assert any("runs in a container" in n for n in result["notes"]), result["notes"]

@@ -110,7 +110,12 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-def unit_settings(sources: UnitSources, server: frozenset[int], gpus: tuple[Gpu, ...]) -> Settings:
+_CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl", "ctr"})
+
+
+def unit_settings(
+    sources: UnitSources, server: frozenset[int], gpus: tuple[Gpu, ...], foreign: tuple[GpuApp, ...] = ()
+) -> Settings:
     """The advisor's input from the unit on disk (what a restart would run) and the GPUs."""
     try:
         current = read_settings(sources)
@@ -123,6 +128,7 @@ def unit_settings(sources: UnitSources, server: frozenset[int], gpus: tuple[Gpu,
         alloc_conf=current.alloc_conf if current else None,
         total_gpu_bytes=min((g.total_bytes for g in gpus), default=None),
         server_pids=tuple(sorted(server)),
+        neighbour_processes=tuple((a.pid, a.used_bytes) for a in foreign),
     )
 
 
@@ -147,10 +153,15 @@ def read_evidence(found: ProbeResult, sources: UnitSources, since_restarts: int 
     elif gpu_note or found.section_notes.get("apps"):
         notes.append("nvidia-smi failed: GPU memory not read")
     server = process_tree(found.sections.get("ps", ()), state.main_pid)
+    if any(word.rsplit("/", 1)[-1] in _CONTAINER_TOOLS for argv in state.exec_argvs for word in argv[:3]):
+        # the server's processes belong to the container runtime, not to MainPID: GPU users cannot be attributed
+        server = frozenset()
+        if apps:
+            notes.append("the server runs in a container: GPU processes are not attributed to the unit")
     foreign = foreign_apps(apps, server)
     for app in foreign:
         notes.append(f"GPU process {app.pid} ({app.used_bytes >> 20} MiB) is not part of {state.unit}")
-    rec = advise(diagnosis, unit_settings(sources, server, gpus))
+    rec = advise(diagnosis, unit_settings(sources, server, gpus, foreign))
     return Evidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))
 
 

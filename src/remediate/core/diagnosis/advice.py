@@ -29,6 +29,8 @@ class Settings:
     max_running_requests: int | None = None
     cuda_graph_max_bs: int | None = None
     server_pids: tuple[int, ...] = ()
+    # (pid, bytes) of GPU processes outside the server's process tree (nvidia-smi), when that tree is known
+    neighbour_processes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

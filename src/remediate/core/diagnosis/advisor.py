@@ -16,6 +16,7 @@ from remediate.core.diagnosis.advice import CHUNK, Recommendation, Settings, fmt
 from remediate.core.diagnosis.findings import Diagnosis, Finding
 from remediate.core.diagnosis.pools import advise_kv_exhausted, advise_startup, advise_unbalanced
 from remediate.core.diagnosis.runtime import advise_graph_capture, advise_runtime
+from remediate.core.diagnosis.sizes import format_size as fs
 
 _PRIORITY = (
     "kv_pool_too_small_at_startup",
@@ -40,6 +41,10 @@ def advise(diagnosis: Diagnosis, settings: Settings | None = None) -> Recommenda
     kind = min((f.kind for f in crash), key=_PRIORITY.index)
     of_kind = [f for f in crash if f.kind == kind]
     rec = _ADVISORS[kind](of_kind, s)
+    if kind in _MEMORY_KINDS and s.neighbour_processes:
+        held = ", ".join(f"process {pid} holds {fs(used)}" for pid, used in s.neighbour_processes)
+        first = f"nvidia-smi: {held} outside the server: no knob of ours fixes a neighbour; stop or move it first"
+        rec = replace(rec, reasons=(first, *rec.reasons), blocking=True)
     if diagnosis.is_stale:
         notes.append("the server started fine after this failure: the evidence is old")
     others = sorted({f.kind for f in crash} - {kind})
@@ -47,6 +52,9 @@ def advise(diagnosis: Diagnosis, settings: Settings | None = None) -> Recommenda
         notes.append("also seen: " + ", ".join(others))
     return replace(rec, kind=kind, reasons=rec.reasons + tuple(notes))
 
+
+# failures that more free GPU memory would have avoided: a neighbour on the GPU contradicts the recipe
+_MEMORY_KINDS = frozenset({"cuda_oom_runtime", "cuda_oom_graph_capture", "cuda_error_oom", "tp_memory_unbalanced"})
 
 _ADVISORS: dict[str, Callable[[list[Finding], Settings], Recommendation]] = {
     "kv_pool_too_small_at_startup": advise_startup,
