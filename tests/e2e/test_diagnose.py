@@ -6,7 +6,7 @@ import pytest
 
 from sandbox.units import incident_unit
 
-from .conftest import UNIT, UNIT_PATH, Node, poll
+from .conftest import FAST_KNOBS, REPO, UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 
@@ -102,6 +102,43 @@ def test_startup_not_enough_memory_wants_a_higher_fraction_and_oom_refuses(node:
     assert dry.returncode == 0, dry
     assert any("refuses without --force" in w for w in dry.result["warnings"]), dry.result["warnings"]
     assert node.bytes(UNIT_PATH) == original
+
+
+def test_graph_capture_oom_at_startup_wants_fewer_graphs_or_a_lower_fraction(node: Node) -> None:
+    node.host.set_standin(**FAST_KNOBS, failure="crash_during_load")
+    node.install(incident_unit(node.host.address, node.port), start=False)
+    assert node.host.systemctl("start", UNIT).returncode == 0
+    poll(lambda: any("Capture cuda graph failed" in line for line in node.journal()), deadline=20, what="the crash")
+
+    run = node.cli("diagnose")
+    assert run.returncode == 0, run
+    rec = run.result["recommendation"]
+    assert rec["kind"] == "cuda_oom_graph_capture" and rec["blocking"] is False, rec
+    assert any(flag.startswith("--cuda-graph-max-bs") for flag in rec["other_flags"]), rec
+    assert rec["mem_fraction_static"] < 0.94
+    dry = node.cli("oom", "--dry-run")
+    assert dry.returncode == 0 and not any("--force" in w for w in dry.result["warnings"]), dry
+
+
+@pytest.mark.skipif(
+    not (REPO / "sandbox" / "standin" / "sglang" / "gpus.py").exists(),
+    reason="needs the stand-in's `neighbour` knob (branch standin)",
+)
+def test_neighbour_on_one_gpu_is_unbalanced_tp_memory_and_oom_refuses(node: Node) -> None:
+    node.host.set_standin(**FAST_KNOBS, neighbour={"pid": 4242, "gib": 12, "gpus": [5]})
+    node.install(incident_unit(node.host.address, node.port), start=False)
+    assert node.host.systemctl("start", UNIT).returncode == 0
+    poll(lambda: any("memory capacity is unbalanced" in line for line in node.journal()), deadline=20, what="it")
+
+    run = node.cli("diagnose")
+    assert run.returncode == 0, run
+    rec = run.result["recommendation"]
+    assert rec["kind"] == "tp_memory_unbalanced" and rec["blocking"] is True, rec
+    assert "no knob of ours fixes a neighbour" in rec["reasons"][0]
+    original = node.bytes(UNIT_PATH)
+    refused = node.cli("oom")
+    assert refused.returncode == 1 and "tp_memory_unbalanced" in refused.result["error"], refused
+    assert node.bytes(UNIT_PATH) == original and node.backups(UNIT_PATH) == []
 
 
 def test_healthy_server_diagnoses_nothing_and_oom_is_not_blocked(incident: Node) -> None:
