@@ -126,3 +126,13 @@ def test_sglang_suggesting_less_than_the_current_fraction_still_goes_up() -> Non
         "Raise --mem-fraction-static above 0.850 (minimum viable = 1 - available/pre = 0.8400)."
     )
     assert advise(parse_journal([line])).mem_fraction_static == 0.91
+
+
+def test_torch_recoverable_retry_warnings_are_not_a_crash() -> None:
+    warning = (
+        "[W1201 08:00:00.123456 4711 c10/cuda/CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on "
+        "device 1 while trying to allocate 2147483648 bytes (free: 1073741824, total: 150109106995)."
+    )
+    assert (
+        parse_journal([warning, "[2026-12-01 08:00:01 TP1] Decode batch. #running-req: 3, #token: 10,"]).findings == ()
+    )
