@@ -1,0 +1,91 @@
+"""Memory error texts: torch's CUDA OOM (c10/cuda/CUDACachingAllocator.cpp, torch >= 2.9) and sglang's startup ones."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GIB = 1 << 30
+MIB = 1 << 20
+KIB = 1 << 10
+
+
+def format_size(size: int) -> str:
+    """torch's c10 ``format_size``: bytes / KiB / MiB / GiB with two decimals."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= MIB:
+        return f"{size / KIB:.2f} KiB"
+    if size <= GIB:
+        return f"{size / MIB:.2f} MiB"
+    return f"{size / GIB:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class OOM:
+    """A failed allocation, with everything torch's message needs (bytes)."""
+
+    alloc_bytes: int
+    total_bytes: int
+    free_bytes: int
+    process_bytes: int  # this process's memory on the device (NVML), PyTorch's and not
+    allocated_bytes: int  # allocated by PyTorch, private pools included
+    reserved_unallocated_bytes: int
+    private_pool_bytes: int = 0  # allocated in private pools (CUDA graphs)
+    others: tuple[tuple[int, int], ...] = ()  # (pid, bytes) of other processes on the device
+    pid: int = 0  # this process (orders the NVML process lines)
+
+
+def torch_oom_message(oom: OOM, device: int = 0) -> str:
+    """The exception text after ``torch.OutOfMemoryError: ``: NVML process lines, private-pool clause, new link."""
+    procs = sorted([(oom.pid, -1), *oom.others])
+    proc_info = ""
+    for pid, used in procs:
+        if used < 0:
+            proc_info += (
+                f"Including non-PyTorch memory, this process has {format_size(oom.process_bytes)} memory in use. "
+            )
+        else:
+            proc_info += f"Process {pid} has {format_size(used)} memory in use. "
+    private = ""
+    if oom.private_pool_bytes > 0:
+        private = f"with {format_size(oom.private_pool_bytes)} allocated in private pools (e.g., CUDA Graphs), "
+    return (
+        f"CUDA out of memory. Tried to allocate {format_size(oom.alloc_bytes)}. GPU {device} has a total "
+        f"capacity of {format_size(oom.total_bytes)} of which {format_size(oom.free_bytes)} is free. "
+        f"{proc_info}"
+        f"Of the allocated memory {format_size(oom.allocated_bytes)} is allocated by PyTorch, {private}and "
+        f"{format_size(oom.reserved_unallocated_bytes)} is reserved by PyTorch but unallocated. "
+        "If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
+        "See documentation for Memory Management  "
+        "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+    )
+
+
+def not_enough_memory_message(mem_fraction_static: float, version: tuple[int, ...] = (0, 5, 6)) -> str:
+    """The ``max_total_num_tokens <= 0`` RuntimeError text: 0.4.x, 0.5.0-0.5.5, then 0.5.6+ wording."""
+    base = "Not enough memory. Please try to increase --mem-fraction-static."
+    if version < (0, 5):
+        return base
+    if version < (0, 5, 6):
+        return f"{base} Current value: self.server_args.mem_fraction_static={mem_fraction_static}"
+    return f"{base} Current value: mem_fraction_static={mem_fraction_static}"
+
+
+def no_kv_memory_message(mem_fraction_static: float, free0: float, free1: float) -> str:
+    """0.5.2x ``kv_cache_configurator`` ValueError, with sglang's own minimum/suggested arithmetic."""
+    minimum = 1 - free1 / free0
+    suggested = math.ceil(minimum * 1000) / 1000
+    return (
+        f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mem_fraction_static}. "
+        f"Raise --mem-fraction-static above {suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}). "
+        "If using speculative decoding, draft weights are now counted."
+    )
+
+
+def unbalanced_message(min_per_gpu_memory: float, local_gpu_memory: float) -> str:
+    return (
+        "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+        f"{min_per_gpu_memory=}, {local_gpu_memory=}, {local_gpu_memory * 0.9=}"
+    )
