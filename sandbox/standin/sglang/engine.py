@@ -111,7 +111,7 @@ class Engine:
             del self._cache[:-32]
 
     def evictable_tokens(self) -> int:
-        """Tokens the radix cache holds for finished requests (evicted on demand)."""
+        """Tokens the radix cache holds for finished requests (evicted on demand; running ones are locked)."""
         held = sum(len(c) for c in self._cache)
         return max(0, min(held, self.plan.max_total_num_tokens - self.used_tokens))
 
@@ -296,7 +296,6 @@ class Engine:
             admitted = True
             cached = self._prefill(ids)
             held = len(ids)
-            self._remember(ids)
             text = ""
             for i in range(max_new):
                 if i:
@@ -314,6 +313,8 @@ class Engine:
                 self.used_tokens = max(0, self.used_tokens - held)
                 if admitted:
                     self.reserved_tokens -= future
+                if held:
+                    self._remember(ids)  # the finished request's KV stays in the radix cache (evictable)
                 self.served += 1
                 self.frag_gib = memory.fragmentation_after(
                     self.profile, self.frag_gib, len(ids) + produced, self.expandable
