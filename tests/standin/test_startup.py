@@ -155,7 +155,6 @@ def test_neighbour_on_some_gpus_unbalances_tp(start) -> None:
 
 def test_nvidia_smi_without_servers(tmp_path: Path) -> None:
 
-
     cfg = tmp_path / "k.json"
     cfg.write_text('{"gpu_state_dir": "%s", "gpus": 2}' % (tmp_path / "none"))
     env = {**os.environ, "SGLANG_STANDIN_CONFIG": str(cfg)}
