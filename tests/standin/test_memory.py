@@ -173,3 +173,55 @@ def test_config_file_precedence(tmp_path: Path) -> None:
     ns, _ = parse_args(["--model-path", "m", "--config", str(cfg), "--mem-fraction-static", "0.93"])
     assert (ns.mem_fraction_static, ns.chunked_prefill_size, ns.trust_remote_code) == (0.93, 2048, True)
     assert config_to_argv("a_b: 'x y'\nflag: false\n") == ["--a-b", "x y"]
+
+
+def test_env_overrides_the_knobs_file(tmp_path: Path) -> None:
+    from sglang import knobs
+
+    cfg = tmp_path / "k.json"
+    cfg.write_text('{"time_scale": 0.01, "api_version": "0.5.3"}')
+    env = {"SGLANG_STANDIN_CONFIG": str(cfg), "SGLANG_STANDIN_VERSION": "0.5.23", "SGLANG_STANDIN_TIME_SCALE": "0.0005"}
+    kn = knobs.load_knobs(env)
+    assert (kn["api_version"], kn["time_scale"], kn["kv_admission"]) == ("0.5.23", 0.0005, "queue")
+    assert knobs.load_knobs({"SGLANG_STANDIN_CONFIG": str(cfg)})["time_scale"] == 0.01
+    cfg.write_text('{"kv_admission": "sometimes"}')
+    with pytest.raises(ValueError, match="kv_admission"):
+        knobs.load_knobs({"SGLANG_STANDIN_CONFIG": str(cfg)})
+
+
+def test_oom_text_lists_processes_in_pid_order_and_the_private_pools() -> None:
+    oom = memory.OOM(
+        alloc_bytes=896 * memory.MIB,
+        total_bytes=int(94.97 * memory.GIB),
+        free_bytes=300 * memory.MIB,
+        process_bytes=88 * memory.GIB,
+        allocated_bytes=86 * memory.GIB,
+        reserved_unallocated_bytes=700 * memory.MIB,
+        private_pool_bytes=int(1.12 * memory.GIB),
+        others=((4242, 6 * memory.GIB),),
+        pid=9000,
+    )
+    msg = memory.torch_oom_message(oom, 3)
+    assert (
+        "GPU 3 has a total capacity of 94.97 GiB of which 300.00 MiB is free. Process 4242 has 6.00 GiB memory in use. "
+        "Including non-PyTorch memory, this process has 88.00 GiB memory in use. Of the allocated memory 86.00 GiB is "
+        "allocated by PyTorch, with 1.12 GiB allocated in private pools (e.g., CUDA Graphs), and 700.00 MiB is reserved"
+    ) in msg
+
+
+def test_version_wordings_and_the_minimum_fraction() -> None:
+    assert memory.minimum_viable_fraction(P) == pytest.approx(0.79067, abs=1e-5)
+    with pytest.raises(memory.NoKVMemoryError, match=r"above 0\.791 \(minimum viable = 1 - available/pre = 0\.7907\)"):
+        memory.plan_memory(P, 0.79, version=(0, 5, 23))
+    with pytest.raises(memory.NotEnoughMemoryError, match=r"self\.server_args\.mem_fraction_static=0\.79$"):
+        memory.plan_memory(P, 0.79, version=(0, 5, 3))
+    assert memory.plan_memory(P, 0.80, version=(0, 5, 23)).max_total_num_tokens == 13059
+
+
+@pytest.mark.parametrize("mfs", [0.8, 0.85, 0.9, 0.93, 0.94, 0.95])
+def test_pool_is_the_documented_formula(mfs: float) -> None:
+    free0, free1 = 91.60, 91.60 - 72.425297
+    expected = int((free1 - free0 * (1 - mfs)) * (1 << 30) // 70272)
+    plan = memory.plan_memory(P, mfs)
+    assert plan.max_total_num_tokens == expected and plan.headroom == pytest.approx(free0 * (1 - mfs))
+    assert min(plan.rank_available(r) for r in range(8)) == plan.available == plan.rank_available(0)
