@@ -23,7 +23,7 @@ class Neighbour:
     pid: int
     gib: float
     gpus: tuple[int, ...] | None = None
-    name: str = "python3"
+    name: str = "/usr/bin/python3"
 
     def on(self, gpu: int) -> bool:
         return self.gpus is None or gpu in self.gpus
@@ -45,7 +45,7 @@ def neighbours(knobs: Mapping[str, object]) -> list[Neighbour]:
                 pid=int(item.get("pid", DEFAULT_NEIGHBOUR_PID)),
                 gib=float(item.get("gib", 0.0)),
                 gpus=None if gpus is None else tuple(int(g) for g in gpus),
-                name=str(item.get("name", "python3")),
+                name=str(item.get("name", "/usr/bin/python3")),
             )
         )
     return out
@@ -68,7 +68,7 @@ def state_dir(knobs: Mapping[str, object]) -> str:
 class Board:
     """This server's row on the host's GPU board (best effort: an unwritable directory publishes nothing)."""
 
-    def __init__(self, directory: str, pid: int, name: str = "python3") -> None:
+    def __init__(self, directory: str, pid: int, name: str = "/usr/bin/python3") -> None:
         self.path = os.path.join(directory, f"{pid}.json")
         self.directory = directory
         self.pid = pid
@@ -120,5 +120,5 @@ def read_board(directory: str) -> list[tuple[int, str, list[int]]]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if _alive(pid):
-            rows.append((pid, str(doc.get("name", "python3")), used))
+            rows.append((pid, str(doc.get("name", "/usr/bin/python3")), used))
     return rows

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     load_s = float(kn["load_s"]) * (10 if failure == "slow_load" else 1)  # type: ignore[arg-type]
     sleep = startup.make_sleep(load_s, scale)
     nbs = gpus.neighbours(kn)
-    board = gpus.Board(gpus.state_dir(kn), os.getpid())
+    board = gpus.Board(gpus.state_dir(kn), os.getpid(), sys.executable)
     _State.board = board
     atexit.register(board.remove)
 

@@ -8,12 +8,15 @@ Supported: ``--query-gpu=FIELDS`` and ``--query-compute-apps=FIELDS`` with ``--f
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 
 from . import gpus, knobs, memory
 
 MIB = 1 << 20
-GPU_NAME = "NVIDIA H100 NVL"
+GPU_NAME = "NVIDIA H20"  # a 96 GB card: torch sees 94.97 GiB of it
+DRIVER_RESERVED_MIB = 616  # memory.total minus what torch calls the capacity (a real H200 shows the same gap)
+UNATTRIBUTED_MIB = 9  # memory.used above the processes' sum while any process holds memory
 _GPU_FIELDS = {
     "index": ("index", None),
     "name": ("name", None),
@@ -56,7 +59,7 @@ class Host:
     def __init__(self, kn: dict[str, object]) -> None:
         profile = memory.PROFILES[str(kn["profile"])]
         self.count = int(kn.get("gpus") or profile.tp_size)  # type: ignore[call-overload]
-        self.total_mib = int(profile.gpu_total_gib * 1024)
+        self.total_mib = int(profile.gpu_total_gib * 1024) + DRIVER_RESERVED_MIB
         self.apps: list[tuple[int, int, str, int]] = []  # (gpu, pid, name, bytes)
         for pid, name, used in gpus.read_board(gpus.state_dir(kn)):
             for g, b in enumerate(used[: self.count]):
@@ -69,7 +72,9 @@ class Host:
         self.apps.sort()
 
     def used_mib(self, gpu: int) -> int:
-        return min(self.total_mib, sum(b for g, _, _, b in self.apps if g == gpu) // MIB)
+        apps = [b for g, _, _, b in self.apps if g == gpu]
+        used = sum(b // MIB for b in apps) + (UNATTRIBUTED_MIB if apps else 0)
+        return min(self.total_mib - DRIVER_RESERVED_MIB, used)
 
     def gpu_value(self, gpu: int, field: str) -> str:
         used = self.used_mib(gpu)
@@ -80,8 +85,8 @@ class Host:
             "pci.bus_id": _bus(gpu),
             "memory.total [MiB]": str(self.total_mib),
             "memory.used [MiB]": str(used),
-            "memory.free [MiB]": str(self.total_mib - used),
-            "memory.reserved [MiB]": "0",
+            "memory.free [MiB]": str(self.total_mib - DRIVER_RESERVED_MIB - used),
+            "memory.reserved [MiB]": str(DRIVER_RESERVED_MIB),
             "utilization.gpu [%]": "0",
             "count": str(self.count),
             "driver_version": "570.124.06",
@@ -122,19 +127,38 @@ def _fields(spec: str, table: dict[str, tuple[str, str | None]]) -> list[tuple[s
 
 
 def _table(host: Host, ids: list[int]) -> str:
+    bar = "+-----------------------------------------+------------------------+----------------------+"
     lines = [
+        time.strftime("%a %b %e %H:%M:%S %Y") + "       ",
         "+-----------------------------------------------------------------------------------------+",
         "| NVIDIA-SMI 570.124.06             Driver Version: 570.124.06     CUDA Version: 12.8     |",
-        "|-----------------------------------------+------------------------+----------------------+",
+        bar,
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+        "|                                         |                        |               MIG M. |",
+        "|=========================================+========================+======================|",
     ]
     for g in ids:
-        lines.append(
-            f"|   {g}  {GPU_NAME:<30}      | {host.used_mib(g):>8}MiB / {host.total_mib}MiB |      0%      Default |"
-        )
-    lines.append("| Processes:                                                                              |")
-    for g, pid, name, used in host.apps:
-        if g in ids:
-            lines.append(f"|    {g}   N/A  N/A  {pid:>8}      C   {name:<38} {used // MIB:>8}MiB |")
+        memory_usage = f"{host.used_mib(g)}MiB / {host.total_mib}MiB"
+        lines += [
+            f"| {g:>3}  {GPU_NAME:<31}On  |   {_bus(g)} Off |                    0 |",
+            f"| N/A   38C    P0             92W /  500W | {memory_usage:>22} |      0%      Default |",
+            "|                                         |                        |             Disabled |",
+            bar,
+        ]
+    lines += [
+        "",
+        "+-----------------------------------------------------------------------------------------+",
+        "| Processes:                                                                              |",
+        "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |",
+        "|        ID   ID                                                               Usage      |",
+        "|=========================================================================================|",
+    ]
+    rows = [a for a in host.apps if a[0] in ids]
+    if not rows:
+        lines.append("|  No running processes found                                                             |")
+    for g, pid, name, used in rows:
+        lines.append(f"| {g:>4}   N/A  N/A  {pid:>15}      C   {name[-33:]:<33} {used // MIB:>8}MiB |")
     lines.append("+-----------------------------------------------------------------------------------------+")
     return "\n".join(lines) + "\n"
 

@@ -59,6 +59,31 @@ _FRAMES = {
         ("srt/model_executor/cuda_graph_runner.py", 392, "__init__", "raise Exception("),
     ],
 }
+# The capture's own traceback: sglang re-raises it as ``Exception(f"Capture cuda graph failed: {e}\n…")``, so
+# Python prints it first, then "During handling of the above exception, another exception occurred:".
+_CAPTURE_FRAMES = [
+    ("srt/model_executor/cuda_graph_runner.py", 386, "__init__", "self.capture()"),
+    ("srt/model_executor/cuda_graph_runner.py", 503, "capture", ") = self.capture_one_batch_size(bs, forward)"),
+    ("srt/model_executor/cuda_graph_runner.py", 667, "capture_one_batch_size", "run_once()"),
+    ("srt/model_executor/cuda_graph_runner.py", 651, "run_once", "logits_output_or_pp_proxy_tensors = forward("),
+    ("srt/models/deepseek_v2.py", 2780, "forward", "hidden_states = self.model("),
+    ("srt/layers/moe/fused_moe_triton/fused_moe.py", 1466, "fused_experts_impl", "intermediate_cache1 = torch.empty("),
+]
+
+
+def _traceback(frames: list[tuple[str, int, str, str]]) -> list[str]:
+    tb = ["Traceback (most recent call last):"]
+    for path, lineno, func, code in frames:
+        tb += [f'  File "{_SITE}/{path}", line {lineno}, in {func}', f"    {code}"]
+    return tb
+
+
+def capture_failure(oom_text: str) -> str:
+    """The chained traceback's text after the first line (the caller prefixes ``Scheduler hit an exception: ``)."""
+    inner = _traceback(_CAPTURE_FRAMES) + ["torch.OutOfMemoryError: " + oom_text, ""]
+    inner.append("During handling of the above exception, another exception occurred:")
+    inner.append("")
+    return "\n".join(inner)
 
 
 def rank_order(tp: int, phase: int) -> list[int]:
@@ -66,13 +91,14 @@ def rank_order(tp: int, phase: int) -> list[int]:
     return sorted(range(tp), key=lambda r: ((r * 5 + phase * 3) % tp, r))
 
 
-def die_initialization(ranks: list[int], exc_of: Callable[[int], str], frames: str) -> None:
+def die_initialization(
+    ranks: list[int], exc_of: Callable[[int], str], frames: str, cause_of: Callable[[int], str] | None = None
+) -> None:
     """Scheduler exceptions during launch: each failing rank logs its traceback, the main process exits 1."""
     for r in ranks:
-        tb = ["Traceback (most recent call last):"]
-        for path, lineno, func, code in _INIT_FRAMES + _FRAMES[frames]:
-            tb += [f'  File "{_SITE}/{path}", line {lineno}, in {func}', f"    {code}"]
-        logs.rank(r, "Scheduler hit an exception: " + "\n".join(tb + [exc_of(r)]))
+        cause = cause_of(r) + "\n" if cause_of else ""
+        tb = _traceback(_INIT_FRAMES + _FRAMES[frames])
+        logs.rank(r, "Scheduler hit an exception: " + cause + "\n".join(tb + [exc_of(r)]))
     logs.main(f"Rank {min(ranks)} scheduler is dead. Please check if there are relevant logs.")
     logs.main("Exit code: 1")
     logs.main(
@@ -179,15 +205,15 @@ def boot(
     if force_graph_failure and not failing:
         failing = [0]
     if failing:
+
+        def oom_text(r: int) -> str:
+            return memory.torch_oom_message(memory.graph_capture_oom(plan, profile, r, pid), r)
+
         die_initialization(
             failing,
-            lambda r: (
-                "Exception: Capture cuda graph failed: "
-                + memory.torch_oom_message(memory.graph_capture_oom(plan, profile, r, pid), r)
-                + "\n"
-                + _GRAPH_HINTS
-            ),
+            lambda r: "Exception: Capture cuda graph failed: " + oom_text(r) + "\n" + _GRAPH_HINTS,
             "graph",
+            cause_of=lambda r: capture_failure(oom_text(r)),
         )
     publish([plan.rank_available(r) for r in range(tp)])
     if not sa["disable_cuda_graph"]:
