@@ -222,7 +222,7 @@ class Engine:
                 step = min(chunk, new - done) if new else 0
                 logs.tp0(
                     f"Prefill batch. #new-seq: 1, #new-token: {step}, #cached-token: {cached if done == 0 else 0}, "
-                    f"token usage: {self._usage():.2f}, #running-req: {self.running - 1}, #queue-req: 0,"
+                    f"token usage: {self._usage():.2f}, #running-req: {self.running - 1}, #queue-req: 0, "
                 )
                 if step > self._kv_room():
                     self._kv_exhausted("Prefill", step, "prefill_alloc")
@@ -271,7 +271,7 @@ class Engine:
                 logs.tp0(
                     f"Decode batch. #running-req: {self.running}, #token: {self.used_tokens}, "
                     f"token usage: {self._usage():.2f}, cuda graph: True, "
-                    f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: 0,"
+                    f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: 0, "
                 )
 
     def publish(self) -> None:

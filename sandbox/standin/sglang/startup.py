@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from . import gpus, logs, memory
+from .traces import frame_lines
 
 # Share of the simulated load time spent in each startup phase.
 PHASES = {"dist": 0.03, "weights": 0.82, "kv": 0.01, "graph": 0.12, "tail": 0.02}
@@ -72,10 +73,7 @@ _CAPTURE_FRAMES = [
 
 
 def _traceback(frames: list[tuple[str, int, str, str]]) -> list[str]:
-    tb = ["Traceback (most recent call last):"]
-    for path, lineno, func, code in frames:
-        tb += [f'  File "{_SITE}/{path}", line {lineno}, in {func}', f"    {code}"]
-    return tb
+    return ["Traceback (most recent call last):", *frame_lines(_SITE, frames)]
 
 
 def capture_failure(oom_text: str) -> str:

@@ -76,10 +76,29 @@ _ALLOC_DECODE = [
 _KINDS = {"forward": _FORWARD, "prefill_alloc": _ALLOC, "decode_alloc": _ALLOC_DECODE}
 
 
+def carets(code: str) -> str | None:
+    """Python 3.11+'s ``^^^`` line under the failing call of a one-line statement (none for a whole-line call)."""
+    if code.endswith("(") or code.count("(") != code.count(")"):
+        return None  # a call spread over lines: only its first line is shown, without carets
+    start = 0
+    if code.startswith("return "):
+        start = len("return ")
+    elif " = " in code:
+        start = code.index(" = ") + 3
+    if start == 0:
+        return None
+    return "    " + " " * start + "^" * (len(code) - start)
+
+
+def frame_lines(site: str, frames: list[tuple[str, int, str, str]]) -> list[str]:
+    lines = []
+    for path, lineno, func, code in frames:
+        lines += [f'  File "{site}/{path}", line {lineno}, in {func}', f"    {code}"]
+        mark = carets(code)
+        if mark:
+            lines.append(mark)
+    return lines
+
+
 def scheduler_traceback(exc_line: str, kind: str = "forward") -> str:
-    lines = ["Traceback (most recent call last):"]
-    for path, lineno, func, code in _KINDS[kind]:
-        lines.append(f'  File "{_SITE}/{path}", line {lineno}, in {func}')
-        lines.append(f"    {code}")
-    lines.append(exc_line)
-    return "\n".join(lines)
+    return "\n".join(["Traceback (most recent call last):", *frame_lines(_SITE, _KINDS[kind]), exc_line])
