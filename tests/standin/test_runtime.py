@@ -193,3 +193,39 @@ def test_rust_frontend_model_info(start) -> None:
     info = json.loads(srv.get("/model_info")[1])
     assert info["vocab_size"] == 163840 and info["max_context_length"] == 262144
     assert info["max_req_input_len"] == 195005 == int(CAPACITY_RE.search(srv.output()).group(1)) - 6
+
+
+def test_request_slots_exhaustion(start) -> None:
+    srv = start([*BASE, "0.93", "--max-running-requests", "1"], {"kv_admission": "crash", "decode_scale": 200})
+    srv.wait_healthy()
+    _long_request(srv, 2000, 1000)
+    _dies_on(srv, 100)
+    assert re.search(
+        r"TP0\] Scheduler hit an exception: Traceback.*?\nRuntimeError: alloc_req_slots runs out of memory\. Please "
+        r"set a smaller number for `--max-running-requests`\. self\.req_to_token_pool\.available_size\(\)=0, "
+        r"num_reqs=1, \n",
+        srv.output(),
+        re.S,
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "who", "sigquit"),
+    [
+        (
+            "0.4.10.post2",
+            "TpModelWorkerClient",
+            "Received sigquit from a child process. It usually means the child failed.",
+        ),
+        ("0.5.3", "TpModelWorkerClient", "SIGQUIT received. signum=3, frame=<"),
+        ("0.5.23", "Scheduler", "SIGQUIT received. signum=3, frame=<"),
+    ],
+)
+def test_the_crash_in_each_versions_words(start, version: str, who: str, sigquit: str) -> None:
+    srv = start([*BASE, "0.95"], env={"SGLANG_STANDIN_VERSION": version})
+    srv.wait_healthy()
+    _dies_on(srv, 32768)
+    out = srv.output()
+    assert f"TP0] {who} hit an exception: Traceback (most recent call last):" in out and sigquit in out
+    if who == "TpModelWorkerClient":
+        assert "tp_worker_overlap_thread.py" in out and "Scheduler hit an exception" not in out

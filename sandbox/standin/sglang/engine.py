@@ -58,6 +58,7 @@ class Engine:
         board: gpus.Board | None = None,
         kv_admission: str = "queue",
         vocab_size: int | None = None,
+        overlap_thread: bool = False,
     ) -> None:
         self.plan = plan
         self.profile = profile
@@ -84,6 +85,8 @@ class Engine:
         self.start_neighbours = list(neighbours or [])
         self.board = board
         self.pid = os.getpid()
+        self.overlap_thread = overlap_thread  # 0.4.x/0.5.3 overlap scheduler: TpModelWorkerClient logs the OOM
+        self.active = 0  # requests holding a req_to_token slot (admitted)
 
     # ------------------------------------------------------------------ cache
     def _cached_prefix(self, ids: list[int]) -> int:
@@ -191,12 +194,32 @@ class Engine:
         return self.plan.max_total_num_tokens - self.used_tokens
 
     def _admit(self, new_tokens: int, max_new: int) -> None:
-        """Queue admission: wait until the pool can hold the prompt and its future output (sglang's PrefillAdder)."""
+        """Queue admission: wait for a request slot and KV room for the prompt and its output (sglang's PrefillAdder).
+
+        With ``kv_admission: crash`` nothing waits: a request beyond the req_to_token pool dies in alloc_req_slots.
+        """
         future = min(max_new, CLIP_MAX_NEW_TOKENS)
         with self.state_lock:
             if self.kv_admission == "queue":
-                self.state_lock.wait_for(lambda: self._kv_room() - self.reserved_tokens >= new_tokens + future)
+                self.state_lock.wait_for(
+                    lambda: (
+                        self.active < self.plan.max_running_requests
+                        and self._kv_room() - self.reserved_tokens >= new_tokens + future
+                    )
+                )
+            elif self.active >= self.plan.max_num_reqs:
+                self._req_slots_exhausted()
             self.reserved_tokens += future
+            self.active += 1
+
+    def _req_slots_exhausted(self) -> None:
+        msg = (
+            "alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`. "
+            f"self.req_to_token_pool.available_size()={max(0, self.plan.max_num_reqs - self.active)}, num_reqs=1, "
+        )
+        for r in range(self.plan.tp_size):
+            logs.rank(r, "Scheduler hit an exception: " + scheduler_traceback("RuntimeError: " + msg, "prefill_alloc"))
+        self._die()
 
     def _kv_exhausted(self, phase: str, need: int, kind: str) -> None:
         evictable = self.evictable_tokens()
@@ -241,7 +264,12 @@ class Engine:
     def _oom(self, failures: list[tuple[int, memory.OOM]]) -> None:
         for r, oom in failures:
             exc = "torch.OutOfMemoryError: " + memory.torch_oom_message(oom, r)
-            logs.rank(r, "Scheduler hit an exception: " + scheduler_traceback(exc))
+            if self.overlap_thread:
+                logs.rank(
+                    r, "TpModelWorkerClient hit an exception: " + scheduler_traceback(exc, "forward_overlap_thread")
+                )
+            else:
+                logs.rank(r, "Scheduler hit an exception: " + scheduler_traceback(exc))
         self._die()
 
     def _die(self) -> None:
@@ -313,6 +341,7 @@ class Engine:
                 self.used_tokens = max(0, self.used_tokens - held)
                 if admitted:
                     self.reserved_tokens -= future
+                    self.active -= 1
                 if held:
                     self._remember(ids)  # the finished request's KV stays in the radix cache (evictable)
                 self.served += 1

@@ -20,6 +20,7 @@ class _State:
     app: App | None = None
     board: gpus.Board | None = None
     sigterm = "exit"
+    version: tuple[int, ...] = (0, 5, 6)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -37,7 +38,10 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def _on_sigquit(signum: int, frame: object) -> None:
-    logs.main(f"SIGQUIT received. signum={signum}, frame={frame}. It usually means one child failed.")
+    if _State.version < (0, 5):
+        logs.main("Received sigquit from a child process. It usually means the child failed.")
+    else:
+        logs.main(f"SIGQUIT received. signum={signum}, frame={frame}. It usually means one child failed.")
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGKILL)  # kill_process_tree(os.getpid()) ends with itself.kill()
 
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     signal.signal(signal.SIGQUIT, _on_sigquit)
     version_str = str(kn["api_version"])
     version = knobs.version_tuple(version_str)
+    _State.version = version
     load_s = float(kn["load_s"]) * (10 if failure == "slow_load" else 1)  # type: ignore[arg-type]
     sleep = startup.make_sleep(load_s, scale)
     nbs = gpus.neighbours(kn)
@@ -118,6 +123,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         board=board,
         kv_admission=str(kn["kv_admission"]),
         vocab_size=profile.vocab_size,
+        overlap_thread=version < (0, 5, 4) and not sa["disable_overlap_schedule"],
     )
     app = App(
         engine, sa, version, version_str, access_log=bool(kn["access_log"]), rust_frontend=bool(kn["rust_frontend"])

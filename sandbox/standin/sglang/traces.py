@@ -73,7 +73,24 @@ _ALLOC_DECODE = [
     ),
     ("sglang/srt/managers/schedule_batch.py", 1003, "alloc_token_slots", "raise RuntimeError(error_msg)"),
 ]
-_KINDS = {"forward": _FORWARD, "prefill_alloc": _ALLOC, "decode_alloc": _ALLOC_DECODE}
+# 0.4.x/0.5.3 overlap scheduler: the forward runs in TpModelWorkerClient's thread, which logs the exception itself.
+_OVERLAP_THREAD = [
+    ("sglang/srt/managers/tp_worker_overlap_thread.py", 141, "forward_thread_func", "self.forward_thread_func_()"),
+    ("torch/utils/_contextlib.py", 116, "decorate_context", "return func(*args, **kwargs)"),
+    (
+        "sglang/srt/managers/tp_worker_overlap_thread.py",
+        176,
+        "forward_thread_func_",
+        "logits_output, next_token_ids, can_run_cuda_graph = self.worker.forward_batch_generation(",
+    ),
+    *_FORWARD[4:],
+]
+_KINDS = {
+    "forward": _FORWARD,
+    "forward_overlap_thread": _OVERLAP_THREAD,
+    "prefill_alloc": _ALLOC,
+    "decode_alloc": _ALLOC_DECODE,
+}
 
 
 def carets(code: str) -> str | None:
