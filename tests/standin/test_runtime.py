@@ -229,3 +229,22 @@ def test_the_crash_in_each_versions_words(start, version: str, who: str, sigquit
     assert f"TP0] {who} hit an exception: Traceback (most recent call last):" in out and sigquit in out
     if who == "TpModelWorkerClient":
         assert "tp_worker_overlap_thread.py" in out and "Scheduler hit an exception" not in out
+
+
+@pytest.mark.parametrize(
+    ("style", "text"),
+    [
+        (
+            "cuda_error",
+            "\ntorch.AcceleratorError: CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation' in ",
+        ),
+        ("flashinfer", "\nRuntimeError: Failed to allocate memory for batch_prefill_tmp_v with size 939524096 and "),
+        ("illegal_access", "\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"),
+    ],
+)
+def test_oom_styles(start, style: str, text: str) -> None:
+    srv = start([*BASE, "0.95"], {"oom_style": style})
+    srv.wait_healthy()
+    _dies_on(srv, 32768)
+    out = srv.output()
+    assert text in out and "torch.OutOfMemoryError" not in out and "TP0] Scheduler hit an exception:" in out

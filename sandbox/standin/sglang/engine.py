@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import gpus, knobs, logs, memory, timing
+from .oomtext import runtime_oom_exception
 from .traces import scheduler_traceback
 
 _WORDS = (
@@ -59,6 +60,7 @@ class Engine:
         kv_admission: str = "queue",
         vocab_size: int | None = None,
         overlap_thread: bool = False,
+        oom_style: str = "torch",
     ) -> None:
         self.plan = plan
         self.profile = profile
@@ -87,6 +89,7 @@ class Engine:
         self.pid = os.getpid()
         self.overlap_thread = overlap_thread  # 0.4.x/0.5.3 overlap scheduler: TpModelWorkerClient logs the OOM
         self.active = 0  # requests holding a req_to_token slot (admitted)
+        self.oom_style = oom_style
 
     # ------------------------------------------------------------------ cache
     def _cached_prefix(self, ids: list[int]) -> int:
@@ -263,7 +266,7 @@ class Engine:
 
     def _oom(self, failures: list[tuple[int, memory.OOM]]) -> None:
         for r, oom in failures:
-            exc = "torch.OutOfMemoryError: " + memory.torch_oom_message(oom, r)
+            exc = runtime_oom_exception(self.oom_style, oom, r)
             if self.overlap_thread:
                 logs.rank(
                     r, "TpModelWorkerClient hit an exception: " + scheduler_traceback(exc, "forward_overlap_thread")

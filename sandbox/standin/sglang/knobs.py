@@ -26,6 +26,7 @@ DEFAULTS: dict[str, object] = {
     "gpus": None,  # GPUs nvidia-smi lists (None: the profile's TP size)
     "neighbour": None,  # {"pid", "gib", "gpus", "name"} or a list: other processes holding GPU memory
     "kv_admission": "queue",  # "queue": wait for KV room like sglang's scheduler; "crash": Prefill/Decode out of memory
+    "oom_style": "torch",  # how a failed prefill allocation reads: torch | cuda_error | flashinfer | illegal_access
     "rust_frontend": False,  # /model_info as sglang's Rust frontend serves it (vocab_size, max_context_length, ...)
 }
 # Environment variables (of the server's unit, or the caller) that override the file.
@@ -49,6 +50,8 @@ def load_knobs(environ: dict[str, str] | None = None) -> dict[str, object]:
         knobs["rust_frontend"] = True
     if knobs["failure"] not in FAILURES:
         raise ValueError(f"unknown failure mode {knobs['failure']!r}; one of {FAILURES}")
+    if knobs["oom_style"] not in ("torch", "cuda_error", "flashinfer", "illegal_access"):
+        raise ValueError(f"unknown oom_style {knobs['oom_style']!r}")
     if knobs["kv_admission"] not in ("queue", "crash"):
         raise ValueError(f"unknown kv_admission {knobs['kv_admission']!r}; 'queue' or 'crash'")
     return knobs

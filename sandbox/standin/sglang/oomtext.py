@@ -89,3 +89,33 @@ def unbalanced_message(min_per_gpu_memory: float, local_gpu_memory: float) -> st
         "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
         f"{min_per_gpu_memory=}, {local_gpu_memory=}, {local_gpu_memory * 0.9=}"
     )
+
+
+_CUDA_ERROR_TAIL = (
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+OOM_STYLES = ("torch", "cuda_error", "flashinfer", "illegal_access")
+
+
+def runtime_oom_exception(style: str, oom: OOM, device: int = 0) -> str:
+    """The exception line(s) a failed prefill allocation surfaces as (knob ``oom_style``)."""
+    if style == "cuda_error":  # a raw cudaMalloc outside the caching allocator (torch 2.11's wording)
+        return (
+            "torch.AcceleratorError: CUDA error: out of memory\n"
+            "Search for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+            "group__CUDART__TYPES.html for more information.\n" + _CUDA_ERROR_TAIL
+        )
+    if style == "flashinfer":
+        return (
+            f"RuntimeError: Failed to allocate memory for batch_prefill_tmp_v with size {oom.alloc_bytes} "
+            "and alignment 16 in AlignedAllocator"
+        )
+    if style == "illegal_access":
+        return (
+            "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+            "Search for `cudaErrorIllegalAddress' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+            "group__CUDART__TYPES.html for more information.\n" + _CUDA_ERROR_TAIL
+        )
+    return "torch.OutOfMemoryError: " + torch_oom_message(oom, device)

@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         kv_admission=str(kn["kv_admission"]),
         vocab_size=profile.vocab_size,
         overlap_thread=version < (0, 5, 4) and not sa["disable_overlap_schedule"],
+        oom_style=str(kn["oom_style"]),
     )
     app = App(
         engine, sa, version, version_str, access_log=bool(kn["access_log"]), rust_frontend=bool(kn["rust_frontend"])
