@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))
 
-from sglang import memory, timing  # noqa: E402
+from sglang import memory, oomtext, runtime, timing  # noqa: E402
 from sglang.args import config_to_argv, parse_args  # noqa: E402
 
 P = memory.KIMI_K26_TP8
@@ -61,12 +61,12 @@ def test_too_large_fraction_fails_graph_capture() -> None:
 
 
 def test_format_size_matches_torch() -> None:
-    assert memory.format_size(0) == "0 bytes"
-    assert memory.format_size(1024) == "1024 bytes"
-    assert memory.format_size(2048) == "2.00 KiB"
-    assert memory.format_size(896 * memory.MIB) == "896.00 MiB"
-    assert memory.format_size(memory.GIB) == "1024.00 MiB"
-    assert memory.format_size(int(94.97 * memory.GIB)) == "94.97 GiB"
+    assert oomtext.format_size(0) == "0 bytes"
+    assert oomtext.format_size(1024) == "1024 bytes"
+    assert oomtext.format_size(2048) == "2.00 KiB"
+    assert oomtext.format_size(896 * memory.MIB) == "896.00 MiB"
+    assert oomtext.format_size(memory.GIB) == "1024.00 MiB"
+    assert oomtext.format_size(int(94.97 * memory.GIB)) == "94.97 GiB"
 
 
 def _run(mfs: float, chunk: int, expandable: bool, prompts: list[int]) -> list[bool]:
@@ -74,12 +74,12 @@ def _run(mfs: float, chunk: int, expandable: bool, prompts: list[int]) -> list[b
     plan = memory.plan_memory(P, mfs)
     frag, ok = 0.0, []
     for n in prompts:
-        spike = memory.prefill_spike_bytes(P, n, chunk)
-        oom = memory.check_prefill(plan, P, spike, frag)
+        spike = runtime.prefill_spike_bytes(P, n, chunk)
+        oom = runtime.check_prefill(plan, P, spike, frag)
         ok.append(oom is None)
         if oom is not None:
             break
-        frag = memory.fragmentation_after(P, frag, n + 128, expandable)
+        frag = runtime.fragmentation_after(P, frag, n + 128, expandable)
     return ok
 
 
@@ -87,9 +87,9 @@ def test_incident_crashes_on_32k_after_some_load() -> None:
     assert _run(0.94, -1, False, [32768]) == [True]  # a fresh server survives one
     assert _run(0.94, -1, False, [2000, 2000, 32768]) == [True, True, False]
     plan = memory.plan_memory(P, 0.94)
-    oom = memory.check_prefill(plan, P, memory.prefill_spike_bytes(P, 32768, -1), 1.4)
+    oom = runtime.check_prefill(plan, P, runtime.prefill_spike_bytes(P, 32768, -1), 1.4)
     assert oom is not None
-    msg = memory.torch_oom_message(oom)
+    msg = oomtext.torch_oom_message(oom)
     m = OOM_RE.search(msg)
     assert m and m.group(1) == "896.00 MiB" and m.group(3) == "94.97 GiB"
     assert "Including non-PyTorch memory, this process has " in msg
@@ -122,10 +122,10 @@ def test_decision_table(mfs: float, chunk: int, expandable: bool, prompt: int, s
 
 
 def test_expandable_segments_parsing() -> None:
-    assert memory.has_expandable_segments("expandable_segments:True")
-    assert memory.has_expandable_segments("max_split_size_mb:128, expandable_segments:True")
-    assert not memory.has_expandable_segments("expandable_segments:False")
-    assert not memory.has_expandable_segments(None)
+    assert runtime.has_expandable_segments("expandable_segments:True")
+    assert runtime.has_expandable_segments("max_split_size_mb:128, expandable_segments:True")
+    assert not runtime.has_expandable_segments("expandable_segments:False")
+    assert not runtime.has_expandable_segments(None)
 
 
 def test_default_mem_fraction_like_sglang_053() -> None:
@@ -190,7 +190,7 @@ def test_env_overrides_the_knobs_file(tmp_path: Path) -> None:
 
 
 def test_oom_text_lists_processes_in_pid_order_and_the_private_pools() -> None:
-    oom = memory.OOM(
+    oom = oomtext.OOM(
         alloc_bytes=896 * memory.MIB,
         total_bytes=int(94.97 * memory.GIB),
         free_bytes=300 * memory.MIB,
@@ -201,7 +201,7 @@ def test_oom_text_lists_processes_in_pid_order_and_the_private_pools() -> None:
         others=((4242, 6 * memory.GIB),),
         pid=9000,
     )
-    msg = memory.torch_oom_message(oom, 3)
+    msg = oomtext.torch_oom_message(oom, 3)
     assert (
         "GPU 3 has a total capacity of 94.97 GiB of which 300.00 MiB is free. Process 4242 has 6.00 GiB memory in use. "
         "Including non-PyTorch memory, this process has 88.00 GiB memory in use. Of the allocated memory 86.00 GiB is "

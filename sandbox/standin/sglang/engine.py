@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from . import gpus, knobs, logs, memory, timing
+from . import gpus, knobs, logs, memory, oomtext, runtime, timing
 from .oomtext import runtime_oom_exception
 from .traces import scheduler_traceback
 
@@ -173,13 +173,13 @@ class Engine:
         except (OSError, ValueError):
             return self.start_neighbours
 
-    def _memory_failures(self, spike: int) -> list[tuple[int, memory.OOM]]:
+    def _memory_failures(self, spike: int) -> list[tuple[int, oomtext.OOM]]:
         nbs = self._neighbours_now()
         tp = self.plan.tp_size
         start, now = gpus.others_gib(self.start_neighbours, tp), gpus.others_gib(nbs, tp)
         failures = []
         for r in range(tp):
-            oom = memory.check_prefill(
+            oom = runtime.check_prefill(
                 self.plan,
                 self.profile,
                 spike,
@@ -252,7 +252,7 @@ class Engine:
                 )
                 if step > self._kv_room():
                     self._kv_exhausted("Prefill", step, "prefill_alloc")
-                spike = memory.prefill_spike_bytes(self.profile, step, self.chunked_prefill_size)
+                spike = runtime.prefill_spike_bytes(self.profile, step, self.chunked_prefill_size)
                 failures = self._memory_failures(spike)
                 if failures:
                     self._oom(failures)
@@ -264,7 +264,7 @@ class Engine:
                     break
             return cached
 
-    def _oom(self, failures: list[tuple[int, memory.OOM]]) -> None:
+    def _oom(self, failures: list[tuple[int, oomtext.OOM]]) -> None:
         for r, oom in failures:
             exc = runtime_oom_exception(self.oom_style, oom, r)
             if self.overlap_thread:
@@ -348,7 +348,7 @@ class Engine:
                 if held:
                     self._remember(ids)  # the finished request's KV stays in the radix cache (evictable)
                 self.served += 1
-                self.frag_gib = memory.fragmentation_after(
+                self.frag_gib = runtime.fragmentation_after(
                     self.profile, self.frag_gib, len(ids) + produced, self.expandable
                 )
                 self.state_lock.notify_all()

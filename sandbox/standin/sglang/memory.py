@@ -4,7 +4,8 @@ Everything here is arithmetic on numbers taken from a *profile*; the server modu
 to log, what to report on /server_info and whether a prefill dies with torch's OOM.  See README.md
 ("Memory model") for the calibration and the reasoning behind each constant.
 
-Units: GiB floats (as sglang logs them, ``/ (1 << 30)``) unless a name ends in ``_bytes``.
+Units: GiB floats (as sglang logs them, ``/ (1 << 30)``) unless a name ends in ``_bytes``. Self-contained (no
+package imports), so it also loads as a lone file; the runtime side (prefill spikes, OOMs) is runtime.py.
 """
 
 from __future__ import annotations
@@ -13,19 +14,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .oomtext import (
-    GIB,
-    KIB,
-    MIB,
-    OOM,
-    format_size,
-    no_kv_memory_message,
-    not_enough_memory_message,
-    torch_oom_message,
-    unbalanced_message,
-)
-
-__all__ = ["GIB", "KIB", "MIB", "OOM", "format_size", "not_enough_memory_message", "torch_oom_message"]
+GIB = 1 << 30
+MIB = 1 << 20
+KIB = 1 << 10
 
 
 @dataclass(frozen=True)
@@ -127,6 +118,34 @@ class GraphCaptureOOMError(RuntimeError):
     def __init__(self, plan: MemoryPlan) -> None:
         super().__init__("no room for CUDA graphs")
         self.plan = plan
+
+
+def not_enough_memory_message(mem_fraction_static: float, version: tuple[int, ...] = DEFAULT_VERSION) -> str:
+    """The ``max_total_num_tokens <= 0`` RuntimeError text: 0.4.x, 0.5.0-0.5.5, then 0.5.6+ wording."""
+    base = "Not enough memory. Please try to increase --mem-fraction-static."
+    if version < (0, 5):
+        return base
+    if version < (0, 5, 6):
+        return f"{base} Current value: self.server_args.mem_fraction_static={mem_fraction_static}"
+    return f"{base} Current value: mem_fraction_static={mem_fraction_static}"
+
+
+def no_kv_memory_message(mem_fraction_static: float, free0: float, free1: float) -> str:
+    """0.5.2x ``kv_cache_configurator`` ValueError, with sglang's own minimum/suggested arithmetic."""
+    minimum = 1 - free1 / free0
+    suggested = math.ceil(minimum * 1000) / 1000
+    return (
+        f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mem_fraction_static}. "
+        f"Raise --mem-fraction-static above {suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}). "
+        "If using speculative decoding, draft weights are now counted."
+    )
+
+
+def unbalanced_message(min_per_gpu_memory: float, local_gpu_memory: float) -> str:
+    return (
+        "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+        f"{min_per_gpu_memory=}, {local_gpu_memory=}, {local_gpu_memory * 0.9=}"
+    )
 
 
 def kv_cell_bytes(profile: Profile, kv_cache_dtype: str = "auto") -> int:
@@ -293,102 +312,3 @@ def minimum_viable_fraction(profile: Profile, tp_size: int | None = None, others
     free0s = rank_free0(profile, tp_size, others_gib)
     weight = weight_per_rank(profile, tp_size)
     return 1 - (min(free0s) - weight) / min(free0s)
-
-
-# --------------------------------------------------------------------------------------------- runtime
-
-
-def prefill_chunk_tokens(new_tokens: int, chunked_prefill_size: int) -> int:
-    """Tokens in the largest forward of a prefill: the whole prompt when chunking is off (<= 0)."""
-    if chunked_prefill_size is None or chunked_prefill_size <= 0:
-        return new_tokens
-    return min(new_tokens, chunked_prefill_size)
-
-
-def prefill_spike_bytes(profile: Profile, new_tokens: int, chunked_prefill_size: int) -> int:
-    return profile.activation_bytes_per_token * prefill_chunk_tokens(new_tokens, chunked_prefill_size)
-
-
-def fragmentation_after(profile: Profile, frag_gib: float, served_tokens: int, expandable: bool) -> float:
-    """Reserved-but-unallocated memory after one more served request."""
-    if expandable:
-        return 0.0
-    if served_tokens < 64:  # health checks and the warm-up leave no lasting fragmentation
-        return frag_gib
-    step = profile.frag_step_gib * min(1.0, served_tokens / profile.frag_full_tokens)
-    return min(profile.frag_cap_gib, frag_gib + step)
-
-
-def has_expandable_segments(alloc_conf: str | None) -> bool:
-    """``PYTORCH_CUDA_ALLOC_CONF`` is a comma list of ``key:value``; torch accepts True/False."""
-    for item in (alloc_conf or "").split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "expandable_segments":
-            return value.strip() == "True"
-    return False
-
-
-def check_prefill(
-    plan: MemoryPlan,
-    profile: Profile,
-    spike_bytes: int,
-    frag_gib: float,
-    *,
-    rank: int | None = None,
-    others: Sequence[tuple[int, int]] = (),
-    taken_gib: float = 0.0,
-    pid: int = 0,
-) -> OOM | None:
-    """torch needs a fresh block of ``spike_bytes``; fragmented reserved memory cannot serve it.
-
-    ``rank`` None is the worst rank; ``others`` are (pid, bytes) of other processes on that GPU (for the text),
-    ``taken_gib`` what they took since the server started (it comes out of this rank's headroom).
-    """
-    available = plan.available if rank is None else plan.rank_available(rank)
-    free_bytes = max(0, int((available - frag_gib - taken_gib) * GIB))
-    if spike_bytes <= free_bytes:
-        return None
-    total = int(round(plan.gpu_total * GIB))
-    others_bytes = sum(b for _, b in others)
-    return OOM(
-        alloc_bytes=spike_bytes,
-        total_bytes=total,
-        free_bytes=free_bytes,
-        process_bytes=max(0, total - free_bytes - others_bytes),
-        allocated_bytes=int(plan.allocated_static * GIB),
-        reserved_unallocated_bytes=int(frag_gib * GIB),
-        private_pool_bytes=int(plan.graph * GIB),
-        others=tuple(others),
-        pid=pid,
-    )
-
-
-def graph_capture_oom(plan: MemoryPlan, profile: Profile, rank: int = 0, pid: int = 0) -> OOM:
-    """The failing allocation of a CUDA graph capture: 448 MiB blocks until the next one does not fit."""
-    block = 448 * MIB
-    before = max(0, int((plan.before_graph + plan.rank_extra(rank)) * GIB))
-    captured = before // block * block
-    free_bytes = before - captured
-    total = int(round(profile.gpu_total_gib * GIB))
-    static = int((plan.free0 - plan.before_graph) * GIB)
-    return OOM(
-        alloc_bytes=block,
-        total_bytes=total,
-        free_bytes=free_bytes,
-        process_bytes=total - free_bytes,
-        allocated_bytes=static + captured,
-        reserved_unallocated_bytes=int(0.02 * GIB),
-        private_pool_bytes=captured,
-        pid=pid,
-    )
-
-
-def max_safe_prompt(plan: MemoryPlan, profile: Profile, chunked_prefill_size: int, frag_gib: float) -> int:
-    """Longest prompt (new tokens) that survives at this fragmentation, capped by max_req_input_len."""
-    free_bytes = (plan.available - frag_gib) * GIB
-    if free_bytes <= 0:
-        return 0
-    by_mem = math.floor(free_bytes / profile.activation_bytes_per_token)
-    if chunked_prefill_size and chunked_prefill_size > 0 and by_mem >= chunked_prefill_size:
-        return plan.max_req_input_len - 1
-    return min(by_mem, plan.max_req_input_len - 1)

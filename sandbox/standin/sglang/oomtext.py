@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 GIB = 1 << 30
@@ -60,34 +59,6 @@ def torch_oom_message(oom: OOM, device: int = 0) -> str:
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
         "See documentation for Memory Management  "
         "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
-    )
-
-
-def not_enough_memory_message(mem_fraction_static: float, version: tuple[int, ...] = (0, 5, 6)) -> str:
-    """The ``max_total_num_tokens <= 0`` RuntimeError text: 0.4.x, 0.5.0-0.5.5, then 0.5.6+ wording."""
-    base = "Not enough memory. Please try to increase --mem-fraction-static."
-    if version < (0, 5):
-        return base
-    if version < (0, 5, 6):
-        return f"{base} Current value: self.server_args.mem_fraction_static={mem_fraction_static}"
-    return f"{base} Current value: mem_fraction_static={mem_fraction_static}"
-
-
-def no_kv_memory_message(mem_fraction_static: float, free0: float, free1: float) -> str:
-    """0.5.2x ``kv_cache_configurator`` ValueError, with sglang's own minimum/suggested arithmetic."""
-    minimum = 1 - free1 / free0
-    suggested = math.ceil(minimum * 1000) / 1000
-    return (
-        f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mem_fraction_static}. "
-        f"Raise --mem-fraction-static above {suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}). "
-        "If using speculative decoding, draft weights are now counted."
-    )
-
-
-def unbalanced_message(min_per_gpu_memory: float, local_gpu_memory: float) -> str:
-    return (
-        "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
-        f"{min_per_gpu_memory=}, {local_gpu_memory=}, {local_gpu_memory * 0.9=}"
     )
 
 

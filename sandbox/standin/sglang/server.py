@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.request
 
-from . import __version__, args, gpus, knobs, logs, memory, startup
+from . import __version__, args, gpus, knobs, logs, memory, runtime, startup
 from .engine import Engine
 from .httpd import App, make_server
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         time_scale=scale,
         prefill_scale=float(kn["prefill_scale"]),  # type: ignore[arg-type]
         decode_scale=float(kn["decode_scale"]),  # type: ignore[arg-type]
-        expandable=memory.has_expandable_segments(os.environ.get("PYTORCH_CUDA_ALLOC_CONF")),
+        expandable=runtime.has_expandable_segments(os.environ.get("PYTORCH_CUDA_ALLOC_CONF")),
         radix_cache=not sa["disable_radix_cache"],
         neighbours=nbs,
         board=board,

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import gpus, logs, memory
+from . import gpus, logs, memory, oomtext, runtime
 from .traces import frame_lines
 
 # Share of the simulated load time spent in each startup phase.
@@ -149,10 +149,10 @@ def boot(
     if weight >= min(free0s):
         tried = int(1.75 * memory.GIB)
         tot = int(round(total * memory.GIB))
-        oom = memory.OOM(tried, tot, 0, tot, int(profile.free0_gib * memory.GIB), 0, pid=pid)
+        oom = oomtext.OOM(tried, tot, 0, tot, int(profile.free0_gib * memory.GIB), 0, pid=pid)
         die_initialization(
             [r for r in range(tp) if weight >= free0s[r]],
-            lambda r: "torch.OutOfMemoryError: " + memory.torch_oom_message(oom, r),
+            lambda r: "torch.OutOfMemoryError: " + oomtext.torch_oom_message(oom, r),
             "weights",
         )
     publish(free1s)
@@ -205,7 +205,7 @@ def boot(
     if failing:
 
         def oom_text(r: int) -> str:
-            return memory.torch_oom_message(memory.graph_capture_oom(plan, profile, r, pid), r)
+            return oomtext.torch_oom_message(runtime.graph_capture_oom(plan, profile, r, pid), r)
 
         die_initialization(
             failing,
