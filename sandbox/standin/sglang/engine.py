@@ -90,6 +90,7 @@ class Engine:
         self.overlap_thread = overlap_thread  # 0.4.x/0.5.3 overlap scheduler: TpModelWorkerClient logs the OOM
         self.active = 0  # requests holding a req_to_token slot (admitted)
         self.oom_style = oom_style
+        self.late_records: list[tuple[int, str]] = []  # logged by the SIGQUIT handler, after its own line
 
     # ------------------------------------------------------------------ cache
     def _cached_prefix(self, ids: list[int]) -> int:
@@ -220,9 +221,8 @@ class Engine:
             "alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`. "
             f"self.req_to_token_pool.available_size()={max(0, self.plan.max_num_reqs - self.active)}, num_reqs=1, "
         )
-        for r in range(self.plan.tp_size):
-            logs.rank(r, "Scheduler hit an exception: " + scheduler_traceback("RuntimeError: " + msg, "prefill_alloc"))
-        self._die()
+        tb = "Scheduler hit an exception: " + scheduler_traceback("RuntimeError: " + msg, "prefill_alloc")
+        self._die([(r, tb) for r in range(self.plan.tp_size)])
 
     def _kv_exhausted(self, phase: str, need: int, kind: str) -> None:
         evictable = self.evictable_tokens()
@@ -232,11 +232,8 @@ class Engine:
             f"Try to allocate {need} tokens.\n"
             f"Available tokens: {available + evictable} (available_size={available} + evictable_size={evictable})\n"
         )
-        for r in range(self.plan.tp_size):
-            logs.rank(r, msg)
-        for r in range(self.plan.tp_size):
-            logs.rank(r, "Scheduler hit an exception: " + scheduler_traceback("RuntimeError: " + msg, kind))
-        self._die()
+        tb = "Scheduler hit an exception: " + scheduler_traceback("RuntimeError: " + msg, kind)
+        self._die([(r, text) for r in range(self.plan.tp_size) for text in (msg, tb)])
 
     def _prefill(self, ids: list[int]) -> int:
         with self.forward_lock:
@@ -265,17 +262,28 @@ class Engine:
             return cached
 
     def _oom(self, failures: list[tuple[int, oomtext.OOM]]) -> None:
+        records = []
         for r, oom in failures:
             exc = runtime_oom_exception(self.oom_style, oom, r)
             if self.overlap_thread:
-                logs.rank(
-                    r, "TpModelWorkerClient hit an exception: " + scheduler_traceback(exc, "forward_overlap_thread")
-                )
+                text = "TpModelWorkerClient hit an exception: " + scheduler_traceback(exc, "forward_overlap_thread")
             else:
-                logs.rank(r, "Scheduler hit an exception: " + scheduler_traceback(exc))
-        self._die()
+                text = "Scheduler hit an exception: " + scheduler_traceback(exc)
+            records.append((r, text))
+        self._die(records)
 
-    def _die(self) -> None:
+    def _die(self, records: list[tuple[int, str]]) -> None:
+        """The ranks' last words, then the process tree goes down.
+
+        The first failing rank logs and SIGQUITs the main process; the other ranks, failing in the same forward,
+        are still logging while the main process logs its SIGQUIT line and kills the tree (``late_records``).
+        """
+        first = records[0][0]
+        for r, text in records:
+            if r == first:
+                logs.rank(r, text)
+            else:
+                self.late_records.append((r, text))
         self._crash()
         while True:  # the process is about to die; never answer this request
             time.sleep(1)

@@ -42,6 +42,9 @@ def _on_sigquit(signum: int, frame: object) -> None:
         logs.main("Received sigquit from a child process. It usually means the child failed.")
     else:
         logs.main(f"SIGQUIT received. signum={signum}, frame={frame}. It usually means one child failed.")
+    if _State.app is not None:  # the other ranks of the same crash, still writing while the tree is killed
+        for r, text in _State.app.engine.late_records:
+            logs.rank(r, text)
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGKILL)  # kill_process_tree(os.getpid()) ends with itself.kill()
 
