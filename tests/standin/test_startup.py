@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -180,3 +181,14 @@ def test_nvidia_smi_without_servers(tmp_path: Path) -> None:
         env=env,
     )
     assert (apps.returncode, apps.stdout) == (0, "")
+
+
+def test_the_board_ignores_dead_and_reused_pids(tmp_path: Path) -> None:
+    from sglang import gpus
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(done.stdout)
+    for pid in (dead, os.getpid()):  # a crashed server's file; a PID now held by something that is not sglang
+        (tmp_path / f"{pid}.json").write_text(json.dumps({"pid": pid, "used_bytes": [1 << 30]}))
+    (tmp_path / "junk.json").write_text("{")
+    assert gpus.read_board(str(tmp_path)) == []

@@ -93,13 +93,18 @@ class Board:
 
 
 def _alive(pid: int) -> bool:
+    """A live stand-in server: the PID exists and (where /proc says) is still running sglang, not a reused PID."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"sglang" in fh.read()
+    except OSError:
         return True
-    return True
 
 
 def read_board(directory: str) -> list[tuple[int, str, list[int]]]:
