@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))
 
-from sglang import memory, timing  # noqa: E402
+from sglang import memory, oomtext, runtime, timing  # noqa: E402
 from sglang.args import config_to_argv, parse_args  # noqa: E402
 
 P = memory.KIMI_K26_TP8
@@ -61,12 +61,12 @@ def test_too_large_fraction_fails_graph_capture() -> None:
 
 
 def test_format_size_matches_torch() -> None:
-    assert memory.format_size(0) == "0 bytes"
-    assert memory.format_size(1024) == "1024 bytes"
-    assert memory.format_size(2048) == "2.00 KiB"
-    assert memory.format_size(896 * memory.MIB) == "896.00 MiB"
-    assert memory.format_size(memory.GIB) == "1024.00 MiB"
-    assert memory.format_size(int(94.97 * memory.GIB)) == "94.97 GiB"
+    assert oomtext.format_size(0) == "0 bytes"
+    assert oomtext.format_size(1024) == "1024 bytes"
+    assert oomtext.format_size(2048) == "2.00 KiB"
+    assert oomtext.format_size(896 * memory.MIB) == "896.00 MiB"
+    assert oomtext.format_size(memory.GIB) == "1024.00 MiB"
+    assert oomtext.format_size(int(94.97 * memory.GIB)) == "94.97 GiB"
 
 
 def _run(mfs: float, chunk: int, expandable: bool, prompts: list[int]) -> list[bool]:
@@ -74,12 +74,12 @@ def _run(mfs: float, chunk: int, expandable: bool, prompts: list[int]) -> list[b
     plan = memory.plan_memory(P, mfs)
     frag, ok = 0.0, []
     for n in prompts:
-        spike = memory.prefill_spike_bytes(P, n, chunk)
-        oom = memory.check_prefill(plan, P, spike, frag)
+        spike = runtime.prefill_spike_bytes(P, n, chunk)
+        oom = runtime.check_prefill(plan, P, spike, frag)
         ok.append(oom is None)
         if oom is not None:
             break
-        frag = memory.fragmentation_after(P, frag, n + 128, expandable)
+        frag = runtime.fragmentation_after(P, frag, n + 128, expandable)
     return ok
 
 
@@ -87,9 +87,9 @@ def test_incident_crashes_on_32k_after_some_load() -> None:
     assert _run(0.94, -1, False, [32768]) == [True]  # a fresh server survives one
     assert _run(0.94, -1, False, [2000, 2000, 32768]) == [True, True, False]
     plan = memory.plan_memory(P, 0.94)
-    oom = memory.check_prefill(plan, P, memory.prefill_spike_bytes(P, 32768, -1), 1.4)
+    oom = runtime.check_prefill(plan, P, runtime.prefill_spike_bytes(P, 32768, -1), 1.4)
     assert oom is not None
-    msg = memory.torch_oom_message(oom)
+    msg = oomtext.torch_oom_message(oom)
     m = OOM_RE.search(msg)
     assert m and m.group(1) == "896.00 MiB" and m.group(3) == "94.97 GiB"
     assert "Including non-PyTorch memory, this process has " in msg
@@ -122,10 +122,10 @@ def test_decision_table(mfs: float, chunk: int, expandable: bool, prompt: int, s
 
 
 def test_expandable_segments_parsing() -> None:
-    assert memory.has_expandable_segments("expandable_segments:True")
-    assert memory.has_expandable_segments("max_split_size_mb:128, expandable_segments:True")
-    assert not memory.has_expandable_segments("expandable_segments:False")
-    assert not memory.has_expandable_segments(None)
+    assert runtime.has_expandable_segments("expandable_segments:True")
+    assert runtime.has_expandable_segments("max_split_size_mb:128, expandable_segments:True")
+    assert not runtime.has_expandable_segments("expandable_segments:False")
+    assert not runtime.has_expandable_segments(None)
 
 
 def test_default_mem_fraction_like_sglang_053() -> None:
@@ -173,3 +173,55 @@ def test_config_file_precedence(tmp_path: Path) -> None:
     ns, _ = parse_args(["--model-path", "m", "--config", str(cfg), "--mem-fraction-static", "0.93"])
     assert (ns.mem_fraction_static, ns.chunked_prefill_size, ns.trust_remote_code) == (0.93, 2048, True)
     assert config_to_argv("a_b: 'x y'\nflag: false\n") == ["--a-b", "x y"]
+
+
+def test_env_overrides_the_knobs_file(tmp_path: Path) -> None:
+    from sglang import knobs
+
+    cfg = tmp_path / "k.json"
+    cfg.write_text('{"time_scale": 0.01, "api_version": "0.5.3"}')
+    env = {"SGLANG_STANDIN_CONFIG": str(cfg), "SGLANG_STANDIN_VERSION": "0.5.23", "SGLANG_STANDIN_TIME_SCALE": "0.0005"}
+    kn = knobs.load_knobs(env)
+    assert (kn["api_version"], kn["time_scale"], kn["kv_admission"]) == ("0.5.23", 0.0005, "queue")
+    assert knobs.load_knobs({"SGLANG_STANDIN_CONFIG": str(cfg)})["time_scale"] == 0.01
+    cfg.write_text('{"kv_admission": "sometimes"}')
+    with pytest.raises(ValueError, match="kv_admission"):
+        knobs.load_knobs({"SGLANG_STANDIN_CONFIG": str(cfg)})
+
+
+def test_oom_text_lists_processes_in_pid_order_and_the_private_pools() -> None:
+    oom = oomtext.OOM(
+        alloc_bytes=896 * memory.MIB,
+        total_bytes=int(94.97 * memory.GIB),
+        free_bytes=300 * memory.MIB,
+        process_bytes=88 * memory.GIB,
+        allocated_bytes=86 * memory.GIB,
+        reserved_unallocated_bytes=700 * memory.MIB,
+        private_pool_bytes=int(1.12 * memory.GIB),
+        others=((4242, 6 * memory.GIB),),
+        pid=9000,
+    )
+    msg = oomtext.torch_oom_message(oom, 3)
+    assert (
+        "GPU 3 has a total capacity of 94.97 GiB of which 300.00 MiB is free. Process 4242 has 6.00 GiB memory in use. "
+        "Including non-PyTorch memory, this process has 88.00 GiB memory in use. Of the allocated memory 86.00 GiB is "
+        "allocated by PyTorch, with 1.12 GiB allocated in private pools (e.g., CUDA Graphs), and 700.00 MiB is reserved"
+    ) in msg
+
+
+def test_version_wordings_and_the_minimum_fraction() -> None:
+    assert memory.minimum_viable_fraction(P) == pytest.approx(0.79067, abs=1e-5)
+    with pytest.raises(memory.NoKVMemoryError, match=r"above 0\.791 \(minimum viable = 1 - available/pre = 0\.7907\)"):
+        memory.plan_memory(P, 0.79, version=(0, 5, 23))
+    with pytest.raises(memory.NotEnoughMemoryError, match=r"self\.server_args\.mem_fraction_static=0\.79$"):
+        memory.plan_memory(P, 0.79, version=(0, 5, 3))
+    assert memory.plan_memory(P, 0.80, version=(0, 5, 23)).max_total_num_tokens == 13059
+
+
+@pytest.mark.parametrize("mfs", [0.8, 0.85, 0.9, 0.93, 0.94, 0.95])
+def test_pool_is_the_documented_formula(mfs: float) -> None:
+    free0, free1 = 91.60, 91.60 - 72.425297
+    expected = int((free1 - free0 * (1 - mfs)) * (1 << 30) // 70272)
+    plan = memory.plan_memory(P, mfs)
+    assert plan.max_total_num_tokens == expected and plan.headroom == pytest.approx(free0 * (1 - mfs))
+    assert min(plan.rank_available(r) for r in range(8)) == plan.available == plan.rank_available(0)

@@ -31,12 +31,14 @@ class App:
         version_str: str,
         *,
         access_log: bool = True,
+        rust_frontend: bool = False,
     ) -> None:
         self.engine = engine
         self.server_args = server_args
         self.version = version
         self.version_str = version_str
         self.access_log = access_log
+        self.rust_frontend = rust_frontend
         self.status = "Starting"  # ServerStatus: Starting -> Up
         self.gracefully_exit = False
 
@@ -75,6 +77,32 @@ class App:
         if self.version >= (0, 5, 6):
             info.update(
                 {"weight_version": "default", "has_image_understanding": True, "has_audio_understanding": False}
+            )
+        sa, profile = self.server_args, self.engine.profile
+        if self.version >= (0, 5, 23):
+            info.update(
+                {
+                    "served_model_name": sa["served_model_name"],
+                    "load_format": sa["load_format"],
+                    "reasoning_parser": sa["reasoning_parser"],
+                    "tool_call_parser": sa["tool_call_parser"],
+                    "disaggregation_mode": "null",
+                    "model_type": profile.model_type,
+                    "architectures": [profile.architecture],
+                }
+            )
+        if self.rust_frontend:  # sglang's Rust HTTP frontend also reports the tokenizer's limits
+            info.update(
+                {
+                    "model_type": profile.model_type,
+                    "architectures": [profile.architecture],
+                    "max_context_length": self.engine.context_len,
+                    "vocab_size": self.engine.vocab_size,
+                    "eos_token_ids": [163586],
+                    "pad_token_id": 163839,
+                    "bos_token_id": 163584,
+                    "max_req_input_len": self.engine.plan.max_req_input_len,
+                }
             )
         return info
 
@@ -216,8 +244,8 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(req, dict):
                 raise GenerateError("The request body must be a JSON object.")
             ids, params, stream, rid = _parse_generate(req)
-            max_new = params["max_new_tokens"]
-            self.app.engine.validate(len(ids), max_new)
+            self.app.engine.validate(ids, params["max_new_tokens"])
+            max_new = self.app.engine.max_new_tokens_for(len(ids), params["max_new_tokens"])
         except (GenerateError, json.JSONDecodeError, TypeError, ValueError) as exc:
             logs.main(f"[http_server] Error: {exc}")
             self._json(400, {"error": {"message": str(exc)}})

@@ -22,7 +22,15 @@ DEFAULTS: dict[str, object] = {
     "sigterm": "exit",  # "exit": exit 0 after the graceful line; "kill": SIGKILL itself like kill_process_tree
     "access_log": True,
     "exit_message": "RuntimeError: No CUDA GPUs are available",
+    "gpu_state_dir": None,  # where servers publish per-GPU usage for bin/nvidia-smi (None: /run/sglang-standin)
+    "gpus": None,  # GPUs nvidia-smi lists (None: the profile's TP size)
+    "neighbour": None,  # {"pid", "gib", "gpus", "name"} or a list: other processes holding GPU memory
+    "kv_admission": "queue",  # "queue": wait for KV room like sglang's scheduler; "crash": Prefill/Decode out of memory
+    "oom_style": "torch",  # how a failed prefill allocation reads: torch | cuda_error | flashinfer | illegal_access
+    "rust_frontend": False,  # /model_info as sglang's Rust frontend serves it (vocab_size, max_context_length, ...)
 }
+# Environment variables (of the server's unit, or the caller) that override the file.
+ENV_OVERRIDES = {"SGLANG_STANDIN_VERSION": "api_version", "SGLANG_STANDIN_TIME_SCALE": "time_scale"}
 
 
 def load_knobs(environ: dict[str, str] | None = None) -> dict[str, object]:
@@ -35,8 +43,17 @@ def load_knobs(environ: dict[str, str] | None = None) -> dict[str, object]:
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object")
         knobs.update(data)
+    for var, key in ENV_OVERRIDES.items():
+        if env.get(var):
+            knobs[key] = float(env[var]) if key == "time_scale" else env[var]
+    if env.get("SGLANG_RUST_SERVER", "").lower() in ("1", "true"):
+        knobs["rust_frontend"] = True
     if knobs["failure"] not in FAILURES:
         raise ValueError(f"unknown failure mode {knobs['failure']!r}; one of {FAILURES}")
+    if knobs["oom_style"] not in ("torch", "cuda_error", "flashinfer", "illegal_access"):
+        raise ValueError(f"unknown oom_style {knobs['oom_style']!r}")
+    if knobs["kv_admission"] not in ("queue", "crash"):
+        raise ValueError(f"unknown kv_admission {knobs['kv_admission']!r}; 'queue' or 'crash'")
     return knobs
 
 

@@ -30,12 +30,21 @@ def main(msg: str) -> None:
         _write(sys.stderr, line)
 
 
-def tp0(msg: str) -> None:
-    """The rank-0 scheduler: `` TP0`` prefix; continuation lines (tracebacks) are printed raw."""
+def rank(tp_rank: int, msg: str) -> None:
+    """A TP rank's scheduler: `` TPn`` prefix; continuation lines (tracebacks) are printed raw, in one write."""
     first, *rest = msg.split("\n")
-    _write(sys.stderr, f"{_stamp(' TP0')} {first}")
-    for line in rest:
-        _write(sys.stderr, line)
+    _write(sys.stderr, "\n".join([f"{_stamp(f' TP{tp_rank}')} {first}", *rest]))
+
+
+def tp0(msg: str) -> None:
+    """The rank-0 scheduler (the only rank that logs batches and the capacity line)."""
+    rank(0, msg)
+
+
+def ranks(order: list[int], msg_of: object) -> None:
+    """The same startup step on every rank, in the order the processes happened to reach it."""
+    for r in order:
+        rank(r, msg_of(r))  # type: ignore[operator]
 
 
 def uvicorn(msg: str, level: str = "INFO") -> None:

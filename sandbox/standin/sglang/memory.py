@@ -4,12 +4,14 @@ Everything here is arithmetic on numbers taken from a *profile*; the server modu
 to log, what to report on /server_info and whether a prefill dies with torch's OOM.  See README.md
 ("Memory model") for the calibration and the reasoning behind each constant.
 
-Units: GiB floats (as sglang logs them, ``/ (1 << 30)``) unless a name ends in ``_bytes``.
+Units: GiB floats (as sglang logs them, ``/ (1 << 30)``) unless a name ends in ``_bytes``. Self-contained (no
+package imports), so it also loads as a lone file; the runtime side (prefill spikes, OOMs) is runtime.py.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 GIB = 1 << 30
@@ -23,7 +25,7 @@ class Profile:
 
     name: str
     gpu_total_gib: float  # card capacity, as torch prints it in the OOM text
-    free0_gib: float  # free before weight load (after CUDA context + NCCL): sglang's total_gpu_memory
+    free0_gib: float  # free before weight load on the emptiest-handed rank: sglang's min_per_gpu_memory
     weight_gib_at_profile_tp: float  # weights per rank at ``tp_size``
     tp_size: int
     model_type: str
@@ -42,6 +44,8 @@ class Profile:
     frag_step_gib: float  # "reserved but unallocated" growth per served request (>= frag_full_tokens)
     frag_full_tokens: int  # a request this long (prompt + output) adds a full step, shorter ones pro rata
     frag_cap_gib: float
+    rank_free_delta_gib: tuple[float, ...] = ()  # extra free memory per rank over free0 (NCCL buffers differ)
+    vocab_size: int = 163840
     dtype: str = "torch.bfloat16"
 
 
@@ -66,47 +70,109 @@ KIMI_K26_TP8 = Profile(
     frag_step_gib=0.35,
     frag_full_tokens=1024,
     frag_cap_gib=1.4,
+    rank_free_delta_gib=(0.0, 0.02, 0.02, 0.03, 0.0, 0.02, 0.02, 0.04),
 )
 
 PROFILES: dict[str, Profile] = {KIMI_K26_TP8.name: KIMI_K26_TP8}
 
 KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DEFAULT_VERSION = (0, 5, 6)  # api_version knob default
+
+
+def _gib_as_measured(value: float) -> float:
+    """What ``torch.cuda.mem_get_info()[0] / (1 << 30)`` returns: whole bytes (repr shows the float noise)."""
+    return int(value * GIB) / GIB
 
 
 class NotEnoughMemoryError(RuntimeError):
-    """The KV pool came out <= 0 tokens (sglang's startup RuntimeError)."""
+    """The KV pool came out <= 0 tokens: sglang's startup error, worded as the configured version words it."""
+
+    exc_name = "RuntimeError"
+
+    def __init__(self, message: str, minimum_fraction: float) -> None:
+        super().__init__(message)
+        self.minimum_fraction = minimum_fraction
+
+
+class NoKVMemoryError(NotEnoughMemoryError):
+    """0.5.2x: the weights leave nothing for the KV cache (``rest_memory <= 0``), a ValueError."""
+
+    exc_name = "ValueError"
 
 
 class WeightLoadOOMError(RuntimeError):
     """Weights alone do not fit on a rank."""
 
 
+class UnbalancedMemoryError(ValueError):
+    """TP ranks saw different free memory at start (another process on some GPUs): sglang refuses to start."""
+
+    def __init__(self, ranks: list[tuple[int, float, float]]) -> None:
+        self.ranks = ranks  # (rank, min_per_gpu_memory, local_gpu_memory) of every rank that raises
+        super().__init__(unbalanced_message(*ranks[0][1:]))
+
+
 class GraphCaptureOOMError(RuntimeError):
-    """The CUDA graph pool does not fit in what is left after the KV pool."""
+    """The CUDA graph pool does not fit in what is left after the KV pool (``plan`` is what got allocated)."""
+
+    def __init__(self, plan: MemoryPlan) -> None:
+        super().__init__("no room for CUDA graphs")
+        self.plan = plan
 
 
-def not_enough_memory_message(mem_fraction_static: float) -> str:
+def not_enough_memory_message(mem_fraction_static: float, version: tuple[int, ...] = DEFAULT_VERSION) -> str:
+    """The ``max_total_num_tokens <= 0`` RuntimeError text: 0.4.x, 0.5.0-0.5.5, then 0.5.6+ wording."""
+    base = "Not enough memory. Please try to increase --mem-fraction-static."
+    if version < (0, 5):
+        return base
+    if version < (0, 5, 6):
+        return f"{base} Current value: self.server_args.mem_fraction_static={mem_fraction_static}"
+    return f"{base} Current value: mem_fraction_static={mem_fraction_static}"
+
+
+def no_kv_memory_message(mem_fraction_static: float, free0: float, free1: float) -> str:
+    """0.5.2x ``kv_cache_configurator`` ValueError, with sglang's own minimum/suggested arithmetic."""
+    minimum = 1 - free1 / free0
+    suggested = math.ceil(minimum * 1000) / 1000
     return (
-        "Not enough memory. Please try to increase --mem-fraction-static. "
-        f"Current value: mem_fraction_static={mem_fraction_static}"
+        f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mem_fraction_static}. "
+        f"Raise --mem-fraction-static above {suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}). "
+        "If using speculative decoding, draft weights are now counted."
     )
 
 
-def format_size(size: int) -> str:
-    """torch's c10 ``format_size``: bytes / KiB / MiB / GiB with two decimals."""
-    if size <= 1024:
-        return f"{size} bytes"
-    if size <= MIB:
-        return f"{size / KIB:.2f} KiB"
-    if size <= GIB:
-        return f"{size / MIB:.2f} MiB"
-    return f"{size / GIB:.2f} GiB"
+def unbalanced_message(min_per_gpu_memory: float, local_gpu_memory: float) -> str:
+    return (
+        "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+        f"{min_per_gpu_memory=}, {local_gpu_memory=}, {local_gpu_memory * 0.9=}"
+    )
 
 
 def kv_cell_bytes(profile: Profile, kv_cache_dtype: str = "auto") -> int:
     """MLA cell: (kv_lora_rank + qk_rope_head_dim) * layers * element size."""
     elem = KV_DTYPE_BYTES.get(kv_cache_dtype, 2)
     return (profile.kv_lora_rank + profile.qk_rope_head_dim) * profile.num_layers * elem
+
+
+def weight_per_rank(profile: Profile, tp_size: int | None = None) -> float:
+    return profile.weight_gib_at_profile_tp * profile.tp_size / (tp_size or profile.tp_size)
+
+
+def rank_free0(profile: Profile, tp_size: int | None = None, others_gib: Sequence[float] = ()) -> tuple[float, ...]:
+    """Free GiB per TP rank after CUDA context + NCCL, less what other processes hold on that GPU."""
+    tp = tp_size or profile.tp_size
+    deltas = profile.rank_free_delta_gib or (0.0,)
+    return tuple(
+        profile.free0_gib + deltas[r % len(deltas)] - (others_gib[r] if r < len(others_gib) else 0.0) for r in range(tp)
+    )
+
+
+def check_balance(free0s: Sequence[float]) -> None:
+    """sglang's init_torch_distributed check: every rank with ``min < local * 0.9`` raises."""
+    low = _gib_as_measured(min(free0s))
+    bad = [(r, low, _gib_as_measured(f)) for r, f in enumerate(free0s) if low < _gib_as_measured(f) * 0.9]
+    if bad and len(free0s) > 1:
+        raise UnbalancedMemoryError(bad)
 
 
 def default_mem_fraction_static(
@@ -125,12 +191,12 @@ def default_mem_fraction_static(
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """What startup allocates, per rank (GiB unless noted)."""
+    """What startup allocates. Scalars are the worst rank's (GiB unless noted); ``rank_*`` per TP rank."""
 
     mem_fraction_static: float
-    free0: float
+    free0: float  # min over ranks: "Load weight begin. avail mem=" of the emptiest rank
     weight: float
-    free1: float  # "Load weight end ... avail mem="
+    free1: float  # min over ranks: "Load weight end ... avail mem="
     cell_bytes: int
     max_total_num_tokens: int
     kv: float  # "KV size"
@@ -145,6 +211,19 @@ class MemoryPlan:
     max_req_input_len: int
     gpu_total: float
     headroom: float  # free0 * (1 - mfs)
+    rank_free0: tuple[float, ...] = ()
+    rank_free1: tuple[float, ...] = ()
+
+    @property
+    def tp_size(self) -> int:
+        return max(1, len(self.rank_free1))
+
+    def rank_extra(self, rank: int) -> float:
+        """How much more this rank has free than the worst one (0 for the worst)."""
+        return self.rank_free1[rank] - self.free1 if self.rank_free1 else 0.0
+
+    def rank_available(self, rank: int) -> float:
+        return self.available + self.rank_extra(rank)
 
     @property
     def allocated_static(self) -> float:
@@ -164,23 +243,30 @@ def plan_memory(
     max_running_requests: int | None = None,
     cuda_graph_max_bs: int | None = None,
     disable_cuda_graph: bool = False,
+    others_gib: Sequence[float] = (),
+    version: tuple[int, ...] = DEFAULT_VERSION,
 ) -> MemoryPlan:
-    """sglang's startup memory arithmetic. Raises the three startup failures."""
+    """sglang's startup memory arithmetic. Raises the startup failures (see the exception classes)."""
     tp = tp_size or profile.tp_size
-    free0 = profile.free0_gib
-    weight = profile.weight_gib_at_profile_tp * profile.tp_size / tp
-    if weight >= free0:
-        raise WeightLoadOOMError(f"weights need {weight:.2f} GiB per rank, {free0:.2f} GiB free")
-    free1 = free0 - weight
+    free0s = rank_free0(profile, tp, others_gib)
+    check_balance(free0s)
+    weight = weight_per_rank(profile, tp)
+    if weight >= min(free0s):
+        raise WeightLoadOOMError(f"weights need {weight:.2f} GiB per rank, {min(free0s):.2f} GiB free")
+    free1s = tuple(f - weight for f in free0s)
+    free0, free1 = min(free0s), min(free1s)
     cell = kv_cell_bytes(profile, kv_cache_dtype)
     rest = free1 - free0 * (1 - mem_fraction_static)
+    minimum = 1 - free1 / free0
+    if rest <= 0 and version >= (0, 5, 20):
+        raise NoKVMemoryError(no_kv_memory_message(mem_fraction_static, free0, free1), minimum)
     tokens = int(rest * GIB // cell)
     if max_total_tokens is not None and max_total_tokens > 0:
         tokens = min(tokens, max_total_tokens)
     page = max(1, page_size)
     tokens = tokens // page * page
     if tokens <= 0:
-        raise NotEnoughMemoryError(not_enough_memory_message(mem_fraction_static))
+        raise NotEnoughMemoryError(not_enough_memory_message(mem_fraction_static, version), minimum)
     kv = tokens * cell / GIB
     context_len = context_length or profile.context_len
     if max_running_requests:
@@ -193,10 +279,8 @@ def plan_memory(
     bs = cuda_graph_max_bs or profile.default_cuda_graph_max_bs
     graph = 0.0 if disable_cuda_graph else profile.graph_base_gib + profile.graph_per_bs_gib * bs
     available = before_graph - graph
-    if before_graph <= 0 or available <= 0:
-        raise GraphCaptureOOMError("no room for CUDA graphs")
     effective_mrr = min(tokens // 2 if max_running_requests is None else max_running_requests, max_num_reqs)
-    return MemoryPlan(
+    plan = MemoryPlan(
         mem_fraction_static=mem_fraction_static,
         free0=free0,
         weight=weight,
@@ -215,106 +299,16 @@ def plan_memory(
         max_req_input_len=min(context_len - 1, tokens - 1) - 5,
         gpu_total=profile.gpu_total_gib,
         headroom=free0 * (1 - mem_fraction_static),
+        rank_free0=free0s,
+        rank_free1=free1s,
     )
+    if before_graph <= 0 or available <= 0:
+        raise GraphCaptureOOMError(plan)
+    return plan
 
 
-# --------------------------------------------------------------------------------------------- runtime
-
-
-def prefill_chunk_tokens(new_tokens: int, chunked_prefill_size: int) -> int:
-    """Tokens in the largest forward of a prefill: the whole prompt when chunking is off (<= 0)."""
-    if chunked_prefill_size is None or chunked_prefill_size <= 0:
-        return new_tokens
-    return min(new_tokens, chunked_prefill_size)
-
-
-def prefill_spike_bytes(profile: Profile, new_tokens: int, chunked_prefill_size: int) -> int:
-    return profile.activation_bytes_per_token * prefill_chunk_tokens(new_tokens, chunked_prefill_size)
-
-
-def fragmentation_after(profile: Profile, frag_gib: float, served_tokens: int, expandable: bool) -> float:
-    """Reserved-but-unallocated memory after one more served request."""
-    if expandable:
-        return 0.0
-    if served_tokens < 64:  # health checks and the warm-up leave no lasting fragmentation
-        return frag_gib
-    step = profile.frag_step_gib * min(1.0, served_tokens / profile.frag_full_tokens)
-    return min(profile.frag_cap_gib, frag_gib + step)
-
-
-def has_expandable_segments(alloc_conf: str | None) -> bool:
-    """``PYTORCH_CUDA_ALLOC_CONF`` is a comma list of ``key:value``; torch accepts True/False."""
-    for item in (alloc_conf or "").split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "expandable_segments":
-            return value.strip() == "True"
-    return False
-
-
-@dataclass(frozen=True)
-class OOM:
-    """A failed allocation, with everything torch's message needs (bytes)."""
-
-    alloc_bytes: int
-    total_bytes: int
-    free_bytes: int
-    process_bytes: int
-    allocated_bytes: int
-    reserved_unallocated_bytes: int
-
-
-def check_prefill(plan: MemoryPlan, profile: Profile, spike_bytes: int, frag_gib: float) -> OOM | None:
-    """torch needs a fresh block of ``spike_bytes``; fragmented reserved memory cannot serve it."""
-    free_bytes = max(0, int((plan.available - frag_gib) * GIB))
-    if spike_bytes <= free_bytes:
-        return None
-    total = int(round(plan.gpu_total * GIB))
-    return OOM(
-        alloc_bytes=spike_bytes,
-        total_bytes=total,
-        free_bytes=free_bytes,
-        process_bytes=total - free_bytes,
-        allocated_bytes=int(plan.allocated_static * GIB),
-        reserved_unallocated_bytes=int(frag_gib * GIB),
-    )
-
-
-def torch_oom_message(oom: OOM, device: int = 0) -> str:
-    """torch >= 2.9's text (c10/cuda/CUDACachingAllocator.cpp), with the NVML own-process clause."""
-    return (
-        f"CUDA out of memory. Tried to allocate {format_size(oom.alloc_bytes)}. GPU {device} has a total "
-        f"capacity of {format_size(oom.total_bytes)} of which {format_size(oom.free_bytes)} is free. "
-        f"Including non-PyTorch memory, this process has {format_size(oom.process_bytes)} memory in use. "
-        f"Of the allocated memory {format_size(oom.allocated_bytes)} is allocated by PyTorch, and "
-        f"{format_size(oom.reserved_unallocated_bytes)} is reserved by PyTorch but unallocated. "
-        "If reserved but unallocated memory is large try setting "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
-        "See documentation for Memory Management  "
-        "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
-    )
-
-
-def graph_capture_oom(plan_free_gib: float, profile: Profile, device: int = 0) -> OOM:
-    """The OOM of a CUDA graph capture that did not fit (free is what was left before capture)."""
-    free_bytes = max(0, int(plan_free_gib * GIB))
-    total = int(round(profile.gpu_total_gib * GIB))
-    alloc = 448 * MIB if free_bytes < 448 * MIB else free_bytes + 64 * MIB
-    return OOM(
-        alloc_bytes=alloc,
-        total_bytes=total,
-        free_bytes=free_bytes,
-        process_bytes=total - free_bytes,
-        allocated_bytes=int((profile.free0_gib - plan_free_gib) * GIB),
-        reserved_unallocated_bytes=int(0.02 * GIB),
-    )
-
-
-def max_safe_prompt(plan: MemoryPlan, profile: Profile, chunked_prefill_size: int, frag_gib: float) -> int:
-    """Longest prompt (new tokens) that survives at this fragmentation, capped by max_req_input_len."""
-    free_bytes = (plan.available - frag_gib) * GIB
-    if free_bytes <= 0:
-        return 0
-    by_mem = math.floor(free_bytes / profile.activation_bytes_per_token)
-    if chunked_prefill_size and chunked_prefill_size > 0 and by_mem >= chunked_prefill_size:
-        return plan.max_req_input_len - 1
-    return min(by_mem, plan.max_req_input_len - 1)
+def minimum_viable_fraction(profile: Profile, tp_size: int | None = None, others_gib: Sequence[float] = ()) -> float:
+    """1 - free1/free0 (min over ranks): below it the pool is empty (sglang 0.5.2x prints this number)."""
+    free0s = rank_free0(profile, tp_size, others_gib)
+    weight = weight_per_rank(profile, tp_size)
+    return 1 - (min(free0s) - weight) / min(free0s)
