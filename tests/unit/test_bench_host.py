@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from remediate.host.bench import BUSY_NOTE, BenchOptions, bench_host
 from fake_transport import FakeTransport, Pieces, exec_start_value, probe_output, state_output
+
+from remediate.host.bench import BUSY_NOTE, BenchOptions, bench_host
 
 UNIT = "sglang.service"
 ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000"]

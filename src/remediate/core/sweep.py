@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediate.core.latency import RequestMetrics, Summary, summarize
-from remediate.errors import ConfigError
 from remediate.core.probes import tokens_from_info
 from remediate.core.unitfile.report import MASK, mask_secrets
+from remediate.errors import ConfigError
 
 DEFAULT_CONTEXTS = "1k,8k,32k,46k,92k,185k"
 DEFAULT_GEN = 24

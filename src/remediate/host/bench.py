@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from remediate.core.latency import RequestMetrics, measure_request
+from remediate.core.probes import ServiceState, explain_crash
 from remediate.core.sse import StreamError, decode_stream
 from remediate.core.sweep import (
     DEFAULT_GEN,
@@ -32,9 +33,8 @@ from remediate.core.sweep import (
 )
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
 from remediate.host.health import fetch_server_info, journal_since, read_state
-from remediate.models import RunOptions
-from remediate.core.probes import ServiceState, explain_crash
 from remediate.host.transaction import endpoint_of, probe, resolve_unit
+from remediate.models import RunOptions
 from remediate.transport.base import Transport
 from remediate.transport.http1 import HttpStream
 
