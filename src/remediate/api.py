@@ -31,6 +31,8 @@ from remediate.fleet.settings import (
     run_options_for,
     ssh_for,
 )
+from remediate.fleet.sweep import bench as bench  # `remediate bench`: one host after another
+from remediate.fleet.sweep import bench_exit_code as bench_exit_code
 from remediate.host import localfile
 from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
 from remediate.host.restore import backups_host, rollback_host
@@ -200,6 +202,7 @@ def remediate_oom(
     chunked_prefill_size: int | None = None,
     alloc_conf: str | None = None,
     min_tokens: int | None = None,
+    probe_tokens: int | None = None,
     target_tokens: int | None = None,
     timeout: float = 900.0,
     dry_run: bool = False,
@@ -239,6 +242,7 @@ def remediate_oom(
             }
         ),
         min_tokens=min_tokens,
+        probe_tokens=probe_tokens,
         target_tokens=target_tokens,
         timeout=timeout,
         dry_run=dry_run,

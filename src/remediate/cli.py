@@ -8,19 +8,24 @@ authentication/host-key failure only, 70 a bug (traceback printed).
 from __future__ import annotations
 
 import functools
+import secrets
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
-from remediate import __version__, api, render
+from remediate import __version__, api, benchfiles, render, render_bench
+from remediate.core.benchrecord import RunArgs
+from remediate.core.sweep import DEFAULT_CONTEXTS, DEFAULT_GEN, parse_contexts
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 from remediate.fleet import settings
 from remediate.fleet.request import OomRequest
+from remediate.host.bench import BenchOptions
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
 
@@ -267,6 +272,12 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds to wait for the server."
 )
+@click.option(
+    "--probe",
+    type=click.IntRange(min=1),
+    metavar="TOKENS",
+    help="Once healthy, one prefill of exactly TOKENS tokens must succeed, else roll back (inventory: probe_tokens).",
+)
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
 @click.option("--no-rollback", is_flag=True, help="Leave the new state in place when the server does not come back.")
 @click.option("--force", is_flag=True, help="Apply even when the latest crash contradicts it (see diagnose).")
@@ -291,6 +302,7 @@ def oom(**kw: Any) -> None:
         unit=kw["unit"],
         cli_desired=settings.parse_desired_args(kw),
         min_tokens=kw["min_tokens"],
+        probe_tokens=kw["probe"],
         target_tokens=kw["target_tokens"],
         timeout=kw["timeout"],
         dry_run=kw["dry_run"],
@@ -409,6 +421,58 @@ def rollback(**kw: Any) -> None:
             confirm=confirm,
         )
     _exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
+
+
+@cli.command()
+@connection_options
+@click.option(
+    "--contexts", default=DEFAULT_CONTEXTS, show_default=True, help="Prompt lengths: integers or k (1k = 1024)."
+)
+@click.option("--gen", type=click.IntRange(min=1), default=DEFAULT_GEN, show_default=True, help="Tokens generated.")
+@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Requests per length.")
+@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Unmeasured requests first.")
+@click.option("--seed", type=int, help="Seed of the random prompts (default: a fresh one, recorded in the output).")
+@click.option("--output", metavar="FILE.jsonl", help="Append one JSON line per point (bench_serving-like schema).")
+@click.option("--csv", "csv_path", metavar="FILE", help="Write the points as CSV.")
+@click.option("--plot", metavar="FILE.png", help="Plot TTFT and decode tok/s against context (remediate[plot]).")
+@click.option("--request-timeout", type=click.FloatRange(min=1), default=600, show_default=True, help="Seconds idle.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=10, show_default=True, help="Seconds to connect.")
+@_handle_errors
+def bench(**kw: Any) -> None:
+    """Prove the fix: the incident's long-context sweep at exact token counts (read-only on the unit).
+
+    For each length, short to long: POST /flush_cache, then a streamed /generate of exactly N
+    input_ids (greedy, ignore_eos) through the host's SSH connection: TTFT, prefill and decode tok/s,
+    decode wall time. Lengths the server cannot take are skipped with the reason; the first failure
+    stops the sweep. Hosts are benchmarked one after another.
+
+    \b
+    Examples:
+      remediate bench gpu-01 --contexts 1k,8k,32k,185k --runs 3 --output bench.jsonl --plot bench.png
+      remediate bench rack-a -i inventory.yaml --csv sweep.csv --json
+    """
+    contexts = parse_contexts(kw["contexts"])
+    benchfiles.check_outputs(kw["output"], kw["csv_path"], kw["plot"])
+    seed = kw["seed"] if kw["seed"] is not None else secrets.randbelow(2**31)
+    args = RunArgs(contexts, kw["gen"], kw["runs"], kw["warmup"], seed)
+    options = BenchOptions(contexts, kw["gen"], kw["runs"], kw["warmup"], seed, unit=kw["unit"])
+    options = replace(options, request_timeout=kw["request_timeout"])
+    with render_bench.BenchProgress(_stderr(), points_per_host=len(contexts), quiet=kw["as_json"]) as progress:
+        results = api.bench(
+            kw["targets"],
+            inventory=kw["inventory"],
+            ssh=_ssh_options(kw, kw["timeout"]),
+            options=options,
+            on_host=progress.host,
+            on_point=progress.point,
+            on_request=progress.request,
+        )
+    if kw["as_json"]:
+        click.echo(render.dumps({"results": [r.to_dict() for r in results], "seed": seed}))
+    else:
+        render_bench.bench_tables(_stdout(), results, runs=kw["runs"])
+    benchfiles.write_outputs(results, args, output=kw["output"], csv_path=kw["csv_path"], plot=kw["plot"])
+    sys.exit(api.bench_exit_code(results))
 
 
 def main() -> None:

@@ -24,3 +24,4 @@ class OomRequest:
     rollback: bool = True
     strategy: dict[str, Any] = field(default_factory=dict)
     force: bool = False
+    probe_tokens: int | None = None

@@ -165,4 +165,5 @@ def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
         rollback=request.rollback,
         server_port=s.get("server_port"),
         force=request.force,
+        probe_tokens=request.probe_tokens if request.probe_tokens is not None else s.get("probe_tokens"),
     )

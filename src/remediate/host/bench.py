@@ -33,8 +33,8 @@ from remediate.core.sweep import (
 )
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
 from remediate.host.health import fetch_server_info, journal_since, read_state
-from remediate.host.transaction import endpoint_of, probe, resolve_unit
-from remediate.models import RunOptions
+from remediate.host.options import RunOptions
+from remediate.host.read import endpoint_of, probe, resolve_unit
 from remediate.transport.base import Transport
 from remediate.transport.http1 import HttpStream
 
@@ -209,3 +209,52 @@ def _down(transport: Transport, bench: HostBench, state: ServiceState, since: fl
     message = f"{what}; {state.unit} is {described}; run `remediate diagnose {bench.host}` for the cause"
     bench.journal = journal
     return UnhealthyError(bench.host, message, journal=journal)
+
+
+def probe_prefill(
+    transport: Transport,
+    unit: str,
+    endpoint: tuple[str, int],
+    tokens: int,
+    *,
+    info: dict[str, Any] | None,
+    seed: int = 0,
+    timeout: float = 600.0,
+    death_wait: float = 15.0,
+) -> dict[str, Any]:
+    """``oom --probe``: one prefill of exactly ``tokens`` tokens (the request that crashed the server) must
+    succeed. Its failure is the server's: UnhealthyError with the journal's OOM lines, so the caller
+    treats it like a failed health check (and rolls back)."""
+    host, port = endpoint
+    limits = limits_from_info(info or {})
+    reason = skip_reason(tokens, 1, limits, margin=0)
+    if reason:
+        raise RemediationError(transport.host, f"--probe {tokens:,}: the server cannot take it: {reason}")
+    before, _ = read_state(transport, unit)
+    clock = transport.run("date +%s")
+    since = float(clock.stdout.strip()) if clock.ok and clock.stdout.strip().isdigit() else None
+    transport.http_post(host, port, "/flush_cache")  # busy (400) is fine: the prompt's first id is unique anyway
+    ids = prompt_ids(tokens, seed=seed, index=0, id_range=safe_id_range(limits.vocab_size))
+    body = json.dumps(generate_body(ids, 1), separators=(",", ":")).encode()
+    with transport.http_stream(host, port, "/generate", body, timeout=timeout) as stream:
+        metrics = read_generate(stream)
+    summary = {
+        "tokens": tokens,
+        "prompt_tokens": metrics.prompt_tokens,
+        "cached_tokens": metrics.cached_tokens,
+        "ttft_s": None if metrics.ttft_s is None else round(metrics.ttft_s, 4),
+        "prefill_tok_s": None if metrics.prefill_tok_s is None else round(metrics.prefill_tok_s, 1),
+        "ok": metrics.ok,
+    }
+    if metrics.ok:
+        if metrics.prompt_tokens != tokens:
+            raise RemediationError(
+                transport.host, f"--probe {tokens:,}: the server counted {metrics.prompt_tokens} prompt tokens"
+            )
+        return summary
+    what = f"the probe prefill of {tokens:,} tokens failed ({metrics.error})"
+    died = _died(transport, unit, before, endpoint, death_wait)
+    if died:
+        what += f"; {unit} is {died.active_state} ({died.get('SubState')}, Result={died.result})"
+    journal = explain_crash(journal_since(transport, unit, since))
+    raise UnhealthyError(transport.host, what, journal=journal)

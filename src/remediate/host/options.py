@@ -24,3 +24,4 @@ class RunOptions:
     lock_wait: int = LOCK_WAIT_S
     server_port: int | None = None
     force: bool = False  # apply the recipe even when the crash evidence contradicts it
+    probe_tokens: int | None = None  # once healthy, one prefill of exactly this many tokens must succeed

@@ -17,6 +17,7 @@ from remediate.core.probes import ProbeResult, tokens_from_info
 from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.errors import RefusedError, RemediationError
+from remediate.host.bench import probe_prefill
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
 from remediate.host.health import Healthy, fetch_server_info, fetch_tokens
@@ -135,6 +136,25 @@ def remediate_host(
     return run_locked(transport, options, body, label=label, progress=progress, now=now)
 
 
+def _probe(
+    transport: Transport,
+    unit: str,
+    endpoint: tuple[str, int],
+    options: RunOptions,
+    result: HostResult,
+    info: dict[str, Any] | None,
+    timer: Timer,
+    now: Callable[[], float],
+) -> None:
+    """``--probe TOKENS``: the crashing request, once healthy; its failure is a failed health check."""
+    if not options.probe_tokens:
+        return
+    with timer.phase("probe"):
+        result.extra["probe"] = probe_prefill(
+            transport, unit, endpoint, options.probe_tokens, info=info, seed=int(now()), timeout=options.timeout
+        )
+
+
 def _remediate_locked(
     transport: Transport,
     options: RunOptions,
@@ -160,6 +180,9 @@ def _remediate_locked(
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
             result.steps = []
+            if not options.dry_run:
+                info, _ = fetch_server_info(transport, *endpoint_of(found, options))
+                _probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
             return
         if not stale:
             result.notes.append("the unit is already remediated but the server is not healthy: restarting it")
@@ -172,6 +195,7 @@ def _remediate_locked(
     def check(healthy: Healthy) -> None:
         verify_server_args(result.host, healthy.info, plan)
         verify_tokens(result, healthy, options)
+        _probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
     transact(
         transport,
