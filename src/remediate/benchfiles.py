@@ -93,12 +93,13 @@ def write_plot(path: str, benches: Sequence[HostBench], args: RunArgs) -> None:
         ttft_ax.plot(xs, [p.summary("ttft").median for p in ok], marker="o", label=bench.host)
         decode_ax.plot(xs, [p.summary("decode").median for p in ok], marker="o", label=bench.host)
     for ax, label, title in (
-        (ttft_ax, "TTFT (s)", "Time to first token"),
-        (decode_ax, "decode (tokens/s)", "Decode throughput"),
+        (ttft_ax, "TTFT (s, log)", "Time to first token"),
+        (decode_ax, "decode (tokens/s, log)", "Decode throughput"),
     ):
         ax.set_xscale("log", base=2)
+        ax.set_yscale("log")  # both span decades from 1k to 185k tokens
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1024:g}k" if v >= 1024 else f"{v:g}"))
-        ax.set_xlabel("context length (prompt tokens)")
+        ax.set_xlabel("context length (prompt tokens, log)")
         ax.set_ylabel(label)
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)

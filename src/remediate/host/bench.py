@@ -151,9 +151,8 @@ def _sweep(
         if point.status == "failed":
             died = _died(transport, unit, state, (host, port), options.death_wait)
             if died:
-                error = _down(transport, bench, died, found.now, f"the server died at {requested:,} tokens")
-                point.note = f"{point.note}; {error.message}"
-                raise error
+                point.note = f"{point.note}; the server died"
+                raise _down(transport, bench, died, found.now, f"the server died at {requested:,} tokens")
             raise RemediationError(bench.host, f"{requested:,} tokens failed: {point.note}; the sweep stops here")
 
 
