@@ -6,10 +6,11 @@ import csv
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .conftest import UNIT_PATH, Node
+from .conftest import UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 
@@ -141,3 +142,19 @@ def test_bad_input_exits_2_before_any_host(bench_node: Node) -> None:
     assert proc.returncode == 2 and "pip install 'remediate[plot]'" in proc.stderr, proc.stderr
     assert "--plot" in proc.stderr and not (node.tmp_path / "x.png").exists()
     assert not [line for line in node.audit() if "flush_cache" in line]
+
+
+def test_a_busy_server_is_skipped_with_the_reason(bench_node: Node) -> None:
+    node = bench_node
+    assert node.cli("oom", "--timeout", "60").returncode == 0
+    # Another client's long request: a 150k prompt decoding 1500 tokens (~1.2 tok/s simulated → ~12 s here)
+    ids = [1000 + (i * 7) % 30000 for i in range(150_000)]
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1500, "ignore_eos": True}}
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(node.http, "POST", "/generate", body, timeout=120)
+        poll(lambda: node.http("GET", "/get_load").json()[0]["num_reqs"] > 0, deadline=30, what="the other request")
+        run = node.cli("bench", "--contexts", "1k")
+        assert other.result().status == 200
+    assert run.returncode == 0, run
+    (point,) = run.result["points"]
+    assert point["status"] == "skipped" and "/flush_cache answered 400" in point["note"], point

@@ -121,30 +121,10 @@ def _sweep(
     sent = 0
     for requested in options.contexts:
         reason = skip_reason(requested, options.gen, bench.limits, options.margin)
-        point = BenchPoint(requested, "skipped", reason) if reason else BenchPoint(requested, "ok")
-        for run in range(0 if reason else options.warmup + options.runs):
-            flush = transport.http_post(host, port, "/flush_cache")
-            if flush.status == 400:
-                point.status, point.note = "skipped", BUSY_NOTE
-                break
-            if on_request:
-                on_request(bench.host, requested, run + 1)
-            metrics = RequestMetrics(error=f"POST /flush_cache: {flush.error or flush.status}")
-            if flush.status == 200:
-                ids = prompt_ids(requested, seed=options.seed, index=sent, id_range=id_range)
-                sent += 1
-                body = json.dumps(generate_body(ids, options.gen), separators=(",", ":")).encode()
-                with transport.http_stream(host, port, "/generate", body, timeout=options.request_timeout) as stream:
-                    metrics = read_generate(stream)
-            if not metrics.ok:
-                point.status, point.note = "failed", metrics.error or "failed"
-                point.runs.append(metrics)
-                break
-            if run >= options.warmup:
-                point.runs.append(metrics)
-                problems = check_counts(requested, metrics)
-                if problems and not point.note:
-                    point.note = "; ".join(problems)
+        if reason:
+            point = BenchPoint(requested, "skipped", reason)
+        else:
+            point, sent = _measure(transport, (host, port), requested, options, id_range, sent, on_request, bench.host)
         bench.points.append(point)
         if on_point:
             on_point(bench, point)
@@ -154,6 +134,54 @@ def _sweep(
                 point.note = f"{point.note}; the server died"
                 raise _down(transport, bench, died, found.now, f"the server died at {requested:,} tokens")
             raise RemediationError(bench.host, f"{requested:,} tokens failed: {point.note}; the sweep stops here")
+
+
+def _measure(
+    transport: Transport,
+    endpoint: tuple[str, int],
+    requested: int,
+    options: BenchOptions,
+    id_range: tuple[int, int],
+    sent: int,
+    on_request: RequestFn | None,
+    label: str,
+) -> tuple[BenchPoint, int]:
+    """One length: (warm-ups +) runs, each after a cache flush. Returns the point and the requests sent so far."""
+    host, port = endpoint
+    point = BenchPoint(requested, "ok")
+    notes: list[str] = []
+    for run in range(options.warmup + options.runs):
+        flush = transport.http_post(host, port, "/flush_cache")
+        if flush.status == 400:
+            return BenchPoint(requested, "skipped", BUSY_NOTE), sent
+        if flush.status is None:
+            point.status, point.note = "failed", f"no answer to POST /flush_cache: {flush.error or 'refused'}"
+            return point, sent
+        if flush.status != 200:
+            _add(notes, f"/flush_cache answered {flush.status} (not flushed; unique prompts miss the cache anyway)")
+        if on_request:
+            on_request(label, requested, run + 1)
+        ids = prompt_ids(requested, seed=options.seed, index=sent, id_range=id_range)
+        sent += 1
+        body = json.dumps(generate_body(ids, options.gen), separators=(",", ":")).encode()
+        with transport.http_stream(host, port, "/generate", body, timeout=options.request_timeout) as stream:
+            metrics = read_generate(stream)
+        if not metrics.ok:
+            point.runs.append(metrics)
+            point.status = "failed"
+            notes.insert(0, metrics.error or "failed")
+            break
+        if run >= options.warmup:
+            point.runs.append(metrics)
+            for problem in check_counts(requested, metrics):
+                _add(notes, problem)
+    point.note = "; ".join(notes)
+    return point, sent
+
+
+def _add(notes: list[str], note: str) -> None:
+    if note not in notes:
+        notes.append(note)
 
 
 def read_generate(stream: HttpStream) -> RequestMetrics:
