@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox import Sandbox  # noqa: E402
 from sandbox.host import free_address_block  # noqa: E402
-from sandbox.units import incident_unit, wait_http_ok  # noqa: E402
+from sandbox.units import free_port, incident_unit, wait_http_ok  # noqa: E402
 
 UNIT = "sglang.service"
 CONTEXTS = "1400,11000,32k,46k,92k,185k,200k"  # the incident's points, its 185k, and one past the pool
@@ -47,8 +47,10 @@ def main() -> int:
             host = sandbox.hosts[0]
             # the load (450 simulated s) is shortened; prefill and decode keep their simulated times
             host.set_standin(time_scale=scale, load_s=2 / scale, warmup_s=0.5 / scale)
-            host.install_unit(UNIT, incident_unit(), start=True)
-            if not wait_http_ok(host.address, 30000, deadline=120):
+            # its own address and a free port: other sandboxes on this machine share the network namespace
+            port = free_port(host.address)
+            host.install_unit(UNIT, incident_unit(host.address, port), start=True)
+            if not wait_http_ok(host.address, port, deadline=120):
                 raise SystemExit("incident_sweep: the stand-in did not become ready")
             print(f"\n## before the fix (time scale {scale})", flush=True)
             remediate(sandbox, work, "bench", host.name, "--contexts", "1400,11000,32k,46k", "--seed", "1")
