@@ -97,6 +97,7 @@ class BenchProgress:
                 TimeRemainingColumn(),
                 console=self.console,
                 transient=True,
+                speed_estimate_period=86400,  # the ETA comes from every point so far, not the last 30 s
             )
             self._progress.start()
             self._task = self._progress.add_task("connecting", total=None)
