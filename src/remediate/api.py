@@ -17,8 +17,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from remediate.core.sweep import HostBench
 from remediate.core.unitfile.edit import EditPlan, SourceFile, UnitSources, plan_edit
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
+from remediate.fleet import sweep
 from remediate.fleet.inventory import HostEntry, Inventory
 from remediate.fleet.request import OomRequest
 from remediate.fleet.retry import write_retry_file
@@ -31,7 +33,6 @@ from remediate.fleet.settings import (
     run_options_for,
     ssh_for,
 )
-from remediate.fleet.sweep import bench as bench  # `remediate bench`: one host after another
 from remediate.fleet.sweep import bench_exit_code as bench_exit_code
 from remediate.host import localfile
 from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
@@ -422,3 +423,8 @@ def edit_unit_file(
                 raise ConfigError(f"the change would touch {change.path}; edit that file", source=str(path))
         result.backup = localfile.write_atomically(path, plan.files[0].new_text, backup_epoch=int(when.timestamp()))
     return result
+
+
+def bench(targets: Sequence[str] = (), **kw: Any) -> list[HostBench]:
+    """`remediate bench`: :func:`remediate.fleet.sweep.bench` (``options``, ``progress``…), SSH by default."""
+    return sweep.bench(targets, **{"transport_factory": _default_transport, **kw})

@@ -8,24 +8,19 @@ authentication/host-key failure only, 70 a bug (traceback printed).
 from __future__ import annotations
 
 import functools
-import secrets
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
-from remediate import __version__, api, benchfiles, render, render_bench
-from remediate.core.benchrecord import RunArgs
-from remediate.core.sweep import DEFAULT_CONTEXTS, DEFAULT_GEN, parse_contexts
+from remediate import __version__, api, render
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
-from remediate.fleet import settings
+from remediate.fleet import settings, sweep
 from remediate.fleet.request import OomRequest
-from remediate.host.bench import BenchOptions
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
 
@@ -73,27 +68,19 @@ def _handle_errors(fn: F) -> F:
 def desired_options(fn: F) -> F:
     """The desired-state options shared by `edit`, `oom` and `plan`."""
     decorators = [
-        click.option(
-            "--mem-fraction-static",
-            "mem_fraction_static",
-            metavar="F",
-            help="Set --mem-fraction-static to F (0 < F < 1).",
-        ),
+        click.option("--mem-fraction-static", metavar="F", help="Set --mem-fraction-static to F (0 < F < 1)."),
         click.option(
             "--mem-fraction-step",
-            "mem_fraction_step",
             metavar="S",
             help="Without --mem-fraction-static: lower the current fraction by S (default 0.01), once.",
         ),
         click.option(
             "--chunked-prefill-size",
-            "chunked_prefill_size",
             metavar="N",
             help="Chunked prefill size (default 4096, kept if already smaller; -1 disables chunking).",
         ),
         click.option(
             "--alloc-conf",
-            "alloc_conf",
             metavar="OPTS",
             help="PYTORCH_CUDA_ALLOC_CONF options to ensure (default expandable_segments:True).",
         ),
@@ -273,10 +260,7 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
     "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds to wait for the server."
 )
 @click.option(
-    "--probe",
-    type=click.IntRange(min=1),
-    metavar="TOKENS",
-    help="Once healthy, one prefill of exactly TOKENS tokens must succeed, else roll back (inventory: probe_tokens).",
+    "--probe", type=click.IntRange(min=1), metavar="TOKENS", help="Prefill TOKENS once healthy, or roll back."
 )
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
 @click.option("--no-rollback", is_flag=True, help="Leave the new state in place when the server does not come back.")
@@ -423,55 +407,26 @@ def rollback(**kw: Any) -> None:
     _exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
 
 
-@cli.command()
+@cli.command(epilog="Example: remediate bench gpu-01 --contexts 1k,32k,185k --runs 3 --plot bench.png")
 @connection_options
-@click.option(
-    "--contexts", default=DEFAULT_CONTEXTS, show_default=True, help="Prompt lengths: integers or k (1k = 1024)."
-)
-@click.option("--gen", type=click.IntRange(min=1), default=DEFAULT_GEN, show_default=True, help="Tokens generated.")
+@click.option("--contexts", default=sweep.DEFAULT_CONTEXTS, show_default=True, help="Prompt lengths; 1k = 1024.")
+@click.option("--gen", type=click.IntRange(min=1), default=sweep.DEFAULT_GEN, show_default=True, help="New tokens.")
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Requests per length.")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Unmeasured requests first.")
 @click.option("--seed", type=int, help="Seed of the random prompts (default: a fresh one, recorded in the output).")
 @click.option("--output", metavar="FILE.jsonl", help="Append one JSON line per point (bench_serving-like schema).")
 @click.option("--csv", "csv_path", metavar="FILE", help="Write the points as CSV.")
 @click.option("--plot", metavar="FILE.png", help="Plot TTFT and decode tok/s against context (remediate[plot]).")
-@click.option("--request-timeout", type=click.FloatRange(min=1), default=600, show_default=True, help="Seconds idle.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=10, show_default=True, help="Seconds to connect.")
 @_handle_errors
 def bench(**kw: Any) -> None:
-    """Prove the fix: the incident's long-context sweep at exact token counts (read-only on the unit).
-
-    For each length, short to long: POST /flush_cache, then a streamed /generate of exactly N
-    input_ids (greedy, ignore_eos) through the host's SSH connection: TTFT, prefill and decode tok/s,
-    decode wall time. Lengths the server cannot take are skipped with the reason; the first failure
-    stops the sweep. Hosts are benchmarked one after another.
-
-    \b
-    Examples:
-      remediate bench gpu-01 --contexts 1k,8k,32k,185k --runs 3 --output bench.jsonl --plot bench.png
-      remediate bench rack-a -i inventory.yaml --csv sweep.csv --json
-    """
-    contexts = parse_contexts(kw["contexts"])
-    benchfiles.check_outputs(kw["output"], kw["csv_path"], kw["plot"])
-    seed = kw["seed"] if kw["seed"] is not None else secrets.randbelow(2**31)
-    args = RunArgs(contexts, kw["gen"], kw["runs"], kw["warmup"], seed)
-    options = BenchOptions(contexts, kw["gen"], kw["runs"], kw["warmup"], seed, unit=kw["unit"])
-    options = replace(options, request_timeout=kw["request_timeout"])
-    with render_bench.BenchProgress(_stderr(), points_per_host=len(contexts), quiet=kw["as_json"]) as progress:
-        results = api.bench(
-            kw["targets"],
-            inventory=kw["inventory"],
-            ssh=_ssh_options(kw, kw["timeout"]),
-            options=options,
-            on_host=progress.host,
-            on_point=progress.point,
-            on_request=progress.request,
-        )
-    if kw["as_json"]:
-        click.echo(render.dumps({"results": [r.to_dict() for r in results], "seed": seed}))
-    else:
-        render_bench.bench_tables(_stdout(), results, runs=kw["runs"])
-    benchfiles.write_outputs(results, args, output=kw["output"], csv_path=kw["csv_path"], plot=kw["plot"])
+    """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
+    request = sweep.request_from_cli(kw)
+    with render.BenchProgress(_stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
+        ssh = _ssh_options(kw, kw["timeout"])
+        results = api.bench(kw["targets"], inventory=kw["inventory"], ssh=ssh, options=request.options, progress=bar)
+    render.bench_report(_stdout(), results, request.args, as_json=kw["as_json"])
+    sweep.write_outputs(results, request, version=__version__)
     sys.exit(api.bench_exit_code(results))
 
 

@@ -8,7 +8,7 @@ ordinary tokens. The RNG seed comes in from the caller.
 
 from __future__ import annotations
 
-import random
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,9 +64,29 @@ def prompt_ids(length: int, *, seed: int, index: int, id_range: tuple[int, int])
     the range's size), so the prefix cache cannot match any of it."""
     low, high = id_range
     span = high - low
-    rng = random.Random(f"{seed}:{index}")
+    if length <= 0:
+        return []
     first = low + (seed + index) % span
-    return [first, *rng.choices(range(low, high), k=length - 1)] if length > 0 else []
+    return [first, *(low + value % span for value in _splitmix64(_seed_of(seed, index), length - 1))]
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _seed_of(seed: int, index: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little")
+
+
+def _splitmix64(state: int, count: int) -> list[int]:
+    """``count`` pseudo-random 64-bit values from ``state`` (SplitMix64: fast, seedable, no I/O)."""
+    out = []
+    for _ in range(count):
+        state = (state + 0x9E3779B97F4A7C15) & _MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        out.append(z ^ (z >> 31))
+    return out
 
 
 def generate_body(ids: Sequence[int], gen: int) -> dict[str, Any]:

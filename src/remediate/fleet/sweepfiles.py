@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from remediate import __version__
 from remediate.core.benchrecord import CSV_COLUMNS, RunArgs, csv_rows, point_record
 from remediate.core.sweep import HostBench
 from remediate.errors import ConfigError
@@ -47,21 +46,27 @@ def check_outputs(output: str | None, csv_path: str | None, plot: str | None) ->
 
 
 def write_outputs(
-    benches: Sequence[HostBench], args: RunArgs, *, output: str | None, csv_path: str | None, plot: str | None
+    benches: Sequence[HostBench],
+    args: RunArgs,
+    *,
+    output: str | None,
+    csv_path: str | None,
+    plot: str | None,
+    version: str,
 ) -> None:
     if output:
-        append_jsonl(output, benches, args)
+        append_jsonl(output, benches, args, version=version)
     if csv_path:
         write_csv(csv_path, benches)
     if plot:
         write_plot(plot, benches, args)
 
 
-def append_jsonl(path: str, benches: Sequence[HostBench], args: RunArgs) -> int:
+def append_jsonl(path: str, benches: Sequence[HostBench], args: RunArgs, *, version: str) -> int:
     """Append one JSON line per point of every host; returns the number of lines written."""
     date = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [
-        json.dumps(point_record(b, p, args, date=date, version=__version__), ensure_ascii=False)
+        json.dumps(point_record(b, p, args, date=date, version=version), ensure_ascii=False)
         for b in benches
         for p in b.points
     ]
