@@ -126,13 +126,14 @@ def _sweep(
         else:
             point, sent = _measure(transport, (host, port), requested, options, id_range, sent, on_request, bench.host)
         bench.points.append(point)
+        died = _died(transport, unit, state, (host, port), options.death_wait) if point.status == "failed" else None
+        if died:
+            point.note = f"{point.note}; the server died"
         if on_point:
             on_point(bench, point)
+        if died:
+            raise _down(transport, bench, died, found.now, f"the server died at {requested:,} tokens")
         if point.status == "failed":
-            died = _died(transport, unit, state, (host, port), options.death_wait)
-            if died:
-                point.note = f"{point.note}; the server died"
-                raise _down(transport, bench, died, found.now, f"the server died at {requested:,} tokens")
             raise RemediationError(bench.host, f"{requested:,} tokens failed: {point.note}; the sweep stops here")
 
 
