@@ -17,7 +17,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from remediate.core.sweep import HostBench
 from remediate.core.unitfile.edit import EditPlan, SourceFile, UnitSources, plan_edit
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet import sweep
@@ -33,7 +32,6 @@ from remediate.fleet.settings import (
     run_options_for,
     ssh_for,
 )
-from remediate.fleet.sweep import bench_exit_code as bench_exit_code
 from remediate.host import localfile
 from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
 from remediate.host.restore import backups_host, rollback_host
@@ -60,14 +58,8 @@ class RolloutResult:
         return all(r.ok for r in self.results)
 
     def extra(self) -> dict[str, Any]:
-        return {
-            "rollout": {
-                "batches": self.batches,
-                "halted": self.halted,
-                "interrupted": self.interrupted,
-                "retry_file": self.retry_file,
-            }
-        }
+        keys = ("batches", "halted", "interrupted", "retry_file")
+        return {"rollout": {key: getattr(self, key) for key in keys}}
 
 
 def exit_code(results: Sequence[HostResult]) -> int:
@@ -203,7 +195,6 @@ def remediate_oom(
     chunked_prefill_size: int | None = None,
     alloc_conf: str | None = None,
     min_tokens: int | None = None,
-    probe_tokens: int | None = None,
     target_tokens: int | None = None,
     timeout: float = 900.0,
     dry_run: bool = False,
@@ -243,7 +234,6 @@ def remediate_oom(
             }
         ),
         min_tokens=min_tokens,
-        probe_tokens=probe_tokens,
         target_tokens=target_tokens,
         timeout=timeout,
         dry_run=dry_run,
@@ -425,6 +415,6 @@ def edit_unit_file(
     return result
 
 
-def bench(targets: Sequence[str] = (), **kw: Any) -> list[HostBench]:
+def bench(targets: Sequence[str] = (), **kw: Any) -> list[sweep.HostBench]:
     """`remediate bench`: :func:`remediate.fleet.sweep.bench` (``options``, ``progress``…), SSH by default."""
     return sweep.bench(targets, **{"transport_factory": _default_transport, **kw})

@@ -17,12 +17,11 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from remediate import __version__, api, render
+from remediate import __version__, api, render, render_bench
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 from remediate.fleet import settings, sweep
 from remediate.fleet.request import OomRequest
 from remediate.models import HostResult
-from remediate.transport.base import SSHOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -130,33 +129,17 @@ def fleet_options(fn: F) -> F:
         click.option(
             "--canary",
             type=int,
-            default=None,
             help="Hosts in the first batch; any failure there stops everything (default 1).",
         ),
-        click.option(
-            "--batch", default=None, help="Batch sizes: N, N%, or a list like 1,10%,25% (Ansible serial semantics)."
-        ),
-        click.option("--forks", type=int, default=None, help="Hosts worked on at once (default 10)."),
-        click.option(
-            "--max-failures", default=None, help="Failures tolerated over the whole rollout: N or P% (default 0)."
-        ),
+        click.option("--batch", help="Batch sizes: N, N%, or a list like 1,10%,25% (Ansible serial semantics)."),
+        click.option("--forks", type=int, help="Hosts worked on at once (default 10)."),
+        click.option("--max-failures", help="Failures tolerated over the whole rollout: N or P% (default 0)."),
         click.option("--pause-after-canary", is_flag=True, help="Ask before going on after the canary batch."),
         click.option("--yes", "-y", is_flag=True, help="Answer yes to prompts."),
     ]
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
-
-
-def _ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> SSHOptions:
-    return SSHOptions(
-        connect_timeout=connect_timeout or 10.0,
-        identity=kw.get("identity"),
-        known_hosts=kw.get("known_hosts"),
-        accept_new_host_key=bool(kw.get("accept_new_host_key")),
-        ssh_config=kw.get("ssh_config"),
-        sudo=bool(kw.get("sudo")),
-    )
 
 
 def _emit(
@@ -259,9 +242,7 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds to wait for the server."
 )
-@click.option(
-    "--probe", type=click.IntRange(min=1), metavar="TOKENS", help="Prefill TOKENS once healthy, or roll back."
-)
+@click.option("--probe", type=click.IntRange(min=1), metavar="TOKENS", help="Prefill TOKENS when healthy, or undo.")
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
 @click.option("--no-rollback", is_flag=True, help="Leave the new state in place when the server does not come back.")
 @click.option("--force", is_flag=True, help="Apply even when the latest crash contradicts it (see diagnose).")
@@ -282,7 +263,7 @@ def oom(**kw: Any) -> None:
     request = OomRequest(
         targets=tuple(kw["targets"]),
         inventory=kw["inventory"],
-        ssh=_ssh_options(kw),
+        ssh=settings.ssh_from_cli(kw),
         unit=kw["unit"],
         cli_desired=settings.parse_desired_args(kw),
         min_tokens=kw["min_tokens"],
@@ -315,7 +296,7 @@ def status(**kw: Any) -> None:
     results = api.status(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=_ssh_options(kw, kw["timeout"]),
+        ssh=settings.ssh_from_cli(kw, kw["timeout"]),
         unit=kw["unit"],
     )
     _exit_with_table(results, as_json=kw["as_json"], table=render.status_table)
@@ -336,7 +317,7 @@ def diagnose(**kw: Any) -> None:
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
     """
     named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
-    _exit_with_table(api.diagnose(kw["targets"], ssh=_ssh_options(kw, kw["timeout"]), **named),
+    _exit_with_table(api.diagnose(kw["targets"], ssh=settings.ssh_from_cli(kw, kw["timeout"]), **named),
                      as_json=kw["as_json"], table=render.diagnose_report)  # fmt: skip
 
 
@@ -362,7 +343,7 @@ def backups(**kw: Any) -> None:
     results = api.backups(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=_ssh_options(kw, kw["timeout"]),
+        ssh=settings.ssh_from_cli(kw, kw["timeout"]),
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
@@ -395,7 +376,7 @@ def rollback(**kw: Any) -> None:
         rollout = api.rollback(
             kw["targets"],
             inventory=kw["inventory"],
-            ssh=_ssh_options(kw),
+            ssh=settings.ssh_from_cli(kw),
             unit=kw["unit"],
             to=kw["to"],
             timeout=kw["timeout"],
@@ -413,21 +394,19 @@ def rollback(**kw: Any) -> None:
 @click.option("--gen", type=click.IntRange(min=1), default=sweep.DEFAULT_GEN, show_default=True, help="New tokens.")
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Requests per length.")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Unmeasured requests first.")
-@click.option("--seed", type=int, help="Seed of the random prompts (default: a fresh one, recorded in the output).")
 @click.option("--output", metavar="FILE.jsonl", help="Append one JSON line per point (bench_serving-like schema).")
 @click.option("--csv", "csv_path", metavar="FILE", help="Write the points as CSV.")
 @click.option("--plot", metavar="FILE.png", help="Plot TTFT and decode tok/s against context (remediate[plot]).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=10, show_default=True, help="Seconds to connect.")
+@_connect_timeout
 @_handle_errors
 def bench(**kw: Any) -> None:
     """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
     request = sweep.request_from_cli(kw)
-    with render.BenchProgress(_stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
-        ssh = _ssh_options(kw, kw["timeout"])
-        results = api.bench(kw["targets"], inventory=kw["inventory"], ssh=ssh, options=request.options, progress=bar)
-    render.bench_report(_stdout(), results, request.args, as_json=kw["as_json"])
+    with render_bench.BenchProgress(_stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
+        results = api.bench(request=request, progress=bar)
+    render_bench.bench_report(_stdout(), results, request.args, as_json=kw["as_json"])
     sweep.write_outputs(results, request, version=__version__)
-    sys.exit(api.bench_exit_code(results))
+    sys.exit(sweep.bench_exit_code(results))
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from fake_transport import FakeTransport, Pieces, exec_start_value, probe_output, state_output
 from rich.console import Console
 
-from remediate import api, render
+from remediate import api, render_bench
 from remediate.cli import cli
 from remediate.core.benchrecord import RunArgs
 from remediate.errors import ConnectError
@@ -87,13 +87,13 @@ def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_hosts_one_after_another_with_progress_and_document() -> None:
     fakes = {"a": host("a"), "b": host("b")}
     results, progress = run(["a", "b"], fakes)
-    assert [r.host for r in results] == ["a", "b"] and api.bench_exit_code(results) == 0
+    assert [r.host for r in results] == ["a", "b"] and sweep.bench_exit_code(results) == 0
     assert progress.events[:3] == [("host", ("a", 0, 2)), ("request", ("a", 1024, 1)), ("point", 1024)]
     assert ("host", ("b", 1, 2)) in progress.events and progress.events.count(("point", 204800)) == 2
     for fake in fakes.values():
         assert fake.opened == 1 and fake.closed == 1
     out = io.StringIO()
-    render.bench_report(Console(file=out, width=200), results, RunArgs((1024,), 4, seed=3), as_json=True)
+    render_bench.bench_report(Console(file=out, width=200), results, RunArgs((1024,), 4, seed=3), as_json=True)
     doc = json.loads(out.getvalue())
     assert doc["seed"] == 3
     first = doc["results"][0]
@@ -107,17 +107,17 @@ def test_hosts_one_after_another_with_progress_and_document() -> None:
 def test_table_progress_bar_and_log_lines() -> None:
     results, _ = run(["a"], {"a": host("a")}, runs=2)
     out = io.StringIO()
-    render.bench_report(Console(file=out, width=200), results, RunArgs((1024,), 4, runs=2), as_json=False)
+    render_bench.bench_report(Console(file=out, width=200), results, RunArgs((1024,), 4, runs=2), as_json=False)
     text = out.getvalue()
     for heading in ("requested", "actual", "TTFT s", "prefill tok/s", "decode tok/s", "decode wall s", "status"):
         assert heading in text
     assert "TTFT p99 s" in text and "max_total_num_tokens 195,011" in text and "204,800: 204,800 tokens ≥" in text
     log = io.StringIO()
-    with render.BenchProgress(Console(file=log, width=200), points_per_host=1) as bar:
+    with render_bench.BenchProgress(Console(file=log, width=200), points_per_host=1) as bar:
         bar.point(results[0], results[0].points[0])
     assert log.getvalue() == "a 1,024 tokens ok TTFT 0.128s decode 976.6 tok/s\n"
     tty = io.StringIO()
-    with render.BenchProgress(Console(file=tty, width=120, force_terminal=True), points_per_host=2) as bar:
+    with render_bench.BenchProgress(Console(file=tty, width=120, force_terminal=True), points_per_host=2) as bar:
         bar.host(HostEntry("a", "a"), 0, 1)
         bar.request("a", 1024, 1)
         bar.point(results[0], results[0].points[0])
@@ -129,7 +129,9 @@ def test_table_progress_bar_and_log_lines() -> None:
 def test_files(tmp_path: Path) -> None:
     results, _ = run(["a"], {"a": host("a")})
     args = RunArgs((1024, 8192, 204800), 4, seed=3)
-    request = sweep.BenchRequest(args, BenchOptions(args.contexts), "out.jsonl", "out.csv", "out.png")
+    request = sweep.BenchRequest(
+        args, BenchOptions(args.contexts), output="out.jsonl", csv_path="out.csv", plot="out.png"
+    )
     sweep.write_outputs(results, request, version="9.9")
     sweep.write_outputs(results, sweep.BenchRequest(args, request.options, output="out.jsonl"), version="9.9")
     lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
@@ -145,7 +147,7 @@ def test_an_unreachable_host_exits_3_and_the_next_host_still_runs() -> None:
     down.open_error = ConnectError("down", "connection refused")
     results, _ = run(["down", "up"], {"down": down, "up": host("up")})
     assert results[0].error == "down: connection refused" and results[1].points[0].status == "ok"
-    assert api.bench_exit_code(results) == 3  # the only failure is an unreachable host
+    assert sweep.bench_exit_code(results) == 3  # the only failure is an unreachable host
 
 
 @pytest.mark.parametrize(

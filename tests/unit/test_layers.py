@@ -25,13 +25,20 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "remediate"
 
 RANK = {"base": 0, "core": 1, "transport": 2, "host": 3, "fleet": 4, "face": 5}
-FACES = {"remediate", "remediate.__main__", "remediate.api", "remediate.cli", "remediate.render"}
+FACES = {
+    "remediate",
+    "remediate.__main__",
+    "remediate.api",
+    "remediate.cli",
+    "remediate.render",
+    "remediate.render_bench",
+}
 BASE = {"remediate.errors", "remediate.models"}
 
 # What may import which third-party library (module name → the only importers).
 THIRD_PARTY_HOMES = {
     "click": {"remediate.cli"},
-    "rich": {"remediate.render", "remediate.cli"},
+    "rich": {"remediate.render", "remediate.render_bench", "remediate.cli"},
     "fabric": {"remediate.transport.ssh"},
     "paramiko": {"remediate.transport.ssh"},
     "invoke": {"remediate.transport.ssh"},

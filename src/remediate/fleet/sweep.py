@@ -11,11 +11,12 @@ from typing import Any, Protocol
 from remediate.core.benchrecord import RunArgs
 from remediate.core.sweep import DEFAULT_CONTEXTS as DEFAULT_CONTEXTS
 from remediate.core.sweep import DEFAULT_GEN as DEFAULT_GEN
-from remediate.core.sweep import BenchPoint, HostBench, parse_contexts
+from remediate.core.sweep import BenchPoint, parse_contexts
+from remediate.core.sweep import HostBench as HostBench
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet import sweepfiles
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.settings import resolve_hosts, ssh_for
+from remediate.fleet.settings import resolve_hosts, ssh_for, ssh_from_cli
 from remediate.host.bench import BenchOptions, bench_host
 from remediate.transport.base import SSHOptions, Transport
 
@@ -38,6 +39,9 @@ class BenchRequest:
 
     args: RunArgs
     options: BenchOptions
+    ssh: SSHOptions = SSHOptions()
+    targets: tuple[str, ...] = ()
+    inventory: str | None = None
     output: str | None = None
     csv_path: str | None = None
     plot: str | None = None
@@ -49,7 +53,10 @@ def request_from_cli(kw: dict[str, Any]) -> BenchRequest:
     seed = kw["seed"] if kw.get("seed") is not None else secrets.randbelow(2**31)
     args = RunArgs(parse_contexts(kw["contexts"]), kw["gen"], kw["runs"], kw["warmup"], seed)
     options = BenchOptions(args.contexts, args.gen, args.runs, args.warmup, seed, unit=kw.get("unit"))
-    request = BenchRequest(args, options, kw.get("output"), kw.get("csv_path"), kw.get("plot"))
+    ssh = ssh_from_cli(kw, kw.get("timeout"))
+    targets = tuple(kw.get("targets") or ())
+    files: dict[str, str | None] = {k: kw.get(k) for k in ("output", "csv_path", "plot")}
+    request = BenchRequest(args, options, ssh, targets, kw.get("inventory"), **files)
     sweepfiles.check_outputs(request.output, request.csv_path, request.plot)
     return request
 
@@ -98,11 +105,15 @@ def bench(
     ssh: SSHOptions | None = None,
     options: BenchOptions | None = None,
     progress: SweepProgress | None = None,
+    request: BenchRequest | None = None,
     transport_factory: TransportFactory,
 ) -> list[HostBench]:
     """`remediate bench` as a function: the long-context sweep of each selected host, one after another,
-    read-only on the unit. ``options`` default to the incident's lengths (``1k,8k,32k,46k,92k,185k``).
-    ``api.bench`` is this with the SSH transport by default."""
+    read-only on the unit. ``options`` default to the incident's lengths (``1k,8k,32k,46k,92k,185k``);
+    a ``request`` (the CLI's) gives targets, inventory, SSH options and options at once. ``api.bench`` is
+    this with the SSH transport by default."""
+    if request is not None:
+        targets, inventory, ssh, options = request.targets, request.inventory, request.ssh, request.options
     _, hosts = resolve_hosts(targets, inventory)
     cli_ssh = ssh or SSHOptions()
     return bench_hosts(
