@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 
 from remediate import __version__, api, render
+from remediate.core.unitfile.report import display_text
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 from remediate.fleet import settings
 from remediate.fleet.request import OomRequest
@@ -39,7 +40,7 @@ def _stderr() -> Console:
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"remediate: {message}", err=True)
+    click.echo(f"remediate: {display_text(message)}", err=True)
     sys.exit(code)
 
 
