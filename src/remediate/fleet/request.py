@@ -23,3 +23,5 @@ class OomRequest:
     dry_run: bool = False
     rollback: bool = True
     strategy: dict[str, Any] = field(default_factory=dict)
+    retry_file: str | None = None  # --retry-file PATH (inventory rollouts only)
+    lock_timeout: int | None = None  # --lock-timeout: seconds to wait for another run's lock (None: 30)
