@@ -12,7 +12,7 @@ from pathlib import Path
 from remediate.errors import ConfigError
 from remediate.fleet.inventory import Inventory, dump_inventory
 from remediate.fleet.rollout import now_stamp
-from remediate.fleet.state import ensure_dir, state_dir
+from remediate.host.state import ensure_dir, state_dir
 from remediate.models import HostResult
 
 
