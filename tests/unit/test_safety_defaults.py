@@ -12,7 +12,7 @@ import test_api_remote as api_remote
 import test_runner_remediate as runner
 import yaml
 from click.testing import CliRunner
-from fake_transport import FakeTransport
+from fake_transport import FakeTransport, exec_start_value, probe_output
 
 from remediate import api
 from remediate.cli import cli
@@ -142,3 +142,45 @@ def test_retry_file_of_an_inventory_rollout_goes_to_the_state_dir(
         transport_factory=api_remote.Factory(_failing_host()),
     )
     assert rollout.retry_file == str(explicit) and explicit.is_file()
+
+
+TEMPLATE = "/etc/systemd/system/sglang@.service"
+TEMPLATE_UNIT = (
+    "[Service]\nEnvironmentFile=/etc/sglang/%i.env\n"
+    "ExecStart=/opt/venv/bin/python3 -m sglang.launch_server $SGLANG_ARGS --port 300%i\n"
+)
+
+
+def _instance_host(text: str, env: str) -> FakeTransport:
+    props = {
+        "FragmentPath": TEMPLATE, "DropInPaths": "", "NeedDaemonReload": "no", "ActiveState": "active",
+        "SubState": "running", "NRestarts": 0, "MainPID": 42, "InvocationID": "inv-1",
+        "ExecStart": exec_start_value(["/opt/venv/bin/python3", "-m", "sglang.launch_server", "$SGLANG_ARGS"]),
+    }  # fmt: skip
+    fake = FakeTransport("gpu-01")
+    files = {TEMPLATE: text, "/etc/sglang/a.env": env}
+    fake.on(runner.PROBE, probe_output("sglang@a.service", props, files, candidates=["sglang@a.service"]))
+    fake.http("/server_info", (200, '{"max_total_num_tokens": 1000}'))
+    return fake
+
+
+def test_editing_a_template_for_one_instance_is_refused() -> None:
+    fake = _instance_host(TEMPLATE_UNIT, "SGLANG_ARGS=--model-path /m --mem-fraction-static 0.9\n")
+    result = runner.run(fake, unit="sglang@a.service")
+    assert result.outcome == "failed" and result.exit_code == 2
+    assert result.error == (
+        f"{TEMPLATE}: sglang@a.service is an instance of a template: changing {TEMPLATE} changes every instance, "
+        "but only sglang@a.service would be restarted and verified; put the change in a drop-in for this "
+        "instance (systemctl edit sglang@a.service) or remediate the template's instances by hand"
+    )
+    assert not fake.scripts("# remediate commit")
+
+
+def test_an_instance_only_edit_goes_ahead() -> None:
+    """Everything the plan changes belongs to this instance (its own EnvironmentFile): no refusal."""
+    env = "SGLANG_ARGS=--model-path /m --mem-fraction-static 0.9 --chunked-prefill-size 4096\n"
+    env += "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+    fake = _instance_host(TEMPLATE_UNIT, env)
+    result = runner.run(fake, unit="sglang@a.service", dry_run=True)
+    assert result.error is None and result.changed
+    assert "/etc/sglang/a.env" in result.diff and TEMPLATE not in result.diff

@@ -286,6 +286,31 @@ def runs_sglang(unit_text: str) -> bool:
     return any(_readable_sglang(d.value) for d in unit.directives_in("Service", "ExecStart"))
 
 
+def shared_with_instances(unit_name: str, paths: list[str]) -> list[str]:
+    """Of ``paths``, those every instance of ``unit_name``'s template reads (``sglang@.service``, its
+    ``sglang@.service.d/`` drop-ins, an EnvironmentFile= without the instance in its path). Empty when
+    ``unit_name`` is no template instance (``sglang@a.service``)."""
+    stem, dot, suffix = unit_name.rpartition(".")
+    prefix, at, instance = stem.partition("@")
+    if not (dot and at and instance):
+        return []
+    own = re.compile(rf"(^|[/._-]){re.escape(instance)}([/._-]|$)")
+    return [path for path in paths if f"/{unit_name}" not in path and not own.search(path)]
+
+
+def refuse_template_edit(unit: str, paths: list[str]) -> None:
+    """An edit of a template (``sglang@.service``) changes every instance, but one run restarts and
+    verifies one instance: refuse it, naming the file, rather than leave the others unverified."""
+    shared = shared_with_instances(unit, paths)
+    if shared:
+        raise ConfigError(
+            f"{unit} is an instance of a template: changing {shared[0]} changes every instance, but only "
+            f"{unit} would be restarted and verified; put the change in a drop-in for this instance "
+            f"(systemctl edit {unit}) or remediate the template's instances by hand",
+            source=shared[0],
+        )
+
+
 def server_args(sources: UnitSources) -> list[str]:
     """The sglang arguments as the server receives them (``$VAR``/``${VAR}`` and specifiers expanded)."""
     return [item.text for item in load_service(sources).items()]
