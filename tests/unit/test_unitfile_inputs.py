@@ -63,6 +63,12 @@ def test_launchers_are_read(launcher: str) -> None:
     assert f"{launcher} " in out and "--mem-fraction-static 0.89 --chunked-prefill-size 4096" in out
 
 
+def test_env_split_string_is_read_and_edited_inside() -> None:
+    text = f'[Service]\nExecStart=/usr/bin/env -S "PYTHONUNBUFFERED=1 {PY}" --port 30001\n'
+    out = new_text(text)
+    assert f'-S "PYTHONUNBUFFERED=1 {PY.replace("0.9", "0.89")}" --port 30001 --chunked-prefill-size 4096' in out
+
+
 def test_uv_run_module() -> None:
     text = "[Service]\nExecStart=uv run --frozen -m sglang.launch_server --mem-fraction-static 0.9\n"
     assert "-m sglang.launch_server --mem-fraction-static 0.89 --chunked-prefill-size 4096" in new_text(text)
@@ -74,7 +80,7 @@ def test_uv_run_module() -> None:
         ("/usr/local/bin/mywrap --x", "`mywrap`"),
         ("numactl --weird", "`numactl --weird`"),
         ("taskset -p 1", "`taskset -p`"),
-        ("env -S 'x y'", "`env -S`"),
+        ("env -S 'x; y'", "`env -S`"),
         ("systemd-run --scope", "`systemd-run`"),
     ],
 )

@@ -311,7 +311,7 @@ def _launched(
     env = [*env, *launch.ops]
     if launch.script is not None:
         return shell_script(launch.script, f"{program} -c", env)
-    rest = words[launch.start :]
+    rest = (launch.words if launch.words is not None else words)[launch.start :]
     if launch.module:
         if not rest or rest[0].text != "sglang.launch_server":
             return None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from remediate.core.unitfile.envfile import EnvAssignment
 from remediate.core.unitfile.execline import Token
 from remediate.core.unitfile.grammars import GRAMMARS, Grammar
+from remediate.core.unitfile.shellwords import is_operator, split_shell
 from remediate.errors import ConfigError
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -43,6 +44,7 @@ class Launch:
     ops: list[EnvOp] = field(default_factory=list)
     script: Token | None = None  # a shell command string (su/runuser -c)
     module: bool = False  # ``uv run -m``: words[start] is a module name
+    words: list[Token] | None = None  # the words ``start`` indexes when the launcher re-split them (env -S)
 
 
 def _cannot(program: str, option: str) -> ConfigError:
@@ -150,9 +152,19 @@ def _parse_options(
     return opts, positional
 
 
+def _split_string(token: Token, offset: int, where: str) -> list[Token]:
+    """``env -S STRING``: STRING split into words the way env does (quotes, backslashes), still mapped."""
+    words = split_shell(token.chars.slice(offset, len(token.chars)))
+    if any(is_operator(word) for word in words):
+        raise _cannot(where, "-S")  # env has no operators: a ';' or '|' there is a literal we do not model
+    return words
+
+
 def _env(words: Sequence[Token], where: str) -> Launch:
-    """env(1): ``-i``/``-``, ``-u NAME``, ``-C DIR``, ``-0``, ``-v``, ``-S``, signals, then ``NAME=VALUE``."""
-    launch = Launch(1)
+    """env(1): ``-i``/``-``, ``-u NAME``, ``-C DIR``, ``-0``, ``-v``, ``-S STRING`` (split and read on),
+    signals, then ``NAME=VALUE``."""
+    words = list(words)
+    launch = Launch(1, words=words)
     index = 1
     while index < len(words):
         text = words[index].text
@@ -166,20 +178,24 @@ def _env(words: Sequence[Token], where: str) -> Launch:
         ):
             name = text[:2] if not text.startswith("--") else text
             value = text[2:] if len(text) > 2 and not text.startswith("--") else None
+            holder, offset = words[index], len(text) - len(value) if value is not None else 0
             if value is None:
                 index += 1
                 if index >= len(words):
                     raise _cannot(where, text)
                 value = words[index].text
+                holder, offset = words[index], 0
             if name in ("-S", "--split-string"):
-                raise _cannot(where, name)  # its own word splitting; rarely used outside shebangs
+                words[index : index + 1] = _split_string(holder, offset, where)
+                continue
             if name in ("-u", "--unset"):
                 launch.ops.append(EnvOp("unset", f"{where} -u", name=value))
         elif text.startswith(("--unset=", "--chdir=")):
             if text.startswith("--unset="):
                 launch.ops.append(EnvOp("unset", f"{where} -u", name=text.split("=", 1)[1]))
-        elif text.startswith(("--split-string=", "-S")):
-            raise _cannot(where, "-S")
+        elif text.startswith("--split-string="):
+            words[index : index + 1] = _split_string(words[index], len("--split-string="), where)
+            continue
         elif text in ("-0", "--null", "-v", "--debug", "--list-signal-handling") or text.startswith(
             ("--default-signal", "--ignore-signal", "--block-signal")
         ):
