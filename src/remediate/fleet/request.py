@@ -24,3 +24,5 @@ class OomRequest:
     rollback: bool = True
     strategy: dict[str, Any] = field(default_factory=dict)
     force: bool = False
+    retry_file: str | None = None  # --retry-file PATH (inventory rollouts only)
+    lock_timeout: int | None = None  # --lock-timeout: seconds to wait for another run's lock (None: 30)
