@@ -53,14 +53,14 @@ def main() -> int:
             if not wait_http_ok(host.address, port, deadline=120):
                 raise SystemExit("incident_sweep: the stand-in did not become ready")
             print(f"\n## before the fix (time scale {scale})", flush=True)
-            remediate(sandbox, work, "bench", host.name, "--contexts", "1400,11000,32k,46k", "--seed", "1")
+            remediate(sandbox, work, "bench", host.name, "--contexts", "1400,11000,32k,46k")
             print("\n## remediate oom", flush=True)
-            if remediate(sandbox, work, "oom", host.name, "--timeout", "300") != 0:
+            if remediate(sandbox, work, "oom", host.name, "--wait-timeout", "300") != 0:
                 return 1
             print(f"\n## after the fix (time scale {scale})", flush=True)
             started = time.monotonic()
             extra = ["--plot", str(Path(png).resolve())] if png else []
-            code = remediate(sandbox, work, "bench", host.name, "--contexts", CONTEXTS, "--seed", "1", *extra)
+            code = remediate(sandbox, work, "bench", host.name, "--contexts", CONTEXTS, *extra)
             print(f"sweep wall time {time.monotonic() - started:.1f}s", flush=True)
             return code
         finally:

@@ -223,6 +223,9 @@ def build_bin(fs: Path) -> None:
     docker = LAUNCHER.format(module="docker")
     _write_exec(ulb / "docker", docker)
     _write_exec(ulb / "podman", docker)
+    smi = ulb / "nvidia-smi"  # the stand-in's GPU board (sandbox/standin/bin/nvidia-smi)
+    if not smi.is_symlink():
+        smi.symlink_to(f"{STANDIN_INSIDE}/bin/nvidia-smi")
     opt_bin = mirror(fs, "/opt/sglang/bin")
     _write_exec(opt_bin / "python3", OPT_PYTHON)
     _write_exec(opt_bin / "python", OPT_PYTHON)

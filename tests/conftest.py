@@ -77,3 +77,11 @@ def sandbox_hosts(sandbox_fleet: Sandbox) -> Iterator[list[SandboxHost]]:
     yield sandbox_fleet.hosts
     for host in sandbox_fleet.hosts:
         host.kill_services()
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """remediate's controller state (retry files, transaction records) goes to a temp dir, never ~/.local."""
+    path = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("REMEDIATE_STATE_DIR", str(path))
+    return path

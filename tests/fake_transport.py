@@ -281,11 +281,11 @@ def probe_output(
         lines += show_output(properties).splitlines()
     for path, content in files.items():
         if content is None:
-            lines.append(f"@@file path={path} exists=0")
+            lines.append(f"@@file exists=0 path={path}")
             continue
         raw = content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content
         digest = hashlib.sha256(raw).hexdigest()
-        lines.append(f"@@file path={path} exists=1 sha256={digest} mode={mode} uid=0 gid=0 size={len(raw)}")
+        lines.append(f"@@file exists=1 sha256={digest} mode={mode} uid=0 gid=0 size={len(raw)} path={path}")
         encoded = base64.b64encode(raw).decode("ascii")
         lines += [encoded[i : i + 76] for i in range(0, len(encoded), 76)]
     lines.append("@@end")

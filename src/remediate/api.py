@@ -58,8 +58,14 @@ class RolloutResult:
         return all(r.ok for r in self.results)
 
     def extra(self) -> dict[str, Any]:
-        keys = ("batches", "halted", "interrupted", "retry_file")
-        return {"rollout": {key: getattr(self, key) for key in keys}}
+        return {
+            "rollout": {
+                "batches": self.batches,
+                "halted": self.halted,
+                "interrupted": self.interrupted,
+                "retry_file": self.retry_file,
+            }
+        }
 
 
 def exit_code(results: Sequence[HostResult]) -> int:
@@ -142,13 +148,15 @@ def _roll_out(
     confirm: Callable[[str], bool] | None,
     transport_factory: TransportFactory | None,
     stop_when: Callable[[HostResult], str | None] | None = None,
-    retry_dir: str = ".",
+    retry_dir: str | None = None,
+    retry_file: str | None = None,
 ) -> RolloutResult:
-    """Run a mutating per-host job as a rollout, one connection per host, and write the retry file."""
+    """Run a mutating per-host job as a rollout, one connection per host, and write the retry file
+    (inventory rollouts only: into ``retry_dir``, default the state directory's ``retry/``, or ``retry_file``)."""
     work = _connected(job, ssh, transport_factory)
     events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
     results, rollout = run_on_hosts(hosts, work, strategy, confirm=confirm, on_event=events, stop_when=stop_when)
-    retry = None if dry_run else write_retry_file(inventory, results, retry_dir)
+    retry = None if dry_run else write_retry_file(inventory, results, retry_dir, path=retry_file)
     return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry)
 
 
@@ -159,7 +167,7 @@ def remediate_oom_request(
     confirm: Callable[[str], bool] | None = None,
     transport_factory: TransportFactory | None = None,
     stop_when: Callable[[HostResult], str | None] | None = None,
-    retry_dir: str = ".",
+    retry_dir: str | None = None,
 ) -> RolloutResult:
     """`remediate oom` as a function (the CLI calls this)."""
     inventory, hosts = resolve_hosts(request.targets, request.inventory)
@@ -177,6 +185,7 @@ def remediate_oom_request(
         transport_factory=transport_factory,
         stop_when=stop_when,
         retry_dir=retry_dir,
+        retry_file=request.retry_file,
     )
 
 
@@ -206,7 +215,7 @@ def remediate_oom(
     max_failures: str | int | None = None,
     stop_when: Callable[[HostResult], str | None] | None = None,
     progress: ProgressFn | None = None,
-    retry_dir: str = ".",
+    retry_dir: str | None = None,
     transport_factory: TransportFactory | None = None,
 ) -> RolloutResult:
     """Remediate the OOM on every selected host; see `remediate oom --help` for the semantics.
@@ -318,7 +327,9 @@ def rollback(
     progress: ProgressFn | None = None,
     confirm: Callable[[str], bool] | None = None,
     transport_factory: TransportFactory | None = None,
-    retry_dir: str = ".",
+    retry_dir: str | None = None,
+    retry_file: str | None = None,
+    lock_timeout: int | None = None,
 ) -> RolloutResult:
     """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too."""
     inventory_obj, hosts = resolve_hosts(targets, inventory)
@@ -326,7 +337,10 @@ def rollback(
         raise ConfigError("--to PATH names one file: use it with one host")
     plan = build_strategy(strategy or {}, inventory_obj)
     options = {
-        h.name: replace(run_options_for(h, OomRequest(unit=unit, timeout=timeout)), dry_run=dry_run) for h in hosts
+        h.name: replace(
+            run_options_for(h, OomRequest(unit=unit, timeout=timeout, lock_timeout=lock_timeout)), dry_run=dry_run
+        )
+        for h in hosts
     }
     return _roll_out(
         hosts,
@@ -341,6 +355,7 @@ def rollback(
         confirm=confirm,
         transport_factory=transport_factory,
         retry_dir=retry_dir,
+        retry_file=retry_file,
     )
 
 
@@ -353,12 +368,13 @@ def backups(
     prune_keep: int | None = None,
     dry_run: bool = False,
     transport_factory: TransportFactory | None = None,
+    lock_timeout: int | None = None,
 ) -> list[HostResult]:
     """List each host's backups (newest first, with the flag-level difference to the current unit);
     with ``prune_keep``, delete all but the newest N per file (never the newest, never the current state's)."""
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
-        options = replace(run_options_for(entry, OomRequest(unit=unit)), dry_run=dry_run)
+        options = replace(run_options_for(entry, OomRequest(unit=unit, lock_timeout=lock_timeout)), dry_run=dry_run)
         return backups_host(transport, options, label=entry.name, prune_keep=prune_keep)
 
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)

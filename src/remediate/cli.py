@@ -8,6 +8,7 @@ authentication/host-key failure only, 70 a bug (traceback printed).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ import click
 from rich.console import Console
 
 from remediate import __version__, api, render, render_bench
+from remediate.core.unitfile.report import display_text
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 from remediate.fleet import settings, sweep
 from remediate.fleet.request import OomRequest
@@ -25,9 +27,8 @@ from remediate.models import HostResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_connect_timeout = click.option("--timeout", type=click.FloatRange(min=1), default=10, show_default=True,
-                                help="Seconds to connect to each host.")  # fmt: skip
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "REMEDIATE", "max_content_width": 100}
+_ssh_options = settings.ssh_from_cli  # the command line's connection options → SSHOptions
 
 
 def _stdout() -> Console:
@@ -40,7 +41,7 @@ def _stderr() -> Console:
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"remediate: {message}", err=True)
+    click.echo(f"remediate: {display_text(message)}", err=True)
     sys.exit(code)
 
 
@@ -66,24 +67,17 @@ def _handle_errors(fn: F) -> F:
 
 def desired_options(fn: F) -> F:
     """The desired-state options shared by `edit`, `oom` and `plan`."""
+    # fmt: off
     decorators = [
         click.option("--mem-fraction-static", metavar="F", help="Set --mem-fraction-static to F (0 < F < 1)."),
-        click.option(
-            "--mem-fraction-step",
-            metavar="S",
-            help="Without --mem-fraction-static: lower the current fraction by S (default 0.01), once.",
-        ),
-        click.option(
-            "--chunked-prefill-size",
-            metavar="N",
-            help="Chunked prefill size (default 4096, kept if already smaller; -1 disables chunking).",
-        ),
-        click.option(
-            "--alloc-conf",
-            metavar="OPTS",
-            help="PYTORCH_CUDA_ALLOC_CONF options to ensure (default expandable_segments:True).",
-        ),
+        click.option("--mem-fraction-step", metavar="S",
+                     help="Without --mem-fraction-static: lower the current fraction by S (default 0.01), once."),
+        click.option("--chunked-prefill-size", metavar="N",
+                     help="Chunked prefill size (default 4096, kept if already smaller; -1 disables chunking)."),
+        click.option("--alloc-conf", metavar="OPTS",
+                     help="PYTORCH_CUDA_ALLOC_CONF options to ensure (default expandable_segments:True)."),
     ]
+    # fmt: on
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
@@ -91,55 +85,73 @@ def desired_options(fn: F) -> F:
 
 def connection_options(fn: F) -> F:
     """Target syntax and connection options shared by every remote command."""
+    # fmt: off
     decorators = [
         click.argument("targets", nargs=-1, metavar="[TARGET]..."),
-        click.option(
-            "-i",
-            "--inventory",
-            type=click.Path(dir_okay=False),
-            help="Inventory file (default ./inventory.yaml if present).",
-        ),
+        click.option("-i", "--inventory", type=click.Path(dir_okay=False),
+                     help="Inventory file (default ./inventory.yaml if present)."),
         click.option("--identity", type=click.Path(dir_okay=False), help="SSH private key file."),
+        click.option("--known-hosts", type=click.Path(dir_okay=False),
+                     help="known_hosts file (default: ~/.ssh/known_hosts and the system's)."),
+        click.option("--accept-new-host-key", is_flag=True, allow_from_autoenv=False,
+                     help="Record unknown host keys (like ssh accept-new); changed keys are always refused."),
         click.option(
-            "--known-hosts",
-            type=click.Path(dir_okay=False),
-            help="known_hosts file (default: ~/.ssh/known_hosts and the system's).",
+            "--connect-timeout", type=click.FloatRange(min=1), help="Seconds to connect to each host (default 10)."
         ),
-        click.option(
-            "--accept-new-host-key",
-            is_flag=True,
-            help="Record unknown host keys (like ssh accept-new); changed keys are always refused.",
-        ),
-        click.option(
-            "--ssh-config",
-            type=click.Path(dir_okay=False),
-            help="ssh_config file (default ~/.ssh/config); aliases and ProxyJump work.",
-        ),
+        click.option("--ssh-config", type=click.Path(dir_okay=False),
+                     help="ssh_config file (default ~/.ssh/config); aliases and ProxyJump work."),
         click.option("--sudo", is_flag=True, help="Log in as a non-root user and run as root with `sudo -n`."),
         click.option("--unit", help="The systemd unit (default: the unit whose ExecStart runs sglang)."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout."),
     ]
+    # fmt: on
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
 
 
 def fleet_options(fn: F) -> F:
+    # fmt: off
     decorators = [
+        click.option("--canary", type=int, default=None,
+                     help="Hosts in the first batch; any failure there stops everything (default 1)."),
         click.option(
-            "--canary",
-            type=int,
-            help="Hosts in the first batch; any failure there stops everything (default 1).",
+            "--batch", default=None, help="Batch sizes: N, N%, or a list like 1,10%,25% (Ansible serial semantics)."
         ),
-        click.option("--batch", help="Batch sizes: N, N%, or a list like 1,10%,25% (Ansible serial semantics)."),
-        click.option("--forks", type=int, help="Hosts worked on at once (default 10)."),
-        click.option("--max-failures", help="Failures tolerated over the whole rollout: N or P% (default 0)."),
+        click.option("--forks", type=int, default=None, help="Hosts worked on at once (default 10)."),
+        click.option(
+            "--max-failures", default=None, help="Failures tolerated over the whole rollout: N or P% (default 0)."
+        ),
         click.option("--pause-after-canary", is_flag=True, help="Ask before going on after the canary batch."),
-        click.option("--yes", "-y", is_flag=True, help="Answer yes to prompts."),
+        click.option("--yes", "-y", is_flag=True, allow_from_autoenv=False, help="Answer yes to prompts."),
     ]
+    # fmt: on
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
+
+
+def timeout_options(*, wait: bool, lock: bool, alias: str) -> Callable[[F], F]:
+    """``--wait-timeout`` (server), ``--lock-timeout`` (another run's lock); the old ``--timeout`` meant
+    ``alias`` on this command and stays as a deprecated, hidden spelling of it."""
+
+    def decorate(fn: F) -> F:
+        if wait:
+            fn = click.option("--wait-timeout", type=click.FloatRange(min=1),
+                              help="Seconds to wait for the server to come back (default 900).")(fn)  # fmt: skip
+        if lock:
+            fn = click.option("--lock-timeout", type=click.IntRange(min=1),
+                              help="Seconds to wait for another run's lock on the unit (default 30).")(fn)  # fmt: skip
+        return click.option("--timeout", type=click.FloatRange(min=1), hidden=True, help=f"Deprecated: {alias}.")(fn)
+
+    return decorate
+
+
+def _timeout(kw: dict[str, Any], name: str, default: float) -> float:
+    value, warning = settings.pick_timeout(kw, name, default)
+    if warning:
+        click.echo(f"remediate: warning: {warning}", err=True)
+    return value
 
 
 def _emit(
@@ -204,6 +216,9 @@ def cli() -> None:
       remediate oom all -i inventory.yaml --canary 1 --batch 25%
       remediate rollback gpu-01
     """
+    refused = settings.safety_from_env(os.environ)
+    if refused:
+        _fail(refused)
 
 
 @cli.command()
@@ -239,13 +254,16 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 @click.option(
     "--target-tokens", type=click.IntRange(min=1), help="Report the gap to this capacity (a warning, not a failure)."
 )
+@timeout_options(wait=True, lock=True, alias="--wait-timeout")
 @click.option(
-    "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds to wait for the server."
+    "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
 @click.option("--probe", type=click.IntRange(min=1), metavar="TOKENS", help="Prefill TOKENS when healthy, or undo.")
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
-@click.option("--no-rollback", is_flag=True, help="Leave the new state in place when the server does not come back.")
-@click.option("--force", is_flag=True, help="Apply even when the latest crash contradicts it (see diagnose).")
+@click.option("--force", is_flag=True, allow_from_autoenv=False,
+              help="Apply even when the latest crash contradicts it (see diagnose).")  # fmt: skip
+@click.option("--no-rollback", is_flag=True, allow_from_autoenv=False,
+              help="Leave the new state in place when the server does not come back.")  # fmt: skip
 @_handle_errors
 def oom(**kw: Any) -> None:
     """Apply the OOM fix to sglang hosts as one verified transaction each.
@@ -263,17 +281,19 @@ def oom(**kw: Any) -> None:
     request = OomRequest(
         targets=tuple(kw["targets"]),
         inventory=kw["inventory"],
-        ssh=settings.ssh_from_cli(kw),
+        ssh=_ssh_options(kw),
         unit=kw["unit"],
         cli_desired=settings.parse_desired_args(kw),
         min_tokens=kw["min_tokens"],
         probe_tokens=kw["probe"],
         target_tokens=kw["target_tokens"],
-        timeout=kw["timeout"],
+        timeout=_timeout(kw, "wait_timeout", 900.0),
         dry_run=kw["dry_run"],
         rollback=not kw["no_rollback"],
         strategy=settings.strategy_from_cli(kw),
         force=kw["force"],
+        retry_file=kw["retry_file"],
+        lock_timeout=kw["lock_timeout"],
     )
     with _progress(kw["as_json"]) as progress:
         confirm = _confirm(kw, progress)
@@ -283,7 +303,7 @@ def oom(**kw: Any) -> None:
 
 @cli.command()
 @connection_options
-@_connect_timeout
+@timeout_options(wait=False, lock=False, alias="--connect-timeout")
 @_handle_errors
 def status(**kw: Any) -> None:
     """Read-only: each host's sglang unit, state, memory settings, tokens, and whether it is remediated.
@@ -296,7 +316,7 @@ def status(**kw: Any) -> None:
     results = api.status(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=settings.ssh_from_cli(kw, kw["timeout"]),
+        ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
     )
     _exit_with_table(results, as_json=kw["as_json"], table=render.status_table)
@@ -306,7 +326,7 @@ def status(**kw: Any) -> None:
 @connection_options
 @click.option("--since", metavar="RESTARTS|TIME", help="Restarts to look back over (0: this run) or a journalctl time.")
 @click.option("--lines", type=click.IntRange(min=1), default=2000, show_default=True, help="Journal lines to read.")
-@_connect_timeout
+@timeout_options(wait=False, lock=False, alias="--connect-timeout")
 @_handle_errors
 def diagnose(**kw: Any) -> None:
     """Read-only: why each host's server died (evidence, arithmetic) and the `remediate oom` to run.
@@ -317,7 +337,7 @@ def diagnose(**kw: Any) -> None:
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
     """
     named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
-    _exit_with_table(api.diagnose(kw["targets"], ssh=settings.ssh_from_cli(kw, kw["timeout"]), **named),
+    _exit_with_table(api.diagnose(kw["targets"], ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)), **named),
                      as_json=kw["as_json"], table=render.diagnose_report)  # fmt: skip
 
 
@@ -330,7 +350,7 @@ def diagnose(**kw: Any) -> None:
     "--keep", type=click.IntRange(min=1), default=10, show_default=True, help="Backups to keep per file with --prune."
 )
 @click.option("--dry-run", is_flag=True, help="With --prune: list what would be deleted.")
-@_connect_timeout
+@timeout_options(wait=False, lock=True, alias="--connect-timeout")
 @_handle_errors
 def backups(**kw: Any) -> None:
     """List the backups next to each host's unit files, newest first, with what a restore would change.
@@ -343,10 +363,11 @@ def backups(**kw: Any) -> None:
     results = api.backups(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=settings.ssh_from_cli(kw, kw["timeout"]),
+        ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
+        lock_timeout=kw["lock_timeout"],
     )
     _exit_with_table(results, as_json=kw["as_json"], table=render.backups_table)
 
@@ -355,8 +376,9 @@ def backups(**kw: Any) -> None:
 @connection_options
 @fleet_options
 @click.option("--to", "to", default="latest", show_default=True, metavar="PATH|latest", help="The backup to restore.")
+@timeout_options(wait=True, lock=True, alias="--wait-timeout")
 @click.option(
-    "--timeout", type=click.FloatRange(min=1), default=900, show_default=True, help="Seconds to wait for the server."
+    "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be restored; change nothing.")
 @_handle_errors
@@ -376,10 +398,12 @@ def rollback(**kw: Any) -> None:
         rollout = api.rollback(
             kw["targets"],
             inventory=kw["inventory"],
-            ssh=settings.ssh_from_cli(kw),
+            ssh=_ssh_options(kw),
             unit=kw["unit"],
             to=kw["to"],
-            timeout=kw["timeout"],
+            timeout=_timeout(kw, "wait_timeout", 900.0),
+            retry_file=kw["retry_file"],
+            lock_timeout=kw["lock_timeout"],
             dry_run=kw["dry_run"],
             strategy=settings.strategy_from_cli(kw),
             progress=progress,
@@ -397,16 +421,14 @@ def rollback(**kw: Any) -> None:
 @click.option("--output", metavar="FILE.jsonl", help="Append one JSON line per point (bench_serving-like schema).")
 @click.option("--csv", "csv_path", metavar="FILE", help="Write the points as CSV.")
 @click.option("--plot", metavar="FILE.png", help="Plot TTFT and decode tok/s against context (remediate[plot]).")
-@_connect_timeout
 @_handle_errors
 def bench(**kw: Any) -> None:
     """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
-    request = sweep.request_from_cli(kw)
+    request = sweep.request_from_cli(kw, _ssh_options(kw))
     with render_bench.BenchProgress(_stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
         results = api.bench(request=request, progress=bar)
     render_bench.bench_report(_stdout(), results, request.args, as_json=kw["as_json"])
-    sweep.write_outputs(results, request, version=__version__)
-    sys.exit(sweep.bench_exit_code(results))
+    sys.exit(sweep.finish(results, request, version=__version__))
 
 
 def main() -> None:

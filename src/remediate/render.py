@@ -18,8 +18,14 @@ from rich.table import Table
 from rich.text import Text
 
 from remediate.core.unitfile.edit import EditPlan
-from remediate.core.unitfile.report import plan_to_dict, summary_lines, unified_diff
+from remediate.core.unitfile.report import display_text, mask_data, plan_to_dict, summary_lines, unified_diff
 from remediate.models import HostResult
+
+
+def _safe(text: str) -> str:
+    """Text from hosts and units as it may be printed: secrets masked, control bytes escaped, markup escaped."""
+    return escape(display_text(text))
+
 
 _OUTCOME_STYLE = {
     "remediated": "green",
@@ -41,20 +47,20 @@ def diff_lines(console: Console, diff: str) -> None:
             style = "red"
         elif line.startswith("@@"):
             style = "cyan"
-        console.print(line, style=style, highlight=False, markup=False)
+        console.print(display_text(line), style=style, highlight=False, markup=False)
 
 
 def edit_report(console: Console, path: str, plan: EditPlan, backup: str | None) -> None:
     """`remediate edit`: the masked diff, the flag summary, notes, and what was written."""
     diff_lines(console, "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files))
     for line in summary_lines(plan):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     for note in plan.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {display_text(note)}", highlight=False, markup=False)
     if not plan.is_changed:
-        console.print(f"{path}: already remediated, nothing to change", highlight=False)
+        console.print(f"{display_text(path)}: already remediated, nothing to change", highlight=False, markup=False)
     elif backup:
-        console.print(f"wrote {path} (backup {backup})", highlight=False)
+        console.print(f"wrote {display_text(path)} (backup {display_text(backup)})", highlight=False, markup=False)
 
 
 def edit_document(plan: EditPlan, backup: str | None) -> dict[str, Any]:
@@ -69,25 +75,25 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
     for phase in result.phases:
         console.print(f"  {phase.name:<9} {phase.seconds:7.2f}s", highlight=False)
     for line in result.summary:
-        console.print(f"  {escape(line)}", highlight=False)
+        console.print(f"  {_safe(line)}", highlight=False)
     for note in result.notes:
-        console.print(f"  note: {escape(note)}", highlight=False)
+        console.print(f"  note: {_safe(note)}", highlight=False)
     if result.diff and (dry_run or result.changed):
         diff_lines(console, result.diff)
     if dry_run and result.steps:
         console.print("  would run on the host:", highlight=False)
         for step in result.steps:
-            console.print(f"    {escape(step)}", highlight=False)
+            console.print(f"    {_safe(step)}", highlight=False)
     if result.backup:
         console.print(f"  backup    {escape(result.backup)}", highlight=False)
     if result.max_total_num_tokens is not None:
         console.print(f"  tokens    max_total_num_tokens={_tokens(result)}", highlight=False)
     for warning in result.warnings:
-        console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)
+        console.print(f"  [yellow]warning[/yellow] {_safe(warning)}", highlight=False)
     if result.error:
-        console.print(f"  [red]error[/red]   {escape(result.error)}", highlight=False)
+        console.print(f"  [red]error[/red]   {_safe(result.error)}", highlight=False)
     for line in result.journal:
-        console.print(f"  journal │ {line}", style="dim", highlight=False, markup=False)
+        console.print(f"  journal │ {display_text(line)}", style="dim", highlight=False, markup=False)
     label = "dry run: " + ("would change" if result.changed else "nothing to change") if dry_run else result.outcome
     console.print(f"  [{style}]{escape(label)}[/{style}] in {result.seconds:.1f}s", highlight=False)
 
@@ -120,7 +126,7 @@ def recap(console: Console, results: Sequence[HostResult]) -> None:
             _tokens(r),
             escape(r.backup or ""),
             f"{r.seconds:.1f}",
-            escape(r.error or ""),
+            _safe(r.error or ""),
         )
     console.print(table)
     counts = Counter(r.outcome for r in results)
@@ -134,7 +140,7 @@ def results_document(results: Sequence[HostResult], **extra: Any) -> dict[str, A
 
 
 def dumps(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)
+    return json.dumps(mask_data(document), indent=2, sort_keys=False, ensure_ascii=False)
 
 
 def status_table(console: Console, results: Sequence[HostResult]) -> None:
@@ -143,7 +149,7 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
         table.add_column(column)
     for r in results:
         if r.error:
-            table.add_row(escape(r.host), "", "[red]error[/red]", "", "", "", "", escape(r.error))
+            table.add_row(escape(r.host), "", "[red]error[/red]", "", "", "", "", _safe(r.error))
             continue
         remediated = r.extra.get("remediated")
         table.add_row(
@@ -159,14 +165,14 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
     console.print(table)
     for r in results:
         for warning in r.warnings:
-            console.print(f"[yellow]warning[/yellow] {escape(r.host)}: {escape(warning)}", highlight=False)
+            console.print(f"[yellow]warning[/yellow] {escape(r.host)}: {_safe(warning)}", highlight=False)
 
 
 def backups_table(console: Console, results: Sequence[HostResult]) -> None:
     """Per host, its backups newest first and what restoring each would change."""
     for r in results:
         if r.error:
-            console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {escape(r.error)}", highlight=False)
+            console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {_safe(r.error)}", highlight=False)
             continue
         rows = r.extra.get("backups", [])
         console.print(f"[bold]{escape(r.host)}[/bold] {escape(r.unit or '')} ({escape(r.unit_path or '')})")
@@ -183,7 +189,7 @@ def backups_table(console: Console, results: Sequence[HostResult]) -> None:
                 "identical to the current unit" if row["identical_to_current"] else ""
             )
             if change:
-                console.print(f"      restoring: {escape(change)}", highlight=False)
+                console.print(f"      restoring: {_safe(change)}", highlight=False)
         for path in r.extra.get("deleted", []):
             console.print(f"  deleted {escape(path)}", highlight=False)
         for path in r.extra.get("would_delete", []):
@@ -242,9 +248,9 @@ class LiveProgress:
             if self._live is not None:
                 if phase:
                     # the host's one live line: its latest phase (the final report lists them all)
-                    self._lines[host] = f"{phase:<9} {detail}"[:240]
+                    self._lines[host] = f"{phase:<9} {display_text(detail)}"[:240]
                 else:
-                    self._live.console.print(Text.assemble((host, "dim"), f" {detail}"))
+                    self._live.console.print(Text.assemble((host, "dim"), f" {display_text(detail)}"))
                 self._live.update(self._render())
                 return
             if phase == "waiting":
@@ -254,7 +260,7 @@ class LiveProgress:
                 self._last[host] = now
             elif phase:
                 return  # the final report lists every phase with its time
-            self.console.print(Text.assemble((host, "dim"), f" {phase or '':<9} {detail}"))
+            self.console.print(Text.assemble((host, "dim"), f" {phase or '':<9} {display_text(detail)}"))
 
 
 _WHAT = {

@@ -21,8 +21,15 @@ from rich.table import Table
 
 from remediate.core.benchrecord import RunArgs
 from remediate.core.sweep import BenchPoint, HostBench
+from remediate.core.unitfile.report import display_text, mask_data
 from remediate.fleet.inventory import HostEntry
 from remediate.render import dumps
+
+
+def _safe(text: str) -> str:
+    """Text from a host as it may be printed: secrets masked, control bytes escaped, markup escaped."""
+    return escape(display_text(text))
+
 
 _STATUS_STYLE = {"ok": "green", "skipped": "yellow", "failed": "red"}
 
@@ -34,7 +41,7 @@ def _num(value: float | None, fmt: str) -> str:
 def bench_table(console: Console, bench: HostBench, *, runs: int = 1) -> None:
     """requested, actual, TTFT s, prefill tok/s, decode tok/s, decode wall s, status — one row per length."""
     limits = bench.limits
-    title = f"[bold]{escape(bench.host)}[/bold] {escape(bench.unit or '')}"
+    title = f"[bold]{escape(bench.host)}[/bold] {_safe(bench.unit or '')}"
     if limits.max_total_num_tokens is not None:
         title += f" · max_total_num_tokens {limits.max_total_num_tokens:,}"
     if limits.max_req_input_len is not None:
@@ -54,11 +61,11 @@ def bench_table(console: Console, bench: HostBench, *, runs: int = 1) -> None:
         console.print(title, highlight=False)
     for point in bench.points:
         if point.note:
-            console.print(f"  {point.requested:,}: {escape(point.note)}", highlight=False)
+            console.print(f"  {point.requested:,}: {_safe(point.note)}", highlight=False)
     if bench.error:
-        console.print(f"  [red]error[/red] {escape(bench.error)}", highlight=False)
+        console.print(f"  [red]error[/red] {_safe(bench.error)}", highlight=False)
     for line in bench.journal:
-        console.print(f"    {escape(line)}", highlight=False)
+        console.print(f"    {_safe(line)}", highlight=False)
 
 
 def _row(point: BenchPoint, runs: int) -> list[str]:
@@ -135,14 +142,15 @@ class BenchProgress:
         ttft = point.summary("ttft").median
         decode = point.summary("decode").median
         detail = "" if ttft is None else f" TTFT {ttft:.3f}s decode {_num(decode, '.1f')} tok/s"
-        note = f" ({point.note})" if point.note else ""
-        self.console.print(f"{bench.host} {point.requested:,} tokens {point.status}{detail}{note}", highlight=False)
+        note = f" ({display_text(point.note)})" if point.note else ""
+        line = f"{bench.host} {point.requested:,} tokens {point.status}{detail}{note}"
+        self.console.print(line, highlight=False, markup=False)
 
 
 def bench_report(console: Console, benches: Sequence[HostBench], args: RunArgs, *, as_json: bool) -> None:
     """The `bench` result: one table per host, or the ``--json`` document (with the seed, for a re-run)."""
     if as_json:
-        console.out(dumps({"results": [b.to_dict() for b in benches], "seed": args.seed}), highlight=False)
+        console.out(dumps(mask_data({"results": [b.to_dict() for b in benches], "seed": args.seed})), highlight=False)
         return
     for bench in benches:
         bench_table(console, bench, runs=args.runs)

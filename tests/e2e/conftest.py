@@ -246,7 +246,8 @@ class Node:
 
 
 def _cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    # No REMEDIATE_* option leaks in from the caller's shell; the state dir stays the test's temp dir.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_") or k == "REMEDIATE_STATE_DIR"}
     env["COLUMNS"] = "200"
     return env
 

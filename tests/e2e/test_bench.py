@@ -28,7 +28,7 @@ def bench_node(node: Node) -> Node:
 
 def test_sweep_on_the_remediated_host(bench_node: Node) -> None:
     node = bench_node
-    fixed = node.cli("oom", "--timeout", "60")
+    fixed = node.cli("oom", "--wait-timeout", "60")
     assert fixed.returncode == 0, fixed
     sha = node.sha(UNIT_PATH)
     out = node.tmp_path
@@ -73,7 +73,7 @@ def test_sweep_on_the_remediated_host(bench_node: Node) -> None:
 
 def test_the_human_table(bench_node: Node) -> None:
     node = bench_node
-    assert node.cli("oom", "--timeout", "60").returncode == 0
+    assert node.cli("oom", "--wait-timeout", "60").returncode == 0
     run = node.cli("bench", "--contexts", "1k,32k,200k", "--runs", "2", json_out=False)
     assert run.returncode == 0, run
     for heading in ("requested", "actual", "TTFT s", "prefill tok/s", "decode tok/s", "decode wall s", "status"):
@@ -99,14 +99,14 @@ def test_sweep_on_the_unremediated_host_stops_at_the_crash(bench_node: Node) -> 
 
 def test_probe_succeeds_after_the_fix(bench_node: Node) -> None:
     node = bench_node
-    run = node.cli("oom", "--probe", "32768", "--timeout", "60")
+    run = node.cli("oom", "--probe", "32768", "--wait-timeout", "60")
     assert run.returncode == 0, run
     result = run.result
     assert result["outcome"] == "remediated"
     assert result["probe"]["ok"] is True and result["probe"]["prompt_tokens"] == 32768
     assert result["probe"]["cached_tokens"] == 0
     assert "probe" in [p["name"] for p in result["phases"]]
-    again = node.cli("oom", "--probe", "32768", "--timeout", "60")  # already fixed: probed, unchanged
+    again = node.cli("oom", "--probe", "32768", "--wait-timeout", "60")  # already fixed: probed, unchanged
     assert again.returncode == 0 and again.result["outcome"] == "unchanged", again
     assert again.result["probe"]["ok"] is True
 
@@ -116,7 +116,15 @@ def test_probe_without_headroom_rolls_back(bench_node: Node) -> None:
     before = node.sha(UNIT_PATH)
     # 0.95 with chunking off leaves 0.08 GB for a 32k prefill's 896 MiB activation spike (the stand-in's model)
     run = node.cli(
-        "oom", "--mem-fraction-static", "0.95", "--chunked-prefill-size", "-1", "--probe", "32768", "--timeout", "60"
+        "oom",
+        "--mem-fraction-static",
+        "0.95",
+        "--chunked-prefill-size",
+        "-1",
+        "--probe",
+        "32768",
+        "--wait-timeout",
+        "60",
     )
     assert run.returncode == 1, run
     result = run.result
@@ -146,7 +154,7 @@ def test_bad_input_exits_2_before_any_host(bench_node: Node) -> None:
 
 def test_a_busy_server_is_skipped_with_the_reason(bench_node: Node) -> None:
     node = bench_node
-    assert node.cli("oom", "--timeout", "60").returncode == 0
+    assert node.cli("oom", "--wait-timeout", "60").returncode == 0
     # Another client's long request: a 150k prompt decoding 1500 tokens (~1.2 tok/s simulated → ~12 s here)
     ids = [1000 + (i * 7) % 30000 for i in range(150_000)]
     body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1500, "ignore_eos": True}}

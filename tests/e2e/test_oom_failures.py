@@ -35,7 +35,7 @@ def test_never_healthy_server_is_rolled_back_and_the_old_one_runs_again(incident
     starts = _server_starts(node)
     node.host.set_standin(**FAST_KNOBS, failure="never_healthy")
 
-    proc = node.popen("oom", "--timeout", "8")
+    proc = node.popen("oom", "--wait-timeout", "8")
     # The knobs are read when a server starts: once the new server has read "never_healthy", the next
     # start (the rollback's) must be healthy again.
     poll(lambda: _server_starts(node) > starts, deadline=30, what="the remediated server to start")
@@ -72,7 +72,7 @@ def test_never_healthy_with_no_rollback_fails_and_keeps_the_new_unit(incident: N
     original = node.bytes(UNIT_PATH)
     node.host.set_standin(**FAST_KNOBS, failure="never_healthy")
 
-    run = node.cli("oom", "--timeout", "5", "--no-rollback")
+    run = node.cli("oom", "--wait-timeout", "5", "--no-rollback")
 
     assert run.returncode == 1, run
     result = run.result
@@ -90,8 +90,8 @@ def test_never_healthy_with_no_rollback_fails_and_keeps_the_new_unit(incident: N
 def test_two_concurrent_runs_one_wins_the_other_fails_clearly_and_the_file_is_never_torn(incident: Node) -> None:
     node = incident
     original = hashlib.sha256(node.bytes(UNIT_PATH)).hexdigest()
-    first = node.popen("oom", "--timeout", "60")
-    second = node.popen("oom", "--timeout", "60")
+    first = node.popen("oom", "--wait-timeout", "60")
+    second = node.popen("oom", "--wait-timeout", "60")
     seen: set[str] = set()
     while first.poll() is None or second.poll() is None:
         try:
@@ -177,7 +177,7 @@ def test_crash_during_load_fails_fast_with_the_oom_lines_and_rolls_back(incident
     original = node.bytes(UNIT_PATH)
     node.host.set_standin(**FAST_KNOBS, failure="crash_during_load")
 
-    proc = node.popen("oom", "--timeout", "60")
+    proc = node.popen("oom", "--wait-timeout", "60")
     started = time.monotonic()
     poll(
         lambda: any("Capture cuda graph failed" in line for line in node.journal()),
@@ -202,9 +202,9 @@ def test_second_run_started_while_the_first_waits_does_not_restart_the_loading_s
     then reads the remediated, healthy server (unchanged). It must not restart it (a real load is minutes)."""
     node = incident
     node.host.set_standin(time_scale=0.01)  # a 4.5 s load: time for the second run to arrive mid-load
-    first = node.popen("oom", "--timeout", "60")
+    first = node.popen("oom", "--wait-timeout", "60")
     poll(lambda: f"restart {UNIT}" in node.audit(), deadline=30, what="the first run's restart")
-    second = node.popen("oom", "--timeout", "60")
+    second = node.popen("oom", "--wait-timeout", "60")
     one, two = node.finish(first), node.finish(second)
 
     assert one.returncode == 0 and one.result["outcome"] == "remediated", one

@@ -45,7 +45,7 @@ def test_incident_32k_prefill_crashes_then_remediate_fixes_it(incident: Node) ->
     assert any("SIGQUIT received" in line for line in node.journal())
 
     started = int(time.time())
-    run = node.cli("oom", "--target-tokens", "200000", "--timeout", "60")
+    run = node.cli("oom", "--target-tokens", "200000", "--wait-timeout", "60")
     finished = int(time.time()) + 1
     assert run.returncode == 0, run
     result = run.result
@@ -117,7 +117,7 @@ def test_incident_32k_prefill_crashes_then_remediate_fixes_it(incident: Node) ->
 
 def test_second_run_is_unchanged(incident: Node) -> None:
     node = incident
-    first = node.cli("oom", "--timeout", "60")
+    first = node.cli("oom", "--wait-timeout", "60")
     assert first.returncode == 0 and first.result["outcome"] == "remediated", first
     after_first = node.audit()
     remediated = node.bytes(UNIT_PATH)
@@ -125,7 +125,7 @@ def test_second_run_is_unchanged(incident: Node) -> None:
     backups = node.backups(UNIT_PATH)
     assert len(backups) == 1
 
-    second = node.cli("oom", "--timeout", "60")
+    second = node.cli("oom", "--wait-timeout", "60")
     assert second.returncode == 0, second
     result = second.result
     assert result["outcome"] == "unchanged"
@@ -183,7 +183,7 @@ def test_unit_fixed_by_hand_but_never_restarted_is_restarted_not_unchanged(incid
     invocation = node.show("InvocationID")["InvocationID"]
 
     # explicit fraction: without our marker, a step would lower the hand-made 0.93 again (the fraction rule)
-    run = node.cli("oom", "--mem-fraction-static", "0.93", "--timeout", "60")
+    run = node.cli("oom", "--mem-fraction-static", "0.93", "--wait-timeout", "60")
 
     assert run.returncode == 0, run
     result = run.result

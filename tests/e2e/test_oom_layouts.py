@@ -14,7 +14,7 @@ ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def _remediate(node: Node) -> dict:
-    run = node.cli("oom", "--timeout", "60")
+    run = node.cli("oom", "--wait-timeout", "60")
     assert run.returncode == 0, run
     result = run.result
     assert result["outcome"] == "remediated", run

@@ -23,7 +23,7 @@ def test_status_before_and_after_remediation(incident: Node) -> None:
     assert node.sha(UNIT_PATH) == sha and node.backups(UNIT_PATH) == []
     assert [line for line in node.audit() if not line.startswith("show ")] == []
 
-    assert node.cli("oom", "--timeout", "60").returncode == 0
+    assert node.cli("oom", "--wait-timeout", "60").returncode == 0
 
     after = node.cli("status")
     assert after.returncode == 0, after

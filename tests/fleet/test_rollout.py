@@ -96,7 +96,7 @@ def test_unhealthy_host_rolls_back_and_halts_the_rollout(fleet12, tmp_path: Path
     bad.set_standin(time_scale=0.002, failure="never_healthy", failure_match="--chunked-prefill-size 4096")
     run = remediate(
         "oom", "all", "-i", str(inventory), "--canary", "1", "--batch", "2", "--forks", "2",
-        "--max-failures", "0", "--timeout", "5", "--json", cwd=tmp_path,
+        "--max-failures", "0", "--wait-timeout", "5", "--json", cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 1, run.stderr
     doc = json.loads(run.stdout)
@@ -122,7 +122,7 @@ def test_unhealthy_host_rolls_back_and_halts_the_rollout(fleet12, tmp_path: Path
     assert list(again["hosts"]) == [bad.name] + [h.name for h in hosts[5:]]
     assert again["hosts"][bad.name]["address"] == bad.address
     assert again["defaults"]["known_hosts"]  # usable as -i for the next run
-    status = remediate("status", "-i", str(retry), "--json", cwd=tmp_path)
+    status = remediate("status", "all", "-i", str(retry), "--json", cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     assert [r["host"] for r in json.loads(status.stdout)["results"]] == list(again["hosts"])
 

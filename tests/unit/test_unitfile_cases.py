@@ -46,7 +46,7 @@ class Case:
         }
         if self.params.get("env_files_unreadable"):
             env = None
-        return UnitSources(fragment, dropins, env)
+        return UnitSources(fragment, dropins, env, self.params.get("unit_name"))
 
     def desired(self) -> DesiredState:
         fields = {k: v for k, v in self.params.items() if k in DesiredState.__dataclass_fields__}
@@ -76,9 +76,9 @@ def _read(path: Path) -> str:
     return path.read_bytes().decode("utf-8")
 
 
-def load_cases() -> list[Case]:
+def load_cases(root: Path = CASES) -> list[Case]:
     cases = []
-    for d in sorted(CASES.iterdir()):
+    for d in sorted(root.iterdir()):
         if d.is_dir() and (d / "params.yaml").exists():
             cases.append(Case(d.name, d, yaml.safe_load((d / "params.yaml").read_text()) or {}))
     return cases
@@ -128,6 +128,7 @@ def _replace(sources: UnitSources, texts: dict[str, str]) -> UnitSources:
         SourceFile(sources.fragment.path, texts[sources.fragment.path]),
         tuple(SourceFile(d.path, texts[d.path]) for d in sources.dropins),
         env,
+        sources.unit_name,
     )
 
 

@@ -135,7 +135,7 @@ class ProbeResult:
 def parse_show(text: str) -> dict[str, str]:
     """Parse ``systemctl show -p …`` KEY=VALUE output (values may contain '=')."""
     props: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines(): a path may hold \x1c, \x85 …
         key, sep, value = line.partition("=")
         if sep and key and " " not in key:
             props[key] = value
@@ -214,7 +214,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 mtime=float(current.get("mtime", "0")),
             )
 
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines(): a path may hold \x1c, \x85 …
         if line.startswith("@@"):
             if section == "file":
                 flush_file()
@@ -231,7 +231,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
             elif head == "now":
                 now = float(rest or 0)
             elif head == "file":
-                current = dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+                current = parse_file_header(rest)
             elif head in EVIDENCE_SECTIONS:
                 sections.setdefault(head, [])
                 if rest.strip():
@@ -255,6 +255,28 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
         sections={k: tuple(v) for k, v in sections.items()},
         section_notes=notes,
     )
+
+
+_HEADER_KEY = re.compile(r"(?:^| )(path|exists|sha256|mode|uid|gid|size|mtime)=")
+_FIXED_KEY = re.compile(r"(exists|sha256|mode|uid|gid|size|mtime)=(\S*) ")
+
+
+def parse_file_header(rest: str) -> dict[str, str]:
+    """``exists=1 sha256=… size=3 path=/a b.service``: the fixed-format keys, then ``path=`` to the end of
+    the line, so a path may hold spaces or look like a key. (An older order with ``path=`` first is read
+    up to the next known key.)"""
+    out: dict[str, str] = {}
+    pos = 0
+    while (match := _FIXED_KEY.match(rest, pos)) is not None:
+        out[match.group(1)] = match.group(2)
+        pos = match.end()
+    if rest.startswith("path=", pos) and (pos or " exists=" not in rest):
+        out["path"] = rest[pos + len("path=") :]
+        return out
+    matches = list(_HEADER_KEY.finditer(rest))
+    for match, nxt in zip(matches, [*matches[1:], None], strict=True):
+        out[match.group(1)] = rest[match.end() : nxt.start() if nxt is not None else len(rest)]
+    return out
 
 
 def parse_server_info(body: bytes) -> int | None:

@@ -25,3 +25,5 @@ class OomRequest:
     strategy: dict[str, Any] = field(default_factory=dict)
     force: bool = False
     probe_tokens: int | None = None
+    retry_file: str | None = None  # --retry-file PATH (inventory rollouts only)
+    lock_timeout: int | None = None  # --lock-timeout: seconds to wait for another run's lock (None: 30)

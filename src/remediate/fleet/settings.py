@@ -7,7 +7,7 @@ is validated here, before any host is contacted.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -18,7 +18,7 @@ from remediate.errors import ConfigError
 from remediate.fleet import rollout
 from remediate.fleet.inventory import HostEntry, Inventory, adhoc_host, load_inventory
 from remediate.fleet.request import OomRequest
-from remediate.host.options import RunOptions
+from remediate.host.options import LOCK_WAIT_S, RunOptions
 from remediate.transport.base import SSHOptions
 
 
@@ -64,6 +64,9 @@ def resolve_hosts(targets: Sequence[str], inventory_path: str | None) -> tuple[I
         if not targets:
             raise ConfigError("no target given (a host, or -i inventory.yaml with names, groups or 'all')")
         return None, [adhoc_host(t) for t in targets]
+    if not targets:
+        # A fleet-wide change is asked for by name, as in Ansible and kubectl: never by omission.
+        raise ConfigError("name the hosts: a host, a group, a glob or `all`", source=path)
     inventory = load_inventory(path)
     hosts = inventory.select(list(targets))
     if not hosts:
@@ -76,9 +79,9 @@ def _all_addresses(targets: Sequence[str]) -> bool:
 
 
 def ssh_from_cli(kw: dict[str, Any], connect_timeout: float | None = None) -> SSHOptions:
-    """The connection options of a remote command's command line."""
+    """The connection options of a remote command's command line (``--connect-timeout`` or ``connect_timeout``)."""
     return SSHOptions(
-        connect_timeout=connect_timeout or 10.0,
+        connect_timeout=connect_timeout or kw.get("connect_timeout") or 10.0,
         identity=kw.get("identity"),
         known_hosts=kw.get("known_hosts"),
         accept_new_host_key=bool(kw.get("accept_new_host_key")),
@@ -178,4 +181,32 @@ def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
         server_port=s.get("server_port"),
         force=request.force,
         probe_tokens=request.probe_tokens if request.probe_tokens is not None else s.get("probe_tokens"),
+        lock_wait=request.lock_timeout if request.lock_timeout is not None else LOCK_WAIT_S,
     )
+
+
+# Safety-relevant options are never taken from REMEDIATE_<COMMAND>_<OPTION>: a stray variable in a shell
+# or a CI job must not silently turn off the rollback or the host-key check, nor answer prompts.
+SAFETY_OPTIONS = ("no_rollback", "accept_new_host_key", "yes", "force", "all_instances")
+_COMMANDS = ("oom", "rollback", "status", "backups", "edit", "diagnose")
+
+
+def safety_from_env(environ: Mapping[str, str]) -> str | None:
+    """The refusal for a safety option set in the environment (``REMEDIATE_OOM_NO_ROLLBACK=1``), or None."""
+    for command in _COMMANDS:
+        for option in SAFETY_OPTIONS:
+            name = f"REMEDIATE_{command}_{option}".upper()
+            if environ.get(name):
+                flag = "--" + option.replace("_", "-")
+                return f"{name} is set: safety options are never read from the environment; pass {flag}"
+    return None
+
+
+def pick_timeout(raw: Mapping[str, Any], name: str, default: float) -> tuple[float, str | None]:
+    """``--<name>``, or the deprecated ``--timeout`` it replaces (with a warning to print), or ``default``."""
+    flag = "--" + name.replace("_", "-")
+    if raw.get("timeout") is not None:
+        if raw.get(name) is not None:
+            raise ConfigError(f"--timeout is the deprecated spelling of {flag}: give only {flag}")
+        return float(raw["timeout"]), f"--timeout is deprecated here; use {flag}"
+    return (float(raw[name]) if raw.get(name) is not None else default), None

@@ -16,7 +16,7 @@ from remediate.core.sweep import HostBench as HostBench
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet import sweepfiles
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.settings import resolve_hosts, ssh_for, ssh_from_cli
+from remediate.fleet.settings import resolve_hosts, ssh_for
 from remediate.host.bench import BenchOptions, bench_host
 from remediate.transport.base import SSHOptions, Transport
 
@@ -47,13 +47,12 @@ class BenchRequest:
     plot: str | None = None
 
 
-def request_from_cli(kw: dict[str, Any]) -> BenchRequest:
+def request_from_cli(kw: dict[str, Any], ssh: SSHOptions) -> BenchRequest:
     """Command-line values → a request; a bad one is a ConfigError naming its flag, and every output file
     is checked (and ``--plot``'s matplotlib) before any host is contacted. No seed → a fresh one."""
     seed = kw["seed"] if kw.get("seed") is not None else secrets.randbelow(2**31)
     args = RunArgs(parse_contexts(kw["contexts"]), kw["gen"], kw["runs"], kw["warmup"], seed)
     options = BenchOptions(args.contexts, args.gen, args.runs, args.warmup, seed, unit=kw.get("unit"))
-    ssh = ssh_from_cli(kw, kw.get("timeout"))
     targets = tuple(kw.get("targets") or ())
     files: dict[str, str | None] = {k: kw.get(k) for k in ("output", "csv_path", "plot")}
     request = BenchRequest(args, options, ssh, targets, kw.get("inventory"), **files)
@@ -64,6 +63,12 @@ def request_from_cli(kw: dict[str, Any]) -> BenchRequest:
 def write_outputs(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> None:
     files = {"output": request.output, "csv_path": request.csv_path, "plot": request.plot}
     sweepfiles.write_outputs(results, request.args, **files, version=version)
+
+
+def finish(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> int:
+    """The end of `remediate bench`: write the files asked for; the exit code."""
+    write_outputs(results, request, version=version)
+    return bench_exit_code(results)
 
 
 def options_for(entry: HostEntry, options: BenchOptions) -> BenchOptions:

@@ -7,6 +7,7 @@ import base64
 import hashlib
 from dataclasses import dataclass, field
 
+from remediate.core.unitfile.report import display_text
 from remediate.errors import ConflictError, RemediationError
 from remediate.host import templates
 from remediate.host.lock import lock_path
@@ -59,9 +60,12 @@ def commit(
     epoch: int,
     restart: bool = True,
     analyze: bool = False,
+    journal: str = "",
 ) -> CommitReport:
     """Run the remote transaction (``templates/commit.sh.j2``) and parse what it reports.
 
+    ``journal``: the line logged to the host's journal (``logger -t remediate``) once the files are
+    written, the backup paths appended; masked here, whatever the caller passed.
     The caller holds the unit's lock (:func:`remediate.host.lock.unit_lock`)."""
     script = templates.render(
         "commit.sh.j2",
@@ -70,6 +74,7 @@ def commit(
         epoch=epoch,
         restart=restart,
         analyze=analyze,
+        journal=" ".join(display_text(journal).split()),
     )
     result = transport.run("bash -s", stdin=script, timeout=COMMIT_TIMEOUT_S)
     report = CommitReport()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from remediate.core import probes
 from remediate.core.probes import ProbeResult
 from remediate.core.unitfile.edit import SourceFile, UnitSources
+from remediate.core.unitfile.sources import server_args
 from remediate.errors import ConfigError, TransportError
 from remediate.host import templates
 from remediate.host.options import RunOptions
@@ -90,15 +91,27 @@ def sources_from_probe(found: ProbeResult) -> UnitSources:
             continue
         env_files[path] = remote.text if remote.exists else None
     return UnitSources(
-        fragment=SourceFile(path=fragment.path, text=fragment.text), dropins=dropins, env_files=env_files
+        fragment=SourceFile(path=fragment.path, text=fragment.text),
+        dropins=dropins,
+        env_files=env_files,
+        unit_name=state.unit or None,  # sglang@a.service: for %i in the unit and its EnvironmentFile= paths
     )
 
 
 def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
-    """Where the server listens as seen from the host: its ``--host``/``--port`` (``--server-port`` wins)."""
+    """Where the server listens as seen from the host: its ``--host``/``--port`` (``--server-port`` wins).
+
+    Read from ``systemctl show``'s argv, or — where that still holds ``$VAR``/``${VAR}`` (systemd expands
+    them only at exec) — from the unit's command line expanded as systemd does (``$SGLANG_ARGS`` from an
+    EnvironmentFile=)."""
     assert found.state is not None
     for argv in found.state.exec_argvs:
         if any("sglang" in word for word in argv):
+            if any("$" in word for word in argv):
+                try:
+                    argv = tuple(server_args(sources_from_probe(found)))
+                except ConfigError:
+                    pass
             host, port = probes.server_endpoint(argv)
             return host, options.server_port or port
     host, port = probes.server_endpoint(())  # no sglang ExecStart: sglang's own defaults

@@ -28,6 +28,7 @@ from remediate.core.backups import (
 from remediate.core.probes import ProbeResult
 from remediate.core.unitfile.edit import UnitSources
 from remediate.core.unitfile.report import unified_diff
+from remediate.core.unitfile.sources import refuse_template_edit
 from remediate.errors import LockHeldError, RemediationError, TransportError
 from remediate.host import templates
 from remediate.host.commit import FileWrite, planned_steps
@@ -163,6 +164,7 @@ def _rollback_locked(
             for b in chosen
             if b.text != found.files[b.original].text
         ]
+        refuse_template_edit(unit, [w.path for w in writes])
         result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
         result.summary += settings_diff(current, after) if writes else []
         result.diff = "".join(unified_diff(w.path, w.old_text, w.new_text) for w in writes)

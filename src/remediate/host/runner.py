@@ -16,6 +16,7 @@ from typing import Any
 from remediate.core.probes import ProbeResult, tokens_from_info
 from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
+from remediate.core.unitfile.sources import refuse_template_edit
 from remediate.errors import RefusedError, RemediationError
 from remediate.host.bench import probe_prefill
 from remediate.host.commit import FileWrite, planned_steps
@@ -170,6 +171,7 @@ def _remediate_locked(
     with timer.phase("plan"):
         plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
+        refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
         result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
-from remediate.errors import ConflictError, RemediateError, RemediationError, UnhealthyError
+from remediate.core.unitfile.report import mask_data
+from remediate.errors import ConfigError, ConflictError, RemediateError, RemediationError, UnhealthyError
 from remediate.host.commit import CommitReport, FileWrite, commit
 from remediate.host.health import Healthy, wait_healthy
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer
+from remediate.host.state import record_transaction
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
@@ -36,30 +39,64 @@ def transact(
     """Commit ``writes``, wait for the server, verify it; if it does not come back, put the previous bytes
     back the same way and wait for the old server (outcome ``rolled_back``), unless ``--no-rollback``."""
     result.outcome = "failed"
+    what = "rollback" if success == "restored" else "oom"
+    changes = "; ".join(result.summary) or ", ".join(w.path for w in writes)
     try:
         with timer.phase("commit"):
-            report = commit(transport, unit, writes, epoch=epoch, analyze=analyze)
+            note = f"remediate {what} {unit}: {changes}"
+            report = commit(transport, unit, writes, epoch=epoch, analyze=analyze, journal=note)
         result.backups = list(report.backups.values())
         result.backup = result.backups[0] if result.backups else None
+        _record(result, unit, "committed", changes, writes)
         result.warnings += [f"systemd-analyze: {line}" for line in report.analyze]
         with timer.phase("wait"):
             healthy = _wait(transport, unit, endpoint, options, report, timer.waiting)
         with timer.phase("verify"):
             verify(healthy)
         result.outcome = success
+        _record(result, unit, success, changes, writes)
     except ConflictError:
         raise  # nothing was written
     except RemediationError as exc:
         if isinstance(exc, UnhealthyError):
             result.journal = exc.journal
         if not options.rollback or not writes:
+            _record(result, unit, "failed", changes, writes, error=str(exc))
             raise
         result.error = str(exc)
-        with timer.phase("rollback"):
-            _undo(transport, unit, writes, endpoint, options, result)
+        try:
+            with timer.phase("rollback"):
+                _undo(transport, unit, writes, endpoint, options, result)
+        except RemediateError as undo_exc:
+            _record(result, unit, "failed", changes, writes, error=str(undo_exc))
+            raise
         result.outcome = "rolled_back"
         result.error = f"{exc}; {undo_note}"
         result.exit_code = 1
+        _record(result, unit, "rolled_back", changes, writes, error=result.error)
+
+
+def _record(
+    result: HostResult, unit: str, event: str, changes: str, writes: list[FileWrite], *, error: str | None = None
+) -> None:
+    """The controller-side line of this transaction (state dir ``transactions.jsonl``), masked; a state dir
+    that cannot be written is a warning, never a reason to leave a host half done."""
+    record = {
+        "time": datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "host": result.host,
+        "unit": unit,
+        "event": event,
+        "changes": changes,
+        "files": [w.path for w in writes],
+        "backups": list(result.backups),
+        "error": error,
+    }
+    try:
+        record_transaction(mask_data(record))
+    except (ConfigError, OSError) as exc:
+        warning = f"transaction record not written: {exc}"
+        if warning not in result.warnings:
+            result.warnings.append(warning)
 
 
 def _wait(
@@ -92,7 +129,8 @@ def _undo(
     """Restore the pre-change bytes the same atomic way, restart, and wait for the old server."""
     undo = [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
     try:
-        report = commit(transport, unit, undo, epoch=int(time.time()))
+        note = f"remediate undo {unit}: the previous bytes of {', '.join(w.path for w in writes)} put back"
+        report = commit(transport, unit, undo, epoch=int(time.time()), journal=note)
         result.max_total_num_tokens = _wait(transport, unit, endpoint, options, report).tokens
     except RemediateError as exc:
         result.outcome = "failed"

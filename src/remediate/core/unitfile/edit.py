@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
-from remediate.core.unitfile.alloc import ALLOC, alloc_target, merge_alloc
+from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, alloc_value, plan_alloc
 from remediate.core.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
+from remediate.core.unitfile.envfile import EnvAssignment
 from remediate.core.unitfile.model import TextEdit, apply_edits
 from remediate.core.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
 from remediate.errors import ConfigError, OwnedElsewhereError
@@ -256,10 +257,26 @@ def _same(text: str, value: Decimal) -> bool:
 def _append_flag(plan: _Plan, setting: str, value: str) -> None:
     """Add ``setting value`` after the last word of the sglang argv, on that word's line."""
     command = plan.service.command
+    items = plan.service.items()
+    holder = items[-1].holder if items else None
+    if holder is not None and _can_grow(plan, items[-1].path, holder):
+        # The flags live in a variable (``$SGLANG_ARGS``): the new one goes there too, not after it.
+        point = holder.value_end_point()
+        plan.add(items[-1].path, TextEdit(point, point, f" {setting} {value}"))
+        plan.changes.append(Change(setting, None, value, items[-1].path, items[-1].where))
+        return
     path = plan.service.exec_start.path
     point = command.last_word.file_span[1]
     plan.add(path, TextEdit(point, point, f" {setting} {value}"))
     plan.changes.append(Change(setting, None, value, path, command.kind))
+
+
+def _can_grow(plan: _Plan, path: str, holder: EnvAssignment) -> bool:
+    """True when words can be appended to the value in place: an EnvironmentFile= line, or a quoted
+    ``Environment="NAME=…"`` (an unquoted one would split into two assignments)."""
+    if path not in plan.service.units:
+        return True
+    return plan.text(path)[holder.span[0] : holder.span[0] + 1] in "\"'" and holder.span[1] > holder.span[0]
 
 
 def _plan_chunk(plan: _Plan, desired: DesiredState, items: list[ArgItem]) -> None:
@@ -286,43 +303,12 @@ def _plan_chunk(plan: _Plan, desired: DesiredState, items: list[ArgItem]) -> Non
 
 
 def _plan_alloc(plan: _Plan, desired: DesiredState) -> None:
-    wanted = desired.alloc_conf
-    if wanted is None:
+    if desired.alloc_conf is None:
         return
-    service = plan.service
-    assignment, path, where = alloc_target(service)
-    if assignment is not None:
-        edits, merged = merge_alloc(assignment, wanted)
-        for edit in edits:
-            plan.add(path, edit)
-        if edits:
-            plan.changes.append(Change(ALLOC, assignment.value.text, merged, path, where))
-        return
-    command = service.command
-    if command.container_run is not None:
-        point = command.container_run.file_span[1]
-        plan.add(path, TextEdit(point, point, f" -e {ALLOC}={wanted}"))
-    else:
-        unit = service.units[path]
-        envs = unit.directives_in("Service", "Environment")
-        line = f"Environment={ALLOC}={wanted}"
-        if envs:
-            last = envs[-1].last_line
-        else:
-            headers = [h for name, h in unit.section_headers if name == "Service"]
-            exec_line = service.exec_start.directive.first_line.number
-            last = [h for h in headers if h.number < exec_line][-1]
-        if last.eol:
-            plan.add(path, TextEdit(last.full_end, last.full_end, line + last.eol))
-        else:
-            plan.add(path, TextEdit(last.end, last.end, unit.eol + line))
-        where = "Environment="
-    plan.changes.append(Change(ALLOC, None, wanted, path, where))
-
-
-def _effective_alloc(service: Service) -> str | None:
-    assignment, _, _ = alloc_target(service)
-    return assignment.value.text if assignment is not None else None
+    edits, changes = plan_alloc(plan.service, desired.alloc_conf)
+    for path, edit in edits:
+        plan.add(path, edit)
+    plan.changes += [Change(c.name, c.old, c.new, c.path, c.where) for c in changes]
 
 
 def _flag_value(items: list[ArgItem], name: str, setting: str) -> str | None:
@@ -337,7 +323,7 @@ def read_settings(sources: UnitSources) -> Settings:
     return Settings(
         _flag_value(items, "mem-fraction-static", FRACTION),
         _flag_value(items, "chunked-prefill-size", CHUNK),
-        _effective_alloc(service),
+        alloc_value(service),
     )
 
 
@@ -348,7 +334,7 @@ def _apply(sources: UnitSources, edits: dict[str, list[TextEdit]]) -> UnitSource
     env_files = sources.env_files
     if env_files is not None:
         env_files = {p: (apply_edits(t, edits.get(p, [])) if t is not None else None) for p, t in env_files.items()}
-    return UnitSources(new(sources.fragment), tuple(new(d) for d in sources.dropins), env_files)
+    return UnitSources(new(sources.fragment), tuple(new(d) for d in sources.dropins), env_files, sources.unit_name)
 
 
 def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> EditPlan:
@@ -363,7 +349,7 @@ def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> 
     _plan_alloc(plan, desired)
     _plan_fraction(plan, desired, items, now)
     _plan_chunk(plan, desired, items)
-    order = {FRACTION: 0, CHUNK: 1, ALLOC: 2}
+    order = {FRACTION: 0, CHUNK: 1, ALLOC: 2, ALLOC_NEW: 3}
     plan.changes.sort(key=lambda change: order[change.setting])
     for config in find_flags(items, "config"):
         for change in plan.changes:

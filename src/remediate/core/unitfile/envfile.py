@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from remediate.core.unitfile.execline import split_words
 from remediate.core.unitfile.model import MappedText, Span, TextEdit
+from remediate.errors import ConfigError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DQUOTE_ESCAPABLE = '"\\`$\n'
@@ -42,7 +43,11 @@ class EnvAssignment:
 def parse_environment(value: MappedText) -> list[EnvAssignment]:
     """Assignments of one ``Environment=`` value (systemd.syntax quoting, several per line)."""
     found: list[EnvAssignment] = []
-    for word in split_words(value):
+    try:
+        words = split_words(value)
+    except ConfigError:
+        return found  # systemd ignores the whole line ("Invalid syntax")
+    for word in words:
         eq = word.text.find("=")
         if eq <= 0 or not _NAME.match(word.text[:eq]):
             continue  # systemd ignores invalid assignments with a warning

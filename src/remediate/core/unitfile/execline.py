@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from remediate.core.unitfile.model import MappedText, Span
+from remediate.errors import ConfigError
 
 EXEC_PREFIX_CHARS = "-@:+!|"
 _WHITESPACE = " \t\n\r"
@@ -79,7 +80,9 @@ def _decode_escape(text: str, pos: int) -> tuple[str, int]:
 
 
 def split_words(source: MappedText | str, begin: int = 0) -> list[Token]:
-    """Split a systemd value (from index ``begin``) into words: systemd.syntax(7) quoting, C escapes."""
+    """Split a systemd value (from index ``begin``) into words: systemd.syntax(7) quoting, C escapes.
+
+    An unterminated quote raises ConfigError (systemd ignores such a line with "Invalid syntax")."""
     src = MappedText.identity(source) if isinstance(source, str) else source
     text = src.text
     tokens: list[Token] = []
@@ -116,6 +119,9 @@ def split_words(source: MappedText | str, begin: int = 0) -> list[Token]:
                 chars.append(char)
                 spans.append(src.spans[pos])
                 pos += 1
+        if quote:
+            # systemd rejects the whole line ("Invalid syntax"): never guess where the word ends.
+            raise ConfigError(f"unterminated {quote} quote; systemd rejects this line")
         unquoted = "".join(chars)
         mapped = MappedText(unquoted, tuple(spans))
         tokens.append(Token(start, pos, text[start:pos], unquoted, mapped, quoted, src.span_of(start, pos)))

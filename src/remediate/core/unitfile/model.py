@@ -17,6 +17,8 @@ Span = tuple[int, int]
 
 _COMMENT_CHARS = "#;"
 _WHITESPACE = " \t"
+_EOL_CHARS = "\r\n\0"
+BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -142,19 +144,20 @@ class UnitFile:
     def eol(self) -> str:
         """The file's line ending (the first one found, ``\\n`` by default)."""
         for line in self.lines:
-            if line.eol:
+            if line.eol and line.eol != "\0":
                 return line.eol
         return "\n"
 
 
 def split_lines(text: str) -> tuple[Line, ...]:
-    """Physical lines; ``\\r\\n``, ``\\n`` and a lone ``\\r`` end a line, as in systemd's read_line()."""
+    """Physical lines; ``\\r\\n``, ``\\n``, a lone ``\\r`` and a NUL byte end a line, as in systemd's
+    read_line() (a NUL ends the line there: what follows it on that line is a line of its own)."""
     lines: list[Line] = []
     pos = 0
     n = len(text)
     while pos < n:
         end = pos
-        while end < n and text[end] not in "\r\n":
+        while end < n and text[end] not in _EOL_CHARS:
             end += 1
         if end < n and text[end] == "\r" and end + 1 < n and text[end + 1] == "\n":
             eol = "\r\n"
@@ -185,6 +188,10 @@ def _strip(value: MappedText) -> MappedText:
 def parse_unit(text: str) -> UnitFile:
     """Index ``text`` like systemd's config parser; never fails, ``render_unit`` gives ``text`` back."""
     lines = split_lines(text)
+    if text.startswith(BOM) and lines:
+        # systemd skips a UTF-8 byte order mark at the start of a file; the text keeps it.
+        first = lines[0]
+        lines = (Line(1, first.start + 1, first.end, first.eol, first.content[1:]), *lines[1:])
     directives: list[Directive] = []
     headers: list[tuple[str, Line]] = []
     section = ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from remediate.core.unitfile.execline import Token
 from remediate.core.unitfile.model import MappedText, Span
+from remediate.errors import ConfigError
 
 CONTROL_OPERATORS = ("&&", "||", ";;", ";", "|", "&", "\n", "(", ")")
 _BLANK = " \t"
@@ -52,7 +53,8 @@ def split_shell(source: MappedText) -> list[Token]:
             elif char == "'":
                 quoted = True
                 close = text.find("'", pos + 1)
-                close = n if close < 0 else close
+                if close < 0:
+                    raise ConfigError("unterminated ' quote in the shell command; the shell rejects it")
                 out.extend(text[pos + 1 : close])
                 spans.extend(source.spans[pos + 1 : close])
                 pos = close + 1
@@ -69,6 +71,8 @@ def split_shell(source: MappedText) -> list[Token]:
                         out.append(text[pos])
                         spans.append(source.spans[pos])
                         pos += 1
+                if pos >= n:
+                    raise ConfigError('unterminated " quote in the shell command; the shell rejects it')
                 pos += 1
             else:
                 out.append(char)

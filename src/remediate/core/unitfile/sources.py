@@ -12,10 +12,40 @@ from dataclasses import dataclass, field
 
 from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_in_exec, shell_var
 from remediate.core.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
-from remediate.core.unitfile.model import Directive, UnitFile, parse_unit
+from remediate.core.unitfile.execline import Token, parse_exec, split_words
+from remediate.core.unitfile.model import Directive, MappedText, UnitFile, parse_unit
 from remediate.errors import ConfigError
 
 _PARTIAL_VAR = re.compile(r"\$(\{[A-Za-z_]|[A-Za-z_])")
+_WHOLE_BRACED = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_BRACED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SPECIFIER = re.compile(r"%(.)")
+
+
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _unescape(name: str) -> str:
+    """systemd's unit-name unescaping: ``-`` is ``/``, ``\\xNN`` a byte."""
+    return re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), name.replace("-", "/"))
+
+
+def expand_specifiers(text: str, unit_name: str) -> str:
+    """Expand the unit-name specifiers of systemd.unit(5) (``%%``, ``%n``, ``%N``, ``%p``, ``%P``, ``%i``,
+    ``%I``, ``%j``, ``%J``); others (``%H``, ``%u`` …) are left as written: their value is the host's."""
+    if "%" not in text:
+        return text
+    full = unit_name
+    stem = full.rsplit(".", 1)[0] if "." in full else full
+    prefix, at, instance = stem.partition("@")
+    last = prefix.rsplit("-", 1)[-1]
+    table = {
+        "%": "%", "n": full, "N": stem, "p": prefix, "P": _unescape(prefix), "j": last, "J": _unescape(last),
+    }  # fmt: skip
+    if at and instance:
+        table |= {"i": instance, "I": _unescape(instance)}
+    return _SPECIFIER.sub(lambda m: table.get(m.group(1), m.group(0)), text)
 
 
 @dataclass(frozen=True)
@@ -29,6 +59,7 @@ class UnitSources:
     fragment: SourceFile  # the unit file (FragmentPath)
     dropins: tuple[SourceFile, ...] = ()  # UNIT.d/*.conf in systemd's order
     env_files: Mapping[str, str | None] | None = None  # path -> text (None: missing); None: unreadable
+    unit_name: str | None = None  # ``sglang@a.service`` (for %i, %n…); default: the fragment's file name
 
     @property
     def unit_files(self) -> tuple[SourceFile, ...]:
@@ -54,6 +85,7 @@ class VarValue:
     where: str  # "Environment=" or "EnvironmentFile=/etc/default/sglang"
     anchor: int  # line start above which a marker goes
     unknown: str | None = None  # set when the value cannot be known: names where it may live
+    removed: str | None = None  # set when UnsetEnvironment= removes the value: names the directive
 
 
 @dataclass
@@ -66,11 +98,22 @@ class Service:
     command: SglangCommand
     environment: list[tuple[Located, EnvAssignment]]
     env_file_paths: list[tuple[str, bool]]  # (path, optional)
+    unset: list[tuple[Located, str]] = field(default_factory=list)  # UnsetEnvironment= words: NAME or NAME=VALUE
+    literal: bool = False  # ExecStart=:… (no variable substitution)
     env_files: dict[str, EnvFile] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def lookup(self, name: str) -> VarValue:
-        """The effective value of ``name``: EnvironmentFile= overrides Environment= (systemd.exec(5))."""
+        """The effective value of ``name`` (systemd.exec(5)): EnvironmentFile= overrides Environment=,
+        and UnsetEnvironment= (``NAME``, or ``NAME=VALUE`` when the value matches) is applied last."""
+        value = self._assigned(name)
+        for located, word in reversed(self.unset):
+            key, eq, only = word.partition("=")
+            if key == name and (not eq or (value.assignment is not None and value.assignment.value.text == only)):
+                return VarValue(name, None, value.path, value.where, value.anchor, value.unknown, _describe(located))
+        return value
+
+    def _assigned(self, name: str) -> VarValue:
         if self.sources.env_files is not None:
             for path, _ in reversed(self.env_file_paths):
                 env = self.env_files.get(path)
@@ -96,20 +139,46 @@ class Service:
         path = self.exec_start.path
         anchor = self.exec_start.directive.first_line.start
         prev_end = self.command.entry.file_span[1]
+        kind = self.command.kind
         for word in self.command.args:
-            var = shell_var(word) if self.command.shell else word.split_var
-            if var is None and not self.command.shell and word.text.startswith("${") and word.text.endswith("}"):
-                var = word.braced_vars[0] if len(word.braced_vars) == 1 else None
-            if var is not None:
-                items.extend(self._expand(var, word.file_span))
-            elif _PARTIAL_VAR.search(word.text):
-                items.append(ArgItem(word.text, None, path, self.command.kind, word.file_span, prev_end, anchor))
+            text = word.text if self.command.shell else expand_specifiers(word.text, self.unit_name)
+            braced = _WHOLE_BRACED.match(text)
+            if self.literal:
+                # ExecStart=:… — systemd substitutes no variables: every word is what it says.
+                items.append(ArgItem(text, word.chars if text == word.text else None, path, kind, word.file_span,
+                                     prev_end, anchor))  # fmt: skip
+                prev_end = word.file_span[1]
+                continue
+            if self.command.shell:
+                var, split = shell_var(word), True
+            elif braced:
+                var, split = braced.group(1), False  # systemd: ${NAME} is exactly one word
             else:
-                items.append(ArgItem(word.text, word.chars, path, self.command.kind, word.file_span, prev_end, anchor))
+                var, split = word.split_var, True  # $NAME alone: split at whitespace
+            if var is not None and not (split and word.quoted and self.command.shell):
+                items.extend(self._expand(var, word.file_span, split=split))
+            elif _PARTIAL_VAR.search(text) or text != word.text or (not self.command.shell and "$$" in text):
+                shown = text if self.command.shell else self._expand_braced(text).replace("$$", "$")
+                items.append(ArgItem(shown, None, path, kind, word.file_span, prev_end, anchor))
+            else:
+                items.append(ArgItem(text, word.chars, path, kind, word.file_span, prev_end, anchor))
             prev_end = word.file_span[1]
         return items
 
-    def _expand(self, name: str, span: tuple[int, int]) -> list[ArgItem]:
+    @property
+    def unit_name(self) -> str:
+        return self.sources.unit_name or _basename(self.sources.fragment.path)
+
+    def _expand_braced(self, text: str) -> str:
+        """``${NAME}`` references inside a word replaced by their values (for reading, not editing)."""
+
+        def value(match: re.Match[str]) -> str:
+            found = self.lookup(match.group(1))
+            return found.assignment.value.text if found.assignment is not None else ""
+
+        return _BRACED.sub(value, text)
+
+    def _expand(self, name: str, span: tuple[int, int], *, split: bool = True) -> list[ArgItem]:
         value = self.lookup(name)
         if value.unknown is not None:
             return [ArgItem(f"${name}", None, self.exec_start.path, value.where, span, None, 0, value.unknown)]
@@ -118,9 +187,17 @@ class Service:
         where = f"{value.where} (${name})"
         out: list[ArgItem] = []
         prev: int | None = None
-        for word in words_of(value.assignment.value):
+        words = words_of(value.assignment.value) if split else [value.assignment.value]
+        for word in words:
+            if not len(word):
+                return [ArgItem("", None, value.path, where, value.assignment.span, None, value.anchor)]
             word_span = word.span_of(0, len(word))
-            out.append(ArgItem(word.text, word, value.path, where, word_span, prev, value.anchor))
+            holder = value.assignment if split else None  # ${NAME} is one word: nothing is added inside it
+            text = word.text
+            if value.where == "Environment=":
+                text = expand_specifiers(text, self.unit_name)  # Environment= values take specifiers too
+            chars = word if text == word.text else None
+            out.append(ArgItem(text, chars, value.path, where, word_span, prev, value.anchor, None, holder))
             prev = word_span[1]
         return out
 
@@ -148,7 +225,11 @@ def load_service(sources: UnitSources) -> Service:
     units = {source.path: parse_unit(source.text) for source in sources.unit_files}
     runners: list[tuple[Located, SglangCommand]] = []
     for located in _service_directives(units, sources, "ExecStart"):
-        command = find_in_exec(located.directive.value)
+        try:
+            command = find_in_exec(located.directive.value)
+        except ConfigError as exc:
+            raise ConfigError(f"ExecStart= at line {located.directive.first_line.number}: {exc.message}",
+                              source=located.path) from None  # fmt: skip
         if command is not None:
             runners.append((located, command))
     if not runners:
@@ -166,9 +247,15 @@ def load_service(sources: UnitSources) -> Service:
     ]
     paths: list[tuple[str, bool]] = []
     for env in _service_directives(units, sources, "EnvironmentFile"):
-        raw = env.directive.value.text
+        raw = expand_specifiers(env.directive.value.text, sources.unit_name or _basename(sources.fragment.path))
         paths.append((raw[1:].strip(), True) if raw.startswith("-") else (raw, False))
-    service = Service(sources, units, located, command, environment, paths)
+    unset = [
+        (env, word.text)
+        for env in _service_directives(units, sources, "UnsetEnvironment")
+        for word in _words_or_nothing(env.directive.value)
+    ]
+    literal = ":" in parse_exec(located.directive.value).prefix
+    service = Service(sources, units, located, command, environment, paths, unset, literal)
     if sources.env_files is not None:
         for path, optional in paths:
             text = sources.env_files.get(path)
@@ -179,7 +266,51 @@ def load_service(sources: UnitSources) -> Service:
     return service
 
 
+def _words_or_nothing(value: MappedText) -> list[Token]:
+    try:
+        return split_words(value)
+    except ConfigError:
+        return []  # systemd ignores a line it cannot split
+
+
+def _readable_sglang(value: MappedText) -> bool:
+    try:
+        return find_in_exec(value) is not None
+    except ConfigError:
+        return False
+
+
 def runs_sglang(unit_text: str) -> bool:
-    """True when any ``ExecStart=`` of the unit's [Service] section runs sglang."""
+    """True when any ``ExecStart=`` of the unit's [Service] section runs sglang (readably)."""
     unit = parse_unit(unit_text)
-    return any(find_in_exec(d.value) is not None for d in unit.directives_in("Service", "ExecStart"))
+    return any(_readable_sglang(d.value) for d in unit.directives_in("Service", "ExecStart"))
+
+
+def shared_with_instances(unit_name: str, paths: list[str]) -> list[str]:
+    """Of ``paths``, those every instance of ``unit_name``'s template reads (``sglang@.service``, its
+    ``sglang@.service.d/`` drop-ins, an EnvironmentFile= without the instance in its path). Empty when
+    ``unit_name`` is no template instance (``sglang@a.service``)."""
+    stem, dot, suffix = unit_name.rpartition(".")
+    prefix, at, instance = stem.partition("@")
+    if not (dot and at and instance):
+        return []
+    own = re.compile(rf"(^|[/._-]){re.escape(instance)}([/._-]|$)")
+    return [path for path in paths if f"/{unit_name}" not in path and not own.search(path)]
+
+
+def refuse_template_edit(unit: str, paths: list[str]) -> None:
+    """An edit of a template (``sglang@.service``) changes every instance, but one run restarts and
+    verifies one instance: refuse it, naming the file, rather than leave the others unverified."""
+    shared = shared_with_instances(unit, paths)
+    if shared:
+        raise ConfigError(
+            f"{unit} is an instance of a template: changing {shared[0]} changes every instance, but only "
+            f"{unit} would be restarted and verified; put the change in a drop-in for this instance "
+            f"(systemctl edit {unit}) or remediate the template's instances by hand",
+            source=shared[0],
+        )
+
+
+def server_args(sources: UnitSources) -> list[str]:
+    """The sglang arguments as the server receives them (``$VAR``/``${VAR}`` and specifiers expanded)."""
+    return [item.text for item in load_service(sources).items()]

@@ -1,0 +1,330 @@
+"""PURE: find the sglang command inside an ``ExecStart=`` — through launchers, shells and containers.
+
+Handles ``python -m sglang.launch_server`` (any python), ``sglang serve``, the launchers of
+``launchers.py`` (``numactl``, ``env``, ``sudo``, ``conda run`` …), ``bash -c '…'`` / ``su -c '…'``
+scripts (tokenised with shell rules; their ``export``/``unset`` statements recorded) and
+``docker``/``podman run`` (``-e`` in every spelling; a shell inside the container too). Along the way
+every change to the environment is recorded, in order, so the caller can tell which place wins.
+A word in front of sglang that is none of these is refused by name: guessing its options could
+edit the wrong word.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from remediate.core.unitfile.execline import Token, parse_exec
+from remediate.core.unitfile.launchers import EnvOp, assignment, parse_launcher
+from remediate.core.unitfile.model import MappedText
+from remediate.core.unitfile.shellwords import is_operator, split_shell
+from remediate.errors import ConfigError
+
+_PYTHON = re.compile(r"^python[0-9.]*$")
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
+_CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl"})
+_MENTIONS = re.compile(r"sglang\.launch_server|\bsglang serve\b")
+# docker/podman run options that take a value (the rest, listed below, are boolean).
+_RUN_VALUE_OPTS = frozenset(
+    """
+    --env --env-file --volume --mount --publish --name --gpus --shm-size --ipc --network --net --workdir
+    --entrypoint --user --runtime --device --ulimit --cap-add --cap-drop --security-opt --label --restart
+    --memory --cpus --cpuset-cpus --cpuset-mems --pull --platform --hostname --add-host --log-driver --log-opt
+    --tmpfs --pid --uts --userns --group-add --stop-signal --stop-timeout --health-cmd --label-file --cgroupns
+    --dns --dns-search --dns-option --expose --volumes-from --memory-swap --memory-reservation --oom-score-adj
+    --pids-limit --device-cgroup-rule --cidfile --cpu-shares --cpu-period --cpu-quota --blkio-weight
+    --domainname --isolation --link --mac-address --ip --ip6 --network-alias --storage-opt --sysctl --attach
+    --annotation --health-interval --health-retries --health-timeout --health-start-period --volume-driver
+    --cgroup-parent --detach-keys --secret --pod --requires --sdnotify --arch --os --conmon-pidfile --tz
+    --umask --init-path --gidmap --uidmap --subuidname --subgidname --pidfile --preserve-fds --timeout
+    --variant --systemd --cgroups --hooks-dir --image-volume --seccomp-policy --passwd-entry --chrootdirs
+    --device-read-bps --device-write-bps --device-read-iops --device-write-iops --kernel-memory --cpu-rt-runtime
+    --cpu-rt-period --memory-swappiness --shm-size-systemd --env-merge --health-on-failure
+    """.split()
+)
+_RUN_BOOL_OPTS = frozenset(
+    """
+    --rm --detach --interactive --tty --init --privileged --read-only --publish-all --sig-proxy
+    --oom-kill-disable --no-healthcheck --disable-content-trust --quiet --replace --env-host --http-proxy
+    --rootfs --read-only-tmpfs --no-hosts --tls-verify --help
+    """.split()
+)
+_RUN_SHORT_VALUE = "acehlmpuvw"
+_RUN_SHORT_BOOL = "diPqt"
+_GLOBAL_VALUE_OPTS = frozenset(
+    "-H --host --config --context -c -l --log-level --root --runroot --url --connection --storage-driver "
+    "--cgroup-manager --events-backend --namespace -n --address -a".split()
+)
+
+
+@dataclass(frozen=True)
+class SglangCommand:
+    """Where the sglang argv sits: ``args`` are its words in the command's own layer."""
+
+    kind: str  # "ExecStart=", "bash -c", "sh -c", "docker", "podman", "su -c"
+    entry: Token  # the last word of the entry point (``sglang.launch_server`` or ``serve``)
+    args: tuple[Token, ...]
+    shell: bool  # args are shell words (inside ``sh -c``), else systemd words
+    env_ops: tuple[EnvOp, ...] = ()  # what wrappers and scripts do to the environment, in order
+    container_run: Token | None = None  # the ``run`` word of docker/podman
+
+    @property
+    def last_word(self) -> Token:
+        return self.args[-1] if self.args else self.entry
+
+    @property
+    def in_container(self) -> bool:
+        return self.container_run is not None
+
+
+def basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def mentions_sglang(words: Sequence[Token]) -> bool:
+    """True when some word names sglang's entry point (so an unreadable wrapper is worth naming)."""
+    if not words:
+        return False
+    pairs = zip(words, [*words[1:], None], strict=True)
+    return any(
+        _MENTIONS.search(word.text) or (basename(word.text) == "sglang" and nxt is not None and nxt.text == "serve")
+        for word, nxt in pairs
+    )
+
+
+def _unreadable(program: str) -> ConfigError:
+    return ConfigError(f"ExecStart runs sglang through `{program}`, which remediate cannot read")
+
+
+def _until_separator(words: Sequence[Token], shell: bool) -> tuple[Token, ...]:
+    out: list[Token] = []
+    for word in words:
+        if (shell and is_operator(word)) or (not shell and word.raw == ";"):
+            break
+        out.append(word)
+    return tuple(out)
+
+
+def _python_entry(words: Sequence[Token], shell: bool, kind: str) -> SglangCommand | None:
+    index = 1
+    while index < len(words) and words[index].text.startswith("-"):
+        option = words[index].text
+        if option.startswith("-m"):
+            module_index = index + 1 if option == "-m" else index
+            if module_index >= len(words):
+                return None
+            module = words[module_index].text if option == "-m" else option[2:]
+            if module != "sglang.launch_server":
+                return None
+            return SglangCommand(kind, words[module_index], _until_separator(words[module_index + 1 :], shell), shell)
+        if option.startswith("-c"):
+            return None
+        index += 2 if option in ("-X", "-W", "--check-hash-based-pycs") else 1
+    return None
+
+
+def _container_options(words: Sequence[Token], index: int, kind: str) -> tuple[int, list[EnvOp], Token | None]:
+    """Read ``run``'s options from ``words[index]``: (image index, env operations, --entrypoint word)."""
+    ops: list[EnvOp] = [EnvOp("clear", f"{kind} run (a container gets only its -e variables)")]
+    entrypoint: Token | None = None
+    where = f"{kind} -e"
+
+    def env_value(token: Token, offset: int) -> None:
+        found = assignment(token, offset)
+        if found is not None:
+            ops.append(EnvOp("set", where, name=found.name, assignment=found))
+        elif token.text[offset:]:
+            ops.append(EnvOp("inherit", f"{kind} -e {token.text[offset:]}", name=token.text[offset:]))
+
+    while index < len(words) and words[index].text.startswith("-") and words[index].text != "-":
+        word = words[index]
+        text = word.text
+        if text == "--":
+            index += 1
+            break
+        if text.startswith("--"):
+            name, eq, _ = text.partition("=")
+            if name not in _RUN_VALUE_OPTS and name not in _RUN_BOOL_OPTS:
+                raise ConfigError(f"ExecStart runs sglang through `{kind} run {name}`, which remediate cannot read")
+            value: Token | None = None
+            offset = 0
+            if eq:
+                value, offset = word, len(name) + 1
+            elif name in _RUN_VALUE_OPTS:
+                index += 1
+                if index >= len(words):
+                    return len(words), ops, entrypoint
+                value = words[index]
+            if value is not None and name == "--env":
+                env_value(value, offset)
+            elif value is not None and name == "--env-file":
+                ops.append(EnvOp("note", f"{kind} --env-file {value.text[offset:]}"))
+            elif value is not None and name == "--entrypoint" and not eq:
+                entrypoint = value
+            index += 1
+            continue
+        pos = 1
+        while pos < len(text):
+            char = text[pos]
+            if char in _RUN_SHORT_BOOL:
+                pos += 1
+                continue
+            if char not in _RUN_SHORT_VALUE:
+                raise ConfigError(f"ExecStart runs sglang through `{kind} run -{char}`, which remediate cannot read")
+            offset = pos + 1 + (text[pos + 1 : pos + 2] == "=")
+            if offset < len(text) or text.endswith("="):
+                token, start = word, offset
+            else:
+                index += 1
+                if index >= len(words):
+                    return len(words), ops, entrypoint
+                token, start = words[index], 0
+            if char == "e":
+                env_value(token, start)
+            break
+        index += 1
+    return index, ops, entrypoint
+
+
+def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp]) -> SglangCommand | None:
+    index = 1
+    while index < len(words) and words[index].text not in ("run", "container") and words[index].text.startswith("-"):
+        index += 2 if words[index].text in _GLOBAL_VALUE_OPTS else 1
+    if index < len(words) and words[index].text == "container":
+        index += 1
+    if index >= len(words) or words[index].text != "run":
+        return None
+    run = words[index]
+    image, env_ops, entrypoint = _container_options(words, index + 1, kind)
+    command = words[image + 1 :]
+    if entrypoint is not None:
+        command = [entrypoint, *command]
+    inner = find_command(command, shell=False, kind=kind, ops=[*ops, *env_ops])
+    if inner is None:
+        if mentions_sglang(command):
+            raise _unreadable(f"{kind} run")
+        return None
+    if inner.in_container:
+        raise _unreadable(f"{kind} run … {inner.kind} run")
+    return SglangCommand(kind if not inner.shell else inner.kind, inner.entry, inner.args, inner.shell,
+                         inner.env_ops, run)  # fmt: skip
+
+
+def _script_ops(command: Sequence[Token], kind: str) -> list[EnvOp]:
+    """What a simple shell command before the server does to the environment."""
+    if not command:
+        return []
+    first = command[0].text
+    if all(assignment(word) is not None for word in command):
+        return [EnvOp("set", kind, name=a.name, assignment=a) for a in map(assignment, command) if a is not None]
+    if first in ("export", "declare", "typeset", "local", "readonly"):
+        found = [assignment(word) for word in command[1:]]
+        return [EnvOp("set", f"{kind} {first}", name=a.name, assignment=a) for a in found if a is not None]
+    if first == "unset":
+        return [EnvOp("unset", f"{kind} unset", name=word.text) for word in command[1:] if word.text[:1] != "-"]
+    if first in ("source", "."):
+        name = command[1].text if len(command) > 1 else ""
+        return [EnvOp("note", f"`{first} {name}` in {kind}")]
+    return []
+
+
+def shell_script(script: Token, kind: str, ops: Sequence[EnvOp]) -> SglangCommand | None:
+    """The sglang command in a shell script (a ``-c`` string), with the script's own env changes."""
+    tokens = split_shell(script.chars)
+    seen = list(ops)
+    command: list[Token] = []
+    for token in [*tokens, None]:
+        if token is None or is_operator(token):
+            if command:
+                found = find_command(command, shell=True, kind=kind, ops=seen)
+                if found is not None:
+                    return found
+                seen.extend(_script_ops(command, kind))
+            command = []
+        else:
+            command.append(token)
+    return None
+
+
+def _shell_entry(words: Sequence[Token], kind: str, ops: Sequence[EnvOp]) -> SglangCommand | None:
+    index = 1
+    has_c = False
+    while index < len(words) and words[index].text.startswith("-") and not has_c:
+        option = words[index].text
+        has_c = not option.startswith("--") and "c" in option[1:]
+        index += 1
+    if not has_c or index >= len(words):
+        return None
+    return shell_script(words[index], kind, ops)
+
+
+def find_command(words: Sequence[Token], *, shell: bool, kind: str, ops: Sequence[EnvOp] = ()) -> SglangCommand | None:
+    """The sglang command in one simple command's words (``shell``: they are shell words)."""
+    index = 0
+    env = list(ops)
+    while index < len(words):
+        word = words[index]
+        found = assignment(word) if shell else None
+        if found is not None:
+            env.append(EnvOp("set", kind, name=found.name, assignment=found))
+        elif not (shell and word.text in ("exec", "nohup", "command")):
+            break
+        elif word.text == "exec":
+            while index + 1 < len(words) and words[index + 1].text in ("-a", "-c", "-l", "-cl", "-lc"):
+                index += 2 if words[index + 1].text == "-a" else 1  # exec -a NAME: argv[0] only
+        index += 1
+    if index >= len(words):
+        return None
+    program = basename(words[index].text)
+    rest = words[index:]
+    result: SglangCommand | None = None
+    if _PYTHON.match(program):
+        result = _python_entry(rest, shell, kind)
+    elif program == "sglang" and len(rest) > 1 and rest[1].text == "serve":
+        result = SglangCommand(kind, rest[1], _until_separator(rest[2:], shell), shell)
+    elif program in _SHELLS:
+        return _shell_entry(rest, f"{program} -c", env)
+    elif program in _CONTAINER_TOOLS:
+        return _container_entry(rest, program, env)
+    else:
+        return _launched(rest, program, shell=shell, kind=kind, env=env)
+    if result is None:
+        return None
+    return SglangCommand(result.kind, result.entry, result.args, shell, tuple(env))
+
+
+def _launched(
+    words: Sequence[Token], program: str, *, shell: bool, kind: str, env: list[EnvOp]
+) -> SglangCommand | None:
+    """The sglang command behind a launcher (``numactl …``); unknown launchers are refused by name."""
+    try:
+        launch = parse_launcher(words, program)
+    except ConfigError:
+        if mentions_sglang(words):
+            raise
+        return None
+    if launch is None:
+        if mentions_sglang(words[1:]):
+            raise _unreadable(program)
+        return None
+    env = [*env, *launch.ops]
+    if launch.script is not None:
+        return shell_script(launch.script, f"{program} -c", env)
+    rest = (launch.words if launch.words is not None else words)[launch.start :]
+    if launch.module:
+        if not rest or rest[0].text != "sglang.launch_server":
+            return None
+        return SglangCommand(kind, rest[0], _until_separator(rest[1:], shell), shell, tuple(env))
+    return find_command(rest, shell=shell, kind=kind, ops=env)
+
+
+def find_in_exec(value: MappedText | str) -> SglangCommand | None:
+    """The sglang command run by an ``ExecStart=`` value, or None (ConfigError: it cannot be read)."""
+    line = parse_exec(value)
+    if not line.words:
+        return None
+    words = list(line.words)
+    if line.has_argv0_override and len(words) > 1:
+        del words[1]
+    return find_command(words, shell=False, kind="ExecStart=")
