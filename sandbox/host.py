@@ -396,13 +396,22 @@ class SandboxHost:
             values[key] = value if key not in values else values[key] + "\n" + value
         return values
 
-    def audit(self) -> list[str]:
-        """systemctl command lines this host received over SSH, in order (without the program name)."""
+    def audit_entries(self) -> list[dict[str, object]]:
+        """Each systemctl call received over SSH: ``{"uid": int, "user": str, "argv": [...]}`` in order."""
         try:
             text = self.read(AUDIT_LOG)
         except FileNotFoundError:
             return []
-        return [shlex.join(shlex.split(line)) for line in text.splitlines() if line.strip()]
+        entries: list[dict[str, object]] = []
+        for line in text.splitlines():
+            if line.strip():
+                uid, user, *argv = shlex.split(line)
+                entries.append({"uid": int(uid), "user": user, "argv": argv})
+        return entries
+
+    def audit(self) -> list[str]:
+        """systemctl command lines this host received over SSH, in order (without the program name)."""
+        return [shlex.join(e["argv"]) for e in self.audit_entries()]  # type: ignore[arg-type]
 
     def _cursor(self) -> str | None:
         out = self.run("journalctl", "--quiet", "--no-pager", "-n", "1", "-o", "export").stdout

@@ -42,14 +42,15 @@ Subsystem sftp internal-sftp
 LogLevel ERROR
 """
 
-# Early in PATH (sshd's and sudo's secure_path put /usr/local/bin before /usr/bin): one line per call,
-# the arguments shell-quoted, then the real systemctl. SANDBOX_NO_AUDIT=1 (set by SandboxHost.run) skips
-# the line, so the log holds only what arrived over SSH. Absolute /usr/bin/systemctl calls bypass it.
+# Early in PATH (sshd's and sudo's secure_path put /usr/local/bin before /usr/bin): one line per call —
+# effective uid, the calling user (SUDO_USER under sudo), then the arguments shell-quoted — then the real
+# systemctl. SANDBOX_NO_AUDIT=1 (set by SandboxHost.run) skips the line, so the log holds only what arrived
+# over SSH. Calls through an absolute /usr/bin/systemctl (or D-Bus) bypass it.
 SYSTEMCTL_WRAPPER = f"""\
 #!/bin/bash
 # sandbox: log this systemctl invocation, then run the real one
 if [ -z "${{SANDBOX_NO_AUDIT:-}}" ]; then
-  printf -v _sandbox_line '%q ' "$@"
+  printf -v _sandbox_line '%q ' "$EUID" "${{SUDO_USER:-${{USER:-?}}}}" "$@"
   {{ printf '%s\\n' "${{_sandbox_line% }}" >> {AUDIT_LOG}; }} 2>/dev/null
 fi
 exec /usr/bin/systemctl "$@"

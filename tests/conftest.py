@@ -17,8 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sandbox import Sandbox, SandboxError, SandboxHost  # noqa: E402
-from sandbox import emulated  # noqa: E402
+from sandbox import (  # noqa: E402
+    Sandbox,
+    SandboxError,
+    SandboxHost,
+    emulated,  # noqa: E402
+)
 from sandbox import host as sandbox_host_module  # noqa: E402
 
 FLEET_SIZE = int(os.environ.get("SANDBOX_FLEET_SIZE", "12"))  # the fleet rollout tests use 12
@@ -35,6 +39,22 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (with the PID, it names one process: PIDs get reused)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _describe(pid: int) -> str:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return f"{pid} ({cmdline.strip()}, ppid {Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[1]})"
+    except OSError:
+        return f"{pid} (gone)"
 
 
 @pytest.fixture(scope="session")
@@ -55,10 +75,10 @@ def sandbox_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]
     try:
         yield fleet
     finally:
-        started = fleet.processes()
+        started = [(pid, _start_time(pid)) for pid in fleet.processes()]
         fleet.stop()
-        survivors = [pid for pid in started if _alive(pid)] + fleet.processes()
-        assert not survivors, f"sandbox processes survived teardown: {survivors}"
+        survivors = [pid for pid, since in started if _alive(pid) and _start_time(pid) == since] + fleet.processes()
+        assert not survivors, f"sandbox processes survived teardown: {[_describe(p) for p in survivors]}"
 
 
 _next = {"index": 0}

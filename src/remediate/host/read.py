@@ -8,6 +8,7 @@ from collections.abc import Callable
 from remediate.core import probes
 from remediate.core.probes import ProbeResult
 from remediate.core.unitfile.edit import SourceFile, UnitSources
+from remediate.core.unitfile.sources import load_service
 from remediate.errors import ConfigError, TransportError
 from remediate.host import templates
 from remediate.host.options import RunOptions
@@ -82,13 +83,19 @@ def sources_from_probe(found: ProbeResult) -> UnitSources:
 
 
 def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
-    """Where the server listens as seen from the host: its ``--host``/``--port`` (``--server-port`` wins)."""
+    """Where the server listens as seen from the host: its ``--host``/``--port`` (``--server-port`` wins).
+
+    ``systemctl show -p ExecStart`` prints ``argv[]`` as written (systemd expands variables only when it
+    spawns the process), so ``--host``/``--port`` inside an EnvironmentFile= variable are invisible there:
+    when that argv holds a ``$`` reference, the words come from the unit's files, as the planner reads them."""
     assert found.state is not None
-    for argv in found.state.exec_argvs:
-        if any("sglang" in word for word in argv):
-            host, port = probes.server_endpoint(argv)
-            return host, options.server_port or port
-    host, port = probes.server_endpoint(())  # no sglang ExecStart: sglang's own defaults
+    argv = next((list(a) for a in found.state.exec_argvs if any("sglang" in word for word in a)), [])
+    if any("$" in word for word in argv):
+        try:
+            argv = [item.text for item in load_service(sources_from_probe(found)).items()]
+        except ConfigError:
+            pass
+    host, port = probes.server_endpoint(argv)  # no sglang ExecStart: sglang's own defaults
     return host, options.server_port or port
 
 
