@@ -1,4 +1,4 @@
-"""`make demo`: the incident, end to end, on a sandbox GPU host (real sshd, daemon-less systemd).
+"""`make demo`: the incident, end to end, on a sandbox GPU host (systemd 252 in nspawn, real sshd).
 
 1. A sandbox host runs the incident's unit (Kimi-K2.6, TP8, --mem-fraction-static 0.94, no chunked
    prefill, no expandable segments) under a faithful sglang stand-in (load time compressed).
