@@ -123,6 +123,13 @@ class ProbeResult:
     files: dict[str, RemoteFile]
     has_systemd_analyze: bool
     now: float
+    unloaded_dropins: tuple[str, ...] = ()  # UNIT.d/*.conf on disk that the loaded unit does not list yet
+
+    @property
+    def needs_daemon_reload(self) -> bool:
+        """The unit on disk differs from the loaded one: NeedDaemonReload=yes, or a drop-in systemd has not
+        loaded (a drop-in in a new UNIT.d directory leaves NeedDaemonReload=no until units are next loaded)."""
+        return bool(self.unloaded_dropins) or (self.state is not None and self.state.needs_daemon_reload)
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -174,6 +181,15 @@ def _split_show_words(text: str) -> list[str]:
     return words
 
 
+def dropin_order(loaded: tuple[str, ...], unloaded: tuple[str, ...]) -> list[str]:
+    """The drop-ins systemd applies after the next daemon-reload: by file name across directories; for one
+    name, the first directory of the search path wins (the loaded list is already in that order)."""
+    chosen: dict[str, str] = {}
+    for path in (*loaded, *unloaded):
+        chosen.setdefault(path.rsplit("/", 1)[-1], path)
+    return [chosen[name] for name in sorted(chosen)]
+
+
 def parse_probe(text: str, unit: str | None) -> ProbeResult:
     """Split the framed output of ``templates/probe.sh.j2``."""
     candidates: tuple[str, ...] = ()
@@ -181,6 +197,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     files: dict[str, RemoteFile] = {}
     has_analyze = False
     now = 0.0
+    unloaded: tuple[str, ...] = ()
     section = ""
     current: dict[str, str] = {}
     b64: list[str] = []
@@ -221,6 +238,8 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 has_analyze = rest.strip() == "1"
             elif head == "now":
                 now = float(rest or 0)
+            elif head == "unloaded":
+                unloaded = tuple(rest.split())
             elif head == "file":
                 current = dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
             continue
@@ -231,7 +250,14 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     if section == "file":
         flush_file()
     state = ServiceState(unit=unit, properties=parse_show("\n".join(show_lines))) if unit else None
-    return ProbeResult(candidates=candidates, state=state, files=files, has_systemd_analyze=has_analyze, now=now)
+    return ProbeResult(
+        candidates=candidates,
+        state=state,
+        files=files,
+        has_systemd_analyze=has_analyze,
+        now=now,
+        unloaded_dropins=unloaded,
+    )
 
 
 def parse_server_info(body: bytes) -> int | None:
