@@ -143,10 +143,12 @@ def parse_show(text: str) -> dict[str, str]:
 
 
 def parse_exec_start(value: str) -> tuple[tuple[str, ...], ...]:
-    """The argv lists in systemd's ``{ path=… ; argv[]=… ; … }`` rendering of ExecStart.
+    """The argv lists in systemd's ``{ path=… ; argv[]=… ; ignore_errors=… ; start_time=[…] ; pid=… }``
+    rendering of ExecStart.
 
-    systemd prints argv[] words joined by spaces, quoting words that need it with C-style
-    double quotes; this is what PID 1 will exec after unquoting and continuation joining.
+    systemd 252 prints the argv[] words as written, joined by single spaces: unquoted (a word holding a
+    space cannot be told apart) and unexpanded (``$VAR``/``${VAR}`` stay; systemd expands them only when
+    it spawns the process). Good for ``--host``/``--port`` words, not for the whole command line.
     """
     argvs: list[tuple[str, ...]] = []
     for match in re.finditer(r"argv\[\]=(.*?) ; ignore_errors=", value):
