@@ -118,7 +118,7 @@ def build_tools(upper: Path) -> None:
     """The sandbox's own programs inside a host (also what reset() puts back)."""
     ulb = mirror(upper, "/usr/local/bin")
     _write(ulb / "systemctl", SYSTEMCTL_WRAPPER, 0o755)
-    shim = (REPO / "sandbox" / "fakesystemd" / "docker.py").read_text()
+    shim = (REPO / "sandbox" / "dockershim.py").read_text()
     docker = (
         "#!/usr/bin/python3 -IS\n"
         + shim

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what the sandbox hosts need, once, when missing: OpenSSH, sudo, util-linux, and for the real-systemd
+# Install what the sandbox hosts need, once, when missing: the OpenSSH client, util-linux, and for the real-systemd
 # hosts systemd-nspawn (systemd-container) and mmdebstrap (which builds their image, sandbox/rootfs).
 #
 # systemd-container is pinned to the version of the machine's installed systemd, so apt never upgrades the
@@ -7,9 +7,6 @@
 # postinst adds `mymachines`, which would route every name lookup through a machined that does not run here).
 set -euo pipefail
 need=()
-# the emulated hosts (sandbox/emulated.py, tests of sandbox/fakesystemd) run the machine's own sshd and sudo
-command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
-command -v sudo >/dev/null 2>&1 || need+=(sudo)
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)

@@ -1,7 +1,7 @@
 """Shared fixtures: a session-wide fleet of sandbox hosts (real systemd 252 in nspawn, real sshd), reset per test.
 
-``emulated_host`` is the old daemon-less host on ``sandbox/fakesystemd``, kept only for the tests of that
-emulation itself (tests/sandbox/test_systemd.py) and for faults real systemd cannot be made to produce.
+No test uses a systemd emulation: every fault the tests need is made real on these hosts (the sglang
+stand-in crashes, hangs or never gets healthy on demand; tests edit files under the tool's feet).
 """
 
 from __future__ import annotations
@@ -17,12 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sandbox import (  # noqa: E402
-    Sandbox,
-    SandboxError,
-    SandboxHost,
-    emulated,  # noqa: E402
-)
+from sandbox import Sandbox, SandboxError, SandboxHost  # noqa: E402
 from sandbox import host as sandbox_host_module  # noqa: E402
 
 FLEET_SIZE = int(os.environ.get("SANDBOX_FLEET_SIZE", "12"))  # the fleet rollout tests use 12
@@ -102,30 +97,3 @@ def sandbox_hosts(sandbox_fleet: Sandbox) -> Iterator[list[SandboxHost]]:
     yield sandbox_fleet.hosts
     for host in sandbox_fleet.hosts:
         host.kill_services()
-
-
-@pytest.fixture(scope="session")
-def emulated_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[emulated.Sandbox]:
-    """Two daemon-less hosts on the systemd emulation (sandbox/fakesystemd), for the emulation's own tests."""
-    reason = emulated.Sandbox.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    fleet = emulated.Sandbox(
-        tmp_path_factory.mktemp("emulated"),
-        2,
-        first_address=sandbox_host_module.free_address_block(2, 47),
-        name_prefix="emu-",
-    )
-    fleet.start()
-    try:
-        yield fleet
-    finally:
-        fleet.stop()
-
-
-@pytest.fixture
-def emulated_host(emulated_fleet: emulated.Sandbox) -> Iterator[emulated.SandboxHost]:
-    host = emulated_fleet.hosts[0]
-    host.reset()
-    yield host
-    host.kill_services()

@@ -10,6 +10,7 @@ import paramiko
 import pytest
 
 from sandbox import Sandbox, SandboxHost
+from sandbox.units import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -211,9 +212,10 @@ def test_sglang_venv_and_docker_shim(sandbox_host):
 
 
 def test_http_service_in_a_unit_answers_from_the_machine(sandbox_host):
+    port = free_port(sandbox_host.address)  # hosts share the machine's network with other sessions' servers
     sandbox_host.install_unit(
         "web.service",
-        "[Service]\nExecStart=/usr/bin/python3 -m http.server 30000 "
+        f"[Service]\nExecStart=/usr/bin/python3 -m http.server {port} "
         f"--bind {sandbox_host.address} --directory /etc/systemd/system\n",
     )
     deadline = time.monotonic() + 10
@@ -221,7 +223,7 @@ def test_http_service_in_a_unit_answers_from_the_machine(sandbox_host):
 
     while True:
         try:
-            with urllib.request.urlopen(f"http://{sandbox_host.address}:30000/web.service", timeout=1) as resp:
+            with urllib.request.urlopen(f"http://{sandbox_host.address}:{port}/web.service", timeout=1) as resp:
                 assert b"ExecStart" in resp.read()
                 break
         except OSError:
@@ -241,18 +243,19 @@ def test_sglang_standin_runs_as_a_unit(sandbox_host, launcher):
     import urllib.request
 
     host = sandbox_host
+    port = free_port(host.address)
     host.set_standin(time_scale=0.001, warmup_s=1)
     host.install_unit(
         "sglang.service",
         "[Unit]\nDescription=SGLang\n[Service]\n"
         'Environment="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"\n'
         f"ExecStart={launcher} --model-path moonshotai/Kimi-K2.6 --tp 8 \\\n"
-        f"  --mem-fraction-static 0.93 --chunked-prefill-size 4096 --host {host.address} --port 30000\n",
+        f"  --mem-fraction-static 0.93 --chunked-prefill-size 4096 --host {host.address} --port {port}\n",
     )
     deadline = time.monotonic() + 30
     while True:
         try:
-            with urllib.request.urlopen(f"http://{host.address}:30000/health", timeout=2) as resp:
+            with urllib.request.urlopen(f"http://{host.address}:{port}/health", timeout=2) as resp:
                 if resp.status == 200:
                     break
         except OSError:
@@ -260,7 +263,7 @@ def test_sglang_standin_runs_as_a_unit(sandbox_host, launcher):
         assert time.monotonic() < deadline, "\n".join(host.journal("sglang")[-20:])
         assert host.systemctl("is-failed", "sglang").returncode == 1, "\n".join(host.journal("sglang")[-20:])
         time.sleep(0.05)
-    with urllib.request.urlopen(f"http://{host.address}:30000/get_server_info", timeout=5) as resp:
+    with urllib.request.urlopen(f"http://{host.address}:{port}/get_server_info", timeout=5) as resp:
         info = json.load(resp)
     assert "195011" in json.dumps(info)
     assert any("max_total_num_tokens=195011" in line for line in host.journal("sglang"))
