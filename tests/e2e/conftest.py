@@ -121,8 +121,12 @@ class Node:
         return self.host.path(inside).stat().st_mode & 0o7777
 
     def ls(self, directory: str) -> list[str]:
+        """Names in ``directory`` that the host's image does not have (what tests and the tool put there)."""
         path = self.host.path(directory)
-        return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+        if not path.is_dir():
+            return []
+        image = self.fleet.image / directory.lstrip("/")
+        return sorted(p.name for p in path.iterdir() if not os.path.lexists(image / p.name))
 
     def backups(self, inside: str) -> list[str]:
         directory, name = os.path.split(inside)

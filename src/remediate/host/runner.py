@@ -92,7 +92,7 @@ def _already_healthy(
     when it answers with other values (edited and reloaded, never restarted), so it must restart."""
     state = found.state
     assert state is not None
-    if state.active_state != "active" or state.needs_daemon_reload:
+    if state.active_state != "active" or found.needs_daemon_reload:
         return None, False
     info, _ = fetch_server_info(transport, *endpoint_of(found, options))
     if info is None:
@@ -235,10 +235,13 @@ def status_host(
             "active_state": state.active_state,
             "sub_state": state.get("SubState"),
             "n_restarts": state.n_restarts,
-            "need_daemon_reload": state.needs_daemon_reload,
+            "need_daemon_reload": found.needs_daemon_reload,
         }
         if state.needs_daemon_reload:
             result.warnings.append("NeedDaemonReload=yes: the running server does not use the unit on disk")
+        elif found.unloaded_dropins:
+            listed = ", ".join(found.unloaded_dropins)
+            result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
         if state.active_state == "active":
             tokens, _ = fetch_tokens(transport, *endpoint_of(found, options))
             result.max_total_num_tokens = tokens
