@@ -462,12 +462,13 @@ class SandboxHost:
             time.sleep(0.005)
 
     def reset(self) -> None:
-        """Stop the tests' units; restore the files changed since boot; empty /tmp and the audit log;
+        """Stop the tests' units; restore the files changed since boot; empty /tmp, remediate's locks and the audit log;
         daemon-reload, reset-failed; journal() from here on shows only new lines."""
         self.kill_services()
         overlay.restore(self.upper, self.pristine, self.sandbox.image, self.path("/"))
         script = (
             "find /tmp /var/tmp -mindepth 1 -maxdepth 1 ! -name 'systemd-private-*' -exec rm -rf {} +; "
+            "rm -rf /run/lock/remediate-* /run/remediate; "  # locks of earlier tests (/run is a tmpfs, not the overlay)
             f": > {AUDIT_LOG}; systemctl daemon-reload && systemctl reset-failed"
         )
         self.run("/bin/sh", "-c", script, check=True)
