@@ -86,6 +86,8 @@ class BudgetModel:
 
     def min_viable_fraction(self) -> float:
         """The smallest fraction whose pool holds at least one page (below it sglang refuses to start)."""
+        if self.max_total_tokens is not None and self.max_total_tokens < max(1, self.page_size):
+            return math.inf  # the cap rounds down to zero pages: no fraction starts
         need_gib = max(1, self.page_size) * self.cell_bytes / GIB
         return 1.0 - (self.free1_gib - need_gib) / self.free0_gib
 
