@@ -130,3 +130,12 @@ def test_the_chosen_fraction_is_the_largest_that_fits(tried: int, tokens: int, f
         assert plan.chosen.fraction == max(fitting)
         assert plan.chosen.proposed is not None
         assert plan.chosen.proposed.usable_bytes >= plan.chosen.proposed.need_bytes * (1 + margin)
+
+
+def test_a_cap_below_one_page_gives_no_rows() -> None:
+    m = offline_model(
+        gpu_mem_gib=80.0, free_after_weights_gib=60.0, cell_bytes=131072, page_size=64, max_total_tokens=8
+    )
+    assert grid(0.9, m) == []
+    plan = choose(m, INCIDENT, centre=0.9, current=CRASHED, proposed=RECIPE, target_tokens=1000)
+    assert plan.rows == () and plan.chosen is None

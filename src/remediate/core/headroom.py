@@ -130,6 +130,8 @@ def overhead_gib(model: BudgetModel, spike: Spike | None) -> float | None:
 def grid(centre: float, model: BudgetModel, step: float = 0.01, top: float = 0.99) -> list[float]:
     """Fractions ``centre + k*step`` from just below the minimum viable one up to ``top`` (high to low)."""
     low = model.min_viable_fraction() - step
+    if not math.isfinite(low):
+        return []
     k_max = math.floor((top - centre) / step + 1e-9)
     k_min = math.ceil((max(low, step) - centre) / step - 1e-9)
     return [round(centre + k * step, 4) for k in range(k_max, k_min - 1, -1)]
