@@ -111,14 +111,19 @@ def test_only_the_last_start_counts() -> None:
 
 
 def test_a_repeated_load_begin_on_one_rank_starts_over_without_server_args() -> None:
-    numbers = parse_startup(
-        [
-            "[t TP0] Load weight begin. avail mem=40.00 GB",
-            "[t TP0] Load weight end. type=X, dtype=torch.bfloat16, avail mem=30.00 GB, mem usage=10.00 GB.",
-            "[t TP0] Load weight begin. avail mem=39.00 GB",
-        ]
-    )
-    assert (numbers.free0_gib, numbers.free1_gib) == (39.0, None)
+    end = "[t TP0] Load weight end. type=X, dtype=torch.bfloat16, avail mem={} GB, mem usage=10.00 GB."
+    first = ["[t TP0] Load weight begin. avail mem=40.00 GB", end.format("30.00")]
+    second = ["[t TP0] Load weight begin. avail mem=39.00 GB", end.format("29.00")]
+    assert (parse_startup(first + second).free0_gib, parse_startup(first + second).free1_gib) == (39.0, 29.0)
+
+
+def test_a_start_still_loading_does_not_hide_the_previous_one() -> None:
+    done = lines("standin-kimi-k2.6-tp8-0.94.journal")
+    loading = [line for line in lines("standin-kimi-k2.6-tp8-0.93.journal") if "Load weight end" not in line][:6]
+    assert any("Load weight begin" in line for line in loading)
+    numbers = parse_startup(done + loading)
+    assert numbers.max_total_num_tokens == 209007 and numbers.server_args["mem_fraction_static"] == 0.94
+    assert parse_startup(loading).free1_gib is None  # nothing earlier: the incomplete start as it is
 
 
 def test_interleaved_ranks_and_garbage() -> None:
@@ -142,6 +147,18 @@ def test_interleaved_ranks_and_garbage() -> None:
 @settings(max_examples=200, deadline=None)
 def test_parse_startup_never_raises(text: list[str]) -> None:
     parse_startup(text)
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=None)
+def test_real_lines_cut_anywhere_never_raise_and_never_invent(data: st.DataObject) -> None:
+    real = lines("qwen3-14b-tp2.log") + lines("standin-incident-crash-0.94.journal")
+    cut = [line[: data.draw(st.integers(0, len(line)))] for line in real]
+    numbers = parse_startup(cut)
+    assert numbers.free0_gib in {None, 18.73, 19.15, 91.6}  # a number is only read when its line is whole
+    assert numbers.free1_gib in {None, 17.22, 17.64, 19.17}
+    assert numbers.kv_tokens in {None, 139814, 209007}
+    assert numbers.max_total_num_tokens in {None, 209007}
 
 
 def test_server_info_shape() -> None:
@@ -315,3 +332,12 @@ def test_core_modules_do_no_io(path: Path) -> None:
                 assert not name.startswith("remediate.") or name.startswith(("remediate.core", "remediate.errors"))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             assert node.func.id not in {"open", "exec", "eval", "__import__"}
+
+
+def test_context_length_from_max_req_input_len() -> None:
+    numbers = StartupNumbers(free0_gib=91.60, free1_gib=19.17, kv_tokens=195011, kv_gib=12.76)
+    short = ServerSettings(mem_fraction_static=0.93, max_total_num_tokens=195011, max_req_input_len=131066)
+    assert model(numbers, short).context_len == 131072
+    assert model(numbers, short).predict(0.94).max_req_input_len == 131066
+    pool_bound = ServerSettings(mem_fraction_static=0.93, max_total_num_tokens=195011, max_req_input_len=195005)
+    assert model(numbers, pool_bound).context_len is None  # the pool, not the context, set it

@@ -154,13 +154,18 @@ def model_from_server(
         overhead = free0 * (1.0 - fraction) - startup.available_gpu_mem_gib
     if settings.speculative_algorithm or startup.server_args.get("speculative_algorithm"):
         notes.append("speculative decoding: the draft's extra pool tokens are only captured by the anchor")
+    context_len = startup.context_len or settings.context_length
+    if context_len is None and settings.max_req_input_len is not None and tokens:
+        # max_req_input_len = min(context_len - 1, tokens - 1) - 5: below the pool's bound it is the context's
+        if settings.max_req_input_len + 6 < tokens:
+            context_len = settings.max_req_input_len + 6
     model = BudgetModel(
         free0_gib=free0,
         free1_gib=free1,
         cell_bytes=cell,
         page_size=max(1, page),
         max_total_tokens=cap if cap and cap > 0 else None,
-        context_len=startup.context_len or settings.context_length,
+        context_len=context_len,
         overhead_gib=overhead,
         notes=tuple(notes),
     )

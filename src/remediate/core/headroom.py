@@ -194,7 +194,8 @@ def choose(
     short_tokens = target_tokens - chosen.prediction.tokens
     warnings.append(
         f"the target {target_tokens:,} tokens and the headroom the spike needs cannot both be met: "
-        f"{chosen.fraction:g} gives {chosen.prediction.tokens:,} ({-short_tokens / target_tokens * 100:+.1f}%)"
+        f"{chosen.fraction:g} gives {chosen.prediction.tokens:,} "
+        f"(\N{MINUS SIGN}{short_tokens / target_tokens * 100:.1f}%)"
     )
     short_bytes = None
     remedies: tuple[Remedy, ...] = ()
@@ -251,7 +252,7 @@ def _arithmetic(spike: Spike, proposed: Knobs, overhead: float, chosen: Row, mar
         lines.append(f"spike {spike.tried_bytes / 2**20:.0f} MiB (prefill size unknown: chunking not credited)")
     frag = spike.reserved_unallocated_bytes / 2**20
     lines.append(
-        f"fragmentation {frag:.0f} MiB reserved but unallocated: "
+        f"fragmentation {frag:.0f} MiB reserved but unallocated at the crash (it grows with traffic): "
         + ("recovered by expandable segments" if proposed.is_expandable else "not recovered (no expandable segments)")
     )
     lines.append(f"fixed overhead in the headroom {overhead:.2f} GiB (request pool, workspaces, CUDA graphs)")
@@ -299,7 +300,7 @@ def _remedies(
                 Remedy(
                     "--max-running-requests",
                     fewer,
-                    f"frees {(slots - fewer) * per_slot / GIB:.2f} GiB of the request pool ({slots} → {fewer} slots)",
+                    f"frees {(slots - fewer) * per_slot / GIB:.2f} GiB of the request pool: {slots} → {fewer} slots",
                 )
             )
     return tuple(remedies)

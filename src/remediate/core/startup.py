@@ -85,53 +85,78 @@ def _number(raw: str) -> int | float:
 
 
 def parse_startup(lines: Iterable[str]) -> StartupNumbers:
-    """The numbers of the last server start in journal/stderr text (a new ``server_args=`` starts over)."""
-    begin: dict[str, float] = {}
-    end: dict[str, float] = {}
-    kv: dict[str, tuple[int, float, bool]] = {}
-    capacity: re.Match[str] | None = None
-    args: dict[str, Any] = {}
-    evidence: list[str] = []
+    """The numbers of the last server start in journal/stderr text (a new ``server_args=`` starts over).
+
+    A start still loading (or cut off) has no ``Load weight end`` yet: then the last start that has
+    both memory lines is returned (a restart in progress does not hide what the previous start measured).
+    """
+    block = _Block()
+    complete: StartupNumbers | None = None
     for raw in lines:
         line = raw.rstrip("\n")
         rank = _rank(line)
-        if _SERVER_ARGS_RE.search(line) or (rank in begin and _LOAD_BEGIN_RE.search(line)):
-            begin, end, kv, capacity, evidence = {}, {}, {}, None, []
-            args = _server_args(line) if _SERVER_ARGS_RE.search(line) else {}
-            if args:
+        is_args = bool(_SERVER_ARGS_RE.search(line))
+        if is_args or (rank in block.begin and _LOAD_BEGIN_RE.search(line)):
+            done = block.numbers()
+            if done.free0_gib is not None and done.free1_gib is not None:
+                complete = done
+            block = _Block(args=_server_args(line) if is_args else {})
+            if is_args:
                 continue
+        block.feed(rank, line)
+    last = block.numbers()
+    if (last.free0_gib is None or last.free1_gib is None) and complete is not None:
+        return complete
+    return last
+
+
+@dataclass
+class _Block:
+    """The lines of one server start, per rank."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    begin: dict[str, float] = field(default_factory=dict)
+    end: dict[str, float] = field(default_factory=dict)
+    kv: dict[str, tuple[int, float, bool]] = field(default_factory=dict)
+    capacity: re.Match[str] | None = None
+    evidence: list[str] = field(default_factory=list)
+
+    def feed(self, rank: str, line: str) -> None:
         if match := _LOAD_BEGIN_RE.search(line):
-            begin[rank] = float(match.group(1))
+            self.begin[rank] = float(match.group(1))
         elif match := _LOAD_END_RE.search(line):
-            end[rank] = float(match.group(1))
-        elif (match := _KV_RE.search(line)) and rank not in kv:
+            self.end[rank] = float(match.group(1))
+        elif (match := _KV_RE.search(line)) and rank not in self.kv:
             tokens = int(match.group(1))
             if match.group(4) is not None:
-                kv[rank] = (tokens, float(match.group(4)), True)
+                self.kv[rank] = (tokens, float(match.group(4)), True)
             else:
-                kv[rank] = (tokens, float(match.group(2)) + float(match.group(3)), False)
+                self.kv[rank] = (tokens, float(match.group(2)) + float(match.group(3)), False)
         elif match := _CAPACITY_RE.search(line):
-            capacity = match
+            self.capacity = match
         else:
-            continue
-        evidence.append(line)
-    kv_min = min(kv.values()) if kv else None
-    chunk = capacity.group(2) if capacity else None
-    return StartupNumbers(
-        free0_gib=_min(begin),
-        free1_gib=_min(end),
-        kv_tokens=kv_min[0] if kv_min else None,
-        kv_gib=kv_min[1] if kv_min else None,
-        is_mla=kv_min[2] if kv_min else None,
-        max_total_num_tokens=int(capacity.group(1)) if capacity else None,
-        chunked_prefill_size=int(chunk) if chunk not in (None, "None") else None,
-        max_running_requests=int(capacity.group(4)) if capacity else None,
-        context_len=int(capacity.group(5)) if capacity else None,
-        available_gpu_mem_gib=float(capacity.group(6)) if capacity and capacity.group(6) else None,
-        server_args=args,
-        ranks=tuple(sorted(set(begin) | set(end) | set(kv))),
-        evidence=tuple(evidence),
-    )
+            return
+        self.evidence.append(line)
+
+    def numbers(self) -> StartupNumbers:
+        kv_min = min(self.kv.values()) if self.kv else None
+        capacity = self.capacity
+        chunk = capacity.group(2) if capacity else None
+        return StartupNumbers(
+            free0_gib=_min(self.begin),
+            free1_gib=_min(self.end),
+            kv_tokens=kv_min[0] if kv_min else None,
+            kv_gib=kv_min[1] if kv_min else None,
+            is_mla=kv_min[2] if kv_min else None,
+            max_total_num_tokens=int(capacity.group(1)) if capacity else None,
+            chunked_prefill_size=int(chunk) if chunk not in (None, "None") else None,
+            max_running_requests=int(capacity.group(4)) if capacity else None,
+            context_len=int(capacity.group(5)) if capacity else None,
+            available_gpu_mem_gib=float(capacity.group(6)) if capacity and capacity.group(6) else None,
+            server_args=dict(self.args),
+            ranks=tuple(sorted(set(self.begin) | set(self.end) | set(self.kv))),
+            evidence=tuple(self.evidence),
+        )
 
 
 @dataclass(frozen=True)
