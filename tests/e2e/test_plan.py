@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from typing import Any
 
@@ -11,12 +10,6 @@ import pytest
 from .conftest import UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
-
-# The diagnosed spike comes from remediate.core.diagnosis (issue 11); without it plan has no spike to size against.
-needs_diagnosis = pytest.mark.skipif(
-    importlib.util.find_spec("remediate.core.diagnosis") is None,
-    reason="remediate.core.diagnosis (issue 11) is not in this build: no diagnosed spike",
-)
 
 
 def _rows(result: dict[str, Any]) -> dict[float, dict[str, Any]]:
@@ -78,7 +71,6 @@ def test_plan_predicts_the_standin_pool_after_one_observation(incident: Node) ->
     assert len(node.observations.read_text().splitlines()) == 4
 
 
-@needs_diagnosis
 def test_oom_auto_keeps_094_with_chunking_and_expandable_and_survives_the_32k_prefill(incident: Node) -> None:
     node = incident
     _crash(node)
@@ -103,7 +95,6 @@ def test_oom_auto_keeps_094_with_chunking_and_expandable_and_survives_the_32k_pr
     assert "--mem-fraction-static 0.94" in node.host.read(UNIT_PATH)
 
 
-@needs_diagnosis
 def test_a_target_the_headroom_cannot_afford_picks_stability_and_says_so(incident: Node) -> None:
     node = incident
     _crash(node)

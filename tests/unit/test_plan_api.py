@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -280,9 +279,6 @@ def test_a_server_up_for_days_is_planned_from_its_start_far_back() -> None:
     assert {r["mem_fraction_static"]: r["max_total_num_tokens"] for r in doc["rows"]}[0.93] == 195011
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("remediate.core.diagnosis") is None, reason="remediate.core.diagnosis is not in this build"
-)
 def test_the_worst_rank_of_the_newest_crash_is_the_spike() -> None:
     lines = journal("standin-incident-crash-0.94.journal")
     first = next(i for i, line in enumerate(lines) if "Scheduler hit an exception" in line)

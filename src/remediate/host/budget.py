@@ -7,8 +7,6 @@ the choice are the pure core's (:mod:`remediate.core.budget`, :mod:`remediate.co
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -17,6 +15,7 @@ from typing import Any
 
 from remediate.core.budget import GIB, BudgetModel, CalibrationError, Measured, Unmodelled, calibrate, offline_model
 from remediate.core.budget import model_from_server as _model_from_server
+from remediate.core.diagnosis import parse_journal
 from remediate.core.headroom import Knobs, Plan, Spike, choose
 from remediate.core.observation import matching
 from remediate.core.probes import ProbeResult
@@ -79,19 +78,9 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _diagnosis_module() -> Any | None:
-    """``remediate.core.diagnosis`` (issue 11) where this build has it; the plan states it when not."""
-    if importlib.util.find_spec("remediate.core.diagnosis") is None:
-        return None
-    return importlib.import_module("remediate.core.diagnosis")
-
-
 def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
     """The newest runtime CUDA OOM of a prefill with its numbers, as a spike (plus what was missing)."""
-    diagnosis = _diagnosis_module()
-    if diagnosis is None:
-        return None, "diagnosis is not available in this build: no spike to size the headroom against"
-    result = diagnosis.parse_journal(journal)
+    result = parse_journal(journal)
     ooms = [f for f in result.findings if f.kind == "cuda_oom_runtime" and f.tried_bytes]
     if not ooms:
         return None, "no runtime CUDA OOM in the journal"
@@ -100,7 +89,7 @@ def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
     runs = result.runs
     fraction = runs[finding.run].mem_fraction_static if 0 <= finding.run < len(runs) else None
     spike = Spike(
-        tried_bytes=int(finding.tried_bytes),
+        tried_bytes=finding.tried_bytes or 0,
         prefill_tokens=finding.prefill_tokens if finding.phase in (None, "prefill", "unknown") else None,
         free_bytes=int(finding.free_bytes or 0),
         reserved_unallocated_bytes=int(finding.reserved_unallocated_bytes or 0),
