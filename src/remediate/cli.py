@@ -23,6 +23,7 @@ from remediate.core.unitfile.report import display_text
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 from remediate.fleet import settings, sweep
 from remediate.fleet.request import OomRequest
+from remediate.host.budget import OFFLINE_KEYS, offline_plan
 from remediate.models import HostResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,13 +32,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix":
 _ssh_options = settings.ssh_from_cli  # the command line's connection options → SSHOptions
 
 
-def _stdout() -> Console:
-    # Colors only on a TTY (rich's default); logs and pipes get wide, plain tables.
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-
-
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+_stdout, _stderr = render.stdout_console, render.stderr_console
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -264,6 +259,7 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
               help="Apply even when the latest crash contradicts it (see diagnose).")  # fmt: skip
 @click.option("--no-rollback", is_flag=True, allow_from_autoenv=False,
               help="Leave the new state in place when the server does not come back.")  # fmt: skip
+@click.option("--auto", is_flag=True, help="Choose fraction, chunk and alloc conf per host from its evidence (plan).")
 @_handle_errors
 def oom(**kw: Any) -> None:
     """Apply the OOM fix to sglang hosts as one verified transaction each.
@@ -294,6 +290,7 @@ def oom(**kw: Any) -> None:
         force=kw["force"],
         retry_file=kw["retry_file"],
         lock_timeout=kw["lock_timeout"],
+        auto=kw["auto"],
     )
     with _progress(kw["as_json"]) as progress:
         confirm = _confirm(kw, progress)
@@ -429,6 +426,30 @@ def bench(**kw: Any) -> None:
         results = api.bench(request=request, progress=bar)
     render_bench.bench_report(_stdout(), results, request.args, as_json=kw["as_json"])
     sys.exit(sweep.finish(results, request, version=__version__))
+
+
+# fmt: off
+@cli.command()
+@connection_options
+@click.option("--target-tokens", type=click.IntRange(min=1), help="The pool size wanted (max_total_num_tokens).")
+@click.option("--chunked-prefill-size", type=int, metavar="N", help="The chunk to plan with (default 4096).")
+@click.option("--margin", type=click.FloatRange(0, 10), default=0.1, show_default=True, help="Spare headroom share.")
+@click.option("--offline", is_flag=True, help="What-if without a host: free GiB before/after weights, KV bytes/token.")
+@click.option("--gpu-mem-gib", type=float, help="--offline: free GiB before the weights load (sglang's total).")
+@click.option("--free-after-weights-gib", type=float, help="--offline: free GiB after the weights load.")
+@click.option("--cell-bytes", type=float, help="--offline: KV cache bytes per token per rank.")
+@click.option("--page-size", type=click.IntRange(min=1), default=1, help="--offline: the KV page size (default 1).")
+@_handle_errors
+def plan(**kw: Any) -> None:
+    """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
+    if kw["offline"]:
+        doc = offline_plan(**{k: kw[k] for k in OFFLINE_KEYS})
+        return click.echo(render.dumps({"offline": True, "plan": doc})) if kw["as_json"] else render.plan_table(
+            _stdout(), doc, title="offline plan")
+    keys = ("unit", "target_tokens", "chunked_prefill_size", "margin")
+    results = api.plan(kw["targets"], inventory=kw["inventory"], ssh=_ssh_options(kw), **{k: kw[k] for k in keys})
+    _exit_with_table(results, as_json=kw["as_json"], table=render.plan_report)
+# fmt: on
 
 
 def main() -> None:

@@ -212,7 +212,7 @@ class Node:
     ) -> CliRun:
         argv = self.argv(command, *args, target=target, ssh_config=ssh_config) + (["--json"] if json_out else [])
         proc = subprocess.run(
-            argv, cwd=self.tmp_path, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=_cli_env()
+            argv, cwd=self.tmp_path, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=self.env()
         )
         document = None
         if json_out and proc.stdout.strip():
@@ -221,6 +221,14 @@ class Node:
             except ValueError:
                 document = None
         return CliRun(argv, proc.returncode, proc.stdout, proc.stderr, document)
+
+    @property
+    def observations(self) -> Path:
+        """This test's calibration log (every healthy oom/rollback appends to it)."""
+        return self.tmp_path / "state" / "remediate" / "observations.jsonl"
+
+    def env(self) -> dict[str, str]:
+        return {**_cli_env(), "XDG_STATE_HOME": str(self.tmp_path / "state")}
 
     def popen(self, command: str, *args: str) -> subprocess.Popen[str]:
         """Start the CLI in the background (--json); killed by PID at teardown if still running."""
@@ -231,7 +239,7 @@ class Node:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_cli_env(),
+            env=self.env(),
             start_new_session=True,
         )
         self.children.append(proc)

@@ -25,6 +25,7 @@ from remediate.host.health import Healthy, fetch_server_info, fetch_tokens
 from remediate.host.lock import run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
+from remediate.host.plan import auto_step
 from remediate.host.read import endpoint_of, read_unit, run_read_only
 from remediate.host.transaction import transact
 from remediate.models import HostResult, ProgressFn
@@ -35,7 +36,7 @@ def _fill_plan(result: HostResult, plan: EditPlan) -> None:
     record_settings(result, plan.before, plan.after)
     result.diff = "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files)
     result.summary = summary_lines(plan)
-    result.notes = list(plan.notes)
+    result.notes.extend(plan.notes)  # after any note of the --auto plan
     result.changed = plan.is_changed
 
 
@@ -169,7 +170,8 @@ def _remediate_locked(
         unit = record_unit(result, found).unit
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
-        plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
+        plan = plan_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
         refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
         epoch = int(now())
