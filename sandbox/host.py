@@ -469,6 +469,8 @@ class SandboxHost:
         script = (
             "find /tmp /var/tmp -mindepth 1 -maxdepth 1 ! -name 'systemd-private-*' -exec rm -rf {} +; "
             "rm -rf /run/lock/remediate-* /run/remediate; "  # locks of earlier tests (/run is a tmpfs, not the overlay)
+            # the journal of earlier tests: remediate reads a unit's whole journal (diagnose, plan), a test sees its own
+            "journalctl --rotate >/dev/null 2>&1; journalctl --vacuum-files=1 >/dev/null 2>&1; "
             f": > {AUDIT_LOG}; systemctl daemon-reload && systemctl reset-failed"
         )
         self.run("/bin/sh", "-c", script, check=True)
