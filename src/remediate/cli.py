@@ -8,23 +8,36 @@ authentication/host-key failure only, 70 a bug (traceback printed).
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
-from remediate import __version__, api, render
-from remediate.core.unitfile.report import display_text
+from remediate import __version__
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
-from remediate.fleet import settings
-from remediate.fleet.request import OomRequest
-from remediate.models import HostResult
-from remediate.transport.base import SSHOptions
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from remediate import api, render
+    from remediate.fleet import settings
+    from remediate.models import HostResult
+else:
+    # `--help`, `--version` and option parsing need none of the layers below (paramiko, fabric, rich, jinja2,
+    # yaml): each module is imported when a command first uses it.
+    class _OnFirstUse:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(importlib.import_module(self._name), attr)
+
+    api, render, settings = (_OnFirstUse(f"remediate.{name}") for name in ("api", "render", "fleet.settings"))
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,15 +45,16 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix":
 
 
 def _stdout() -> Console:
-    # Colors only on a TTY (rich's default); logs and pipes get wide, plain tables.
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+    return render.console()
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return render.console(stderr=True)
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    from remediate.core.unitfile.report import display_text
+
     click.echo(f"remediate: {display_text(message)}", err=True)
     sys.exit(code)
 
@@ -154,17 +168,6 @@ def _timeout(kw: dict[str, Any], name: str, default: float) -> float:
     return value
 
 
-def _ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> SSHOptions:
-    return SSHOptions(
-        connect_timeout=connect_timeout or kw.get("connect_timeout") or 10.0,
-        identity=kw.get("identity"),
-        known_hosts=kw.get("known_hosts"),
-        accept_new_host_key=bool(kw.get("accept_new_host_key")),
-        ssh_config=kw.get("ssh_config"),
-        sudo=bool(kw.get("sudo")),
-    )
-
-
 def _emit(
     results: Sequence[HostResult], *, as_json: bool, dry_run: bool = False, extra: dict[str, Any] | None = None
 ) -> int:
@@ -227,7 +230,8 @@ def cli() -> None:
       remediate oom all -i inventory.yaml --canary 1 --batch 25%
       remediate rollback gpu-01
     """
-    refused = settings.safety_from_env(os.environ)
+    # Only a REMEDIATE_* variable can be refused: without one, start-up skips importing the settings layer.
+    refused = any(k.startswith("REMEDIATE_") for k in os.environ) and settings.safety_from_env(os.environ)
     if refused:
         _fail(refused)
 
@@ -288,10 +292,12 @@ def oom(**kw: Any) -> None:
       remediate oom gpu-01 --target-tokens 200000 --json
       remediate oom gpu-* -i inventory.yaml --canary 1 --batch 25% --forks 4
     """
+    from remediate.fleet.request import OomRequest
+
     request = OomRequest(
         targets=tuple(kw["targets"]),
         inventory=kw["inventory"],
-        ssh=_ssh_options(kw),
+        ssh=settings.ssh_from_cli(kw),
         unit=kw["unit"],
         cli_desired=settings.parse_desired_args(kw),
         min_tokens=kw["min_tokens"],
@@ -325,7 +331,7 @@ def status(**kw: Any) -> None:
     results = api.status(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)),
+        ssh=settings.ssh_from_cli(kw, _timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
     )
     _exit_with_table(results, as_json=kw["as_json"], table=render.status_table)
@@ -346,8 +352,8 @@ def diagnose(**kw: Any) -> None:
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
     """
     named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
-    _exit_with_table(api.diagnose(kw["targets"], ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)), **named),
-                     as_json=kw["as_json"], table=render.diagnose_report)  # fmt: skip
+    ssh = settings.ssh_from_cli(kw, _timeout(kw, "connect_timeout", 10.0))
+    _exit_with_table(api.diagnose(kw["targets"], ssh=ssh, **named), as_json=kw["as_json"], table=render.diagnose_report)
 
 
 @cli.command()
@@ -372,7 +378,7 @@ def backups(**kw: Any) -> None:
     results = api.backups(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)),
+        ssh=settings.ssh_from_cli(kw, _timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
@@ -407,7 +413,7 @@ def rollback(**kw: Any) -> None:
         rollout = api.rollback(
             kw["targets"],
             inventory=kw["inventory"],
-            ssh=_ssh_options(kw),
+            ssh=settings.ssh_from_cli(kw),
             unit=kw["unit"],
             to=kw["to"],
             timeout=_timeout(kw, "wait_timeout", 900.0),

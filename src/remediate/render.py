@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections import Counter
@@ -20,6 +21,13 @@ from rich.text import Text
 from remediate.core.unitfile.edit import EditPlan
 from remediate.core.unitfile.report import display_text, mask_data, plan_to_dict, summary_lines, unified_diff
 from remediate.models import HostResult
+
+
+def console(*, stderr: bool = False) -> Console:
+    """Where reports go: colors only on a TTY (rich's default); logs and pipes get wide, plain tables."""
+    if stderr:
+        return Console(stderr=True, highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 def _safe(text: str) -> str:

@@ -78,6 +78,18 @@ def _all_addresses(targets: Sequence[str]) -> bool:
     return all("@" in t or t[:1].isdigit() or t.startswith("[") for t in targets)
 
 
+def ssh_from_cli(kw: Mapping[str, Any], connect_timeout: float | None = None) -> SSHOptions:
+    """The connection options given on the command line (inventory entries refine them: :func:`ssh_for`)."""
+    return SSHOptions(
+        connect_timeout=connect_timeout or kw.get("connect_timeout") or 10.0,
+        identity=kw.get("identity"),
+        known_hosts=kw.get("known_hosts"),
+        accept_new_host_key=bool(kw.get("accept_new_host_key")),
+        ssh_config=kw.get("ssh_config"),
+        sudo=bool(kw.get("sudo")),
+    )
+
+
 def ssh_for(entry: HostEntry, cli: SSHOptions) -> SSHOptions:
     s = entry.settings
     return SSHOptions(
