@@ -46,13 +46,6 @@ _OUTCOME_STYLE = {
 }
 
 
-def console(*, stderr: bool = False) -> Console:
-    """Where reports go: colors only on a TTY (rich's default); logs and pipes get wide, plain tables."""
-    if stderr:
-        return Console(stderr=True, highlight=False, soft_wrap=True)
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-
-
 def diff_lines(console: Console, diff: str) -> None:
     for line in diff.splitlines():
         style = None

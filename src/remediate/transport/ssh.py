@@ -234,7 +234,7 @@ class SSHTransport:
         )
 
     @contextmanager
-    def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[None]:
+    def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[str]:
         """Keep ``command`` running on its own channel for the duration of the context; closing the
         channel (or losing the connection) ends it, so a lock it holds can never outlive this process."""
         if not self._opened:
@@ -251,7 +251,7 @@ class SSHTransport:
                 chan.settimeout(0.1)
                 seen = b""
                 deadline = time.monotonic() + timeout
-                while marker not in seen:
+                while not (seen.startswith(marker) or b"\n" + marker in seen):
                     if chan.exit_status_ready() and not chan.recv_ready():
                         err = chan.recv_stderr(65536) if chan.recv_stderr_ready() else b""
                         result = CommandResult(command, chan.recv_exit_status(), seen.decode(), err.decode())
@@ -259,10 +259,10 @@ class SSHTransport:
                     if time.monotonic() > deadline:
                         raise ConnectError(self.host, f"no {ready!r} from the host within {timeout:.0f}s")
                     try:
-                        seen += chan.recv(4096)
+                        seen += chan.recv(65536)
                     except TimeoutError:
                         continue
-            yield
+            yield seen.decode("utf-8", "replace")
         finally:
             chan.close()
 
