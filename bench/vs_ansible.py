@@ -125,16 +125,28 @@ def sshd_counts(host: SandboxHost) -> tuple[int, int]:
     return len(re.findall(r"Accepted publickey", text)), len(re.findall(r"Starting session: command", text))
 
 
-def run_remediate(fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path) -> None:
+def run_remediate(
+    fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path
+) -> dict[str, float]:
     argv = [sys.executable, "-m", "remediate", "oom", *(h.name for h in hosts), "--ssh-config", str(fleet.ssh_config)]
     argv += ["--forks", str(forks), "--json"]
     proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600)
-    outcomes = {r["host"]: r["outcome"] for r in json.loads(proc.stdout or '{"results": []}')["results"]}
+    results = json.loads(proc.stdout or '{"results": []}')["results"]
+    outcomes = {r["host"]: r["outcome"] for r in results}
     if proc.returncode != 0 or set(outcomes.values()) != {"remediated"}:
         raise SystemExit(f"remediate failed (exit {proc.returncode}): {outcomes}\n{proc.stderr[-2000:]}")
+    # The tool's own phases (`--json`), averaged over the hosts: where remediate's wall time goes.
+    phases: dict[str, float] = {}
+    for result in results:
+        for phase in result["phases"]:
+            key = f"phase_{phase['name']}_s"
+            phases[key] = phases.get(key, 0.0) + phase["seconds"] / len(results)
+    return phases
 
 
-def run_ansible(fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path) -> None:
+def run_ansible(
+    fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path
+) -> dict[str, float]:
     inventory = work / "ansible-hosts.yaml"
     inventory.write_text(
         json.dumps(
@@ -174,9 +186,12 @@ def run_ansible(fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int],
         raise SystemExit(
             f"ansible-playbook failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
         )
+    return {}
 
 
-def run_floor(fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path) -> None:
+def run_floor(
+    fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path
+) -> dict[str, float]:
     script = "systemctl daemon-reload && systemctl reset-failed sglang.service; systemctl restart sglang.service"
 
     def one(host: SandboxHost) -> None:
@@ -194,6 +209,7 @@ def run_floor(fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], f
 
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts)))) as pool:
         list(pool.map(one, hosts))
+    return {}
 
 
 RUNNERS = {"remediate": run_remediate, "ansible": run_ansible, "floor": run_floor}
@@ -205,7 +221,7 @@ def measure(contender: str, fleet: Sandbox, hosts: list[SandboxHost], forks: int
     before = {h.name: (sshd_counts(h), len(h.audit())) for h in hosts}
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    RUNNERS[contender](fleet, hosts, ports, forks, work)
+    extra = RUNNERS[contender](fleet, hosts, ports, forks, work)
     wall = time.monotonic() - start
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     conns = sessions = systemctls = 0
@@ -220,6 +236,7 @@ def measure(contender: str, fleet: Sandbox, hosts: list[SandboxHost], forks: int
         "ssh_connections_per_host": conns / n,
         "sessions_per_host": sessions / n,
         "systemctl_per_host": systemctls / n,
+        **extra,
     }
 
 
@@ -269,7 +286,7 @@ def print_table(samples: dict[str, dict[str, list[dict[str, float]]]], runs: int
     head += f"{'ssh conn/h':>11}{'sessions/h':>11}{'systemctl/h':>12}{'ctl CPU s':>10}"
     print(head)
     for n, per in samples.items():
-        med = {c: {k: statistics.median(s[k] for s in v) for k in v[0]} for c, v in per.items() if v}
+        med = {c: {k: statistics.median(s.get(k, 0.0) for s in v) for k in v[0]} for c, v in per.items() if v}
         floor = med.get("floor", {}).get("wall_s")
         for contender, m in med.items():
             ratio = f"{m['wall_s'] / floor:.2f}" if floor else "-"
@@ -283,6 +300,17 @@ def print_table(samples: dict[str, dict[str, list[dict[str, float]]]], runs: int
             over_r, over_a = r - floor, a - floor
             ratio = f"{over_a / over_r:.1f}x" if over_r > 0 else "n/a"
             print(f"{'':>5} remediate is {a / r:.1f}x faster than Ansible in wall time, {ratio} in overhead")
+        if "remediate" in med:
+            print(f"{'':>5} {phase_line(med['remediate'])}")
+
+
+def phase_line(m: dict[str, float]) -> str:
+    """remediate's own phases (medians, s); what the phases do not cover is start-up, imports and output."""
+    phases = {k[len("phase_") : -len("_s")]: v for k, v in m.items() if k.startswith("phase_")}
+    if not phases:
+        return "remediate phases: -"
+    outside = m["wall_s"] - sum(phases.values())
+    return "remediate phases s: " + " ".join(f"{k} {v:.3f}" for k, v in phases.items()) + f" | outside {outside:.3f}"
 
 
 if __name__ == "__main__":
