@@ -129,7 +129,8 @@ def run_remediate(
     fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path
 ) -> dict[str, float]:
     argv = [sys.executable, "-m", "remediate", "oom", *(h.name for h in hosts), "--ssh-config", str(fleet.ssh_config)]
-    argv += ["--forks", str(forks), "--json"]
+    # No canary batch: the playbook has no `serial` either, so both start every host at once.
+    argv += ["--forks", str(forks), "--canary", "0", "--json"]
     proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600)
     results = json.loads(proc.stdout or '{"results": []}')["results"]
     outcomes = {r["host"]: r["outcome"] for r in results}
