@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport
 
+from remediate.core import probes
 from remediate.host import commit, templates
 from remediate.host.commit import FileWrite
 from remediate.host.lock import LOCK_HELD_EXIT, lock_path
@@ -204,3 +206,43 @@ def test_prune_script_refuses_while_the_lock_is_held(tmp_path: Path) -> None:
         holder.stdout.close()
     done = subprocess.run(["bash", "-s"], input=prune, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and f"@@deleted {backup}" in done.stdout and not backup.exists()
+
+
+def test_probe_asks_systemctl_once() -> None:
+    """The paths to read (fragment, drop-ins, environment files) come from the one `systemctl show`."""
+    script = probe_script("sglang.service", lock_dir="/run/lock", lock_wait=1)
+    assert len(re.findall(r"^\s*[^#\n]*\bsystemctl\b", script, re.MULTILINE)) == 1
+
+
+@needs_tools
+def test_probe_reads_every_file_its_one_systemctl_show_names(tmp_path: Path) -> None:
+    """For real, with a `systemctl` that prints what systemd would: the fragment, the drop-in, the loaded
+    environment files (ignore_errors suffixes stripped) and those only on disk are all read."""
+    frag, dropin = tmp_path / "sglang.service", tmp_path / "sglang.service.d" / "10-env.conf"
+    loaded, on_disk = tmp_path / "loaded.env", tmp_path / "disk.env"
+    dropin.parent.mkdir()
+    frag.write_text(f"[Service]\nEnvironmentFile=-{on_disk}\nExecStart=/usr/bin/python -m sglang.launch_server\n")
+    dropin.write_text("[Service]\nEnvironment=A=1\n")
+    loaded.write_text("B=2\n")
+    on_disk.write_text("C=3\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "systemctl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo 'FragmentPath={frag}'\necho 'DropInPaths={dropin}'\n"
+        f"echo 'EnvironmentFiles={loaded} (ignore_errors=no)'\n"
+        f"echo 'EnvironmentFiles={tmp_path}/gone.env (ignore_errors=yes)'\n"
+        "echo 'ActiveState=active'\n"
+    )
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    done = subprocess.run(
+        ["bash", "-s"], input=probe_script("sglang.service"), capture_output=True, text=True, env=env, check=True
+    )
+    found = probes.parse_probe(done.stdout, "sglang.service")
+    assert found.state is not None and found.state.fragment_path == str(frag)
+    assert found.state.active_state == "active"
+    assert set(found.files) == {str(frag), str(dropin), str(loaded), str(on_disk), f"{tmp_path}/gone.env"}
+    assert found.files[str(loaded)].text == "B=2\n" and not found.files[f"{tmp_path}/gone.env"].exists
+    assert done.stdout.count("@@file ") == 5  # each once
