@@ -46,13 +46,11 @@ def journal_since(transport: Transport, unit: str, since_epoch: float | None, li
     return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
 
 
-def read_state(transport: Transport, unit: str) -> tuple[ServiceState, str]:
-    """One round trip: the unit's state and its newest journal line."""
+def read_state(transport: Transport, unit: str, *, newest_line: bool = True) -> tuple[ServiceState, str]:
+    """One round trip: the unit's state and (for the progress line) its newest journal line."""
     quoted = shlex.quote(unit)
-    result = transport.run(
-        f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; "
-        f"journalctl -u {quoted} -o cat --no-pager -n 1 2>/dev/null"
-    )
+    journal = f"journalctl -u {quoted} -o cat --no-pager -n 1 2>/dev/null" if newest_line else "true"
+    result = transport.run(f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; {journal}")
     show, _, tail = result.stdout.partition("@@journal\n")
     return ServiceState(unit=unit, properties=parse_show(show)), mask_secrets(tail.strip())
 
@@ -124,10 +122,10 @@ def wait_healthy(
         lines = journal_since(transport, unit, restart_epoch)
         return UnhealthyError(transport.host, message, journal=explain_crash(lines))
 
-    def check_state(elapsed: float) -> None:
+    def check_state(elapsed: float, *, newest_line: bool = True) -> None:
         nonlocal state_read_at, newest
         state_read_at = waited
-        state, newest = read_state(transport, unit)
+        state, newest = read_state(transport, unit, newest_line=newest_line)
         if state.active_state == "failed":
             raise fail(f"{unit} failed (Result={state.result}) while waiting for the server")
         # With Restart=on-failure a crash shows as `activating (auto-restart)`, not `failed`, and
@@ -165,7 +163,8 @@ def wait_healthy(
                 tokens = parse_capacity_line(journal_since(transport, unit, restart_epoch))
                 source = "journal"
             if tokens is not None:
-                check_state(elapsed)  # the unit we restarted, not a crash loop or another server, answers
+                # The unit we restarted answers, not a crash loop or another server (no progress line to show).
+                check_state(elapsed, newest_line=False)
                 return Healthy(tokens=tokens, source=source, info=info, seconds=time.monotonic() - start, polls=polls)
             phase = "healthy, waiting for max_total_num_tokens"
         if state_read_at is None or _state_due(waited - state_read_at, waited):
