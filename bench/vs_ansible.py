@@ -17,7 +17,10 @@ VERBOSE: ``Accepted publickey`` and ``Starting session``), systemctl invocations
 audit logs) and controller CPU seconds (children's rusage). ``--json-out`` (default under
 ``bench/results/``) keeps the raw samples so runs can be compared.
 
-    .venv/bin/python bench/vs_ansible.py [--hosts 1,10,20] [--runs 3] [--forks 20]
+    .venv/bin/python bench/vs_ansible.py [--hosts 1,10,20] [--runs 3] [--forks 20] [--baseline-src DIR]
+
+``--baseline-src DIR`` adds remediate from another source tree (e.g. a checkout of main's ``src``) as a
+fourth contender, so a change is measured paired with what it replaces.
 """
 
 from __future__ import annotations
@@ -126,12 +129,13 @@ def sshd_counts(host: SandboxHost) -> tuple[int, int]:
 
 
 def run_remediate(
-    fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path
+    fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path, *, baseline: bool = False
 ) -> dict[str, float]:
     argv = [sys.executable, "-m", "remediate", "oom", *(h.name for h in hosts), "--ssh-config", str(fleet.ssh_config)]
     # No canary batch: the playbook has no `serial` either, so both start every host at once.
     argv += ["--forks", str(forks), "--canary", "0", "--json"]
-    proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, PYTHONPATH=str(BASELINE_SRC)) if baseline else None
+    proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=600, env=env)
     results = json.loads(proc.stdout or '{"results": []}')["results"]
     outcomes = {r["host"]: r["outcome"] for r in results}
     if proc.returncode != 0 or set(outcomes.values()) != {"remediated"}:
@@ -213,7 +217,15 @@ def run_floor(
     return {}
 
 
-RUNNERS = {"remediate": run_remediate, "ansible": run_ansible, "floor": run_floor}
+def run_baseline(
+    fleet: Sandbox, hosts: list[SandboxHost], ports: dict[str, int], forks: int, work: Path
+) -> dict[str, float]:
+    """remediate from another source tree (``--baseline-src``), e.g. main's, paired with this one."""
+    return run_remediate(fleet, hosts, ports, forks, work, baseline=True)
+
+
+RUNNERS = {"remediate": run_remediate, "ansible": run_ansible, "floor": run_floor, "baseline": run_baseline}
+BASELINE_SRC: Path | None = None
 
 
 def measure(contender: str, fleet: Sandbox, hosts: list[SandboxHost], forks: int, work: Path) -> dict[str, float]:
@@ -248,9 +260,15 @@ def main() -> int:
     parser.add_argument("--forks", type=int, default=20)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--baseline-src", type=Path, help="also run remediate from this src/ directory (contender 'baseline')"
+    )
     args = parser.parse_args()
+    global BASELINE_SRC
+    if args.baseline_src:
+        BASELINE_SRC = args.baseline_src.resolve()
     sizes = [int(s) for s in args.hosts.split(",") if s.strip()]
-    contenders = [c for c in args.contenders.split(",") if c]
+    contenders = [c for c in args.contenders.split(",") if c] + (["baseline"] if args.baseline_src else [])
     reason = Sandbox.unavailable_reason()
     if reason:
         print(f"cannot run sandbox hosts: {reason}", file=sys.stderr)
@@ -301,17 +319,19 @@ def print_table(samples: dict[str, dict[str, list[dict[str, float]]]], runs: int
             over_r, over_a = r - floor, a - floor
             ratio = f"{over_a / over_r:.1f}x" if over_r > 0 else "n/a"
             print(f"{'':>5} remediate is {a / r:.1f}x faster than Ansible in wall time, {ratio} in overhead")
-        if "remediate" in med:
-            print(f"{'':>5} {phase_line(med['remediate'])}")
+        for contender in ("remediate", "baseline"):
+            if contender in med:
+                print(f"{'':>5} {phase_line(med[contender], contender)}")
 
 
-def phase_line(m: dict[str, float]) -> str:
+def phase_line(m: dict[str, float], contender: str = "remediate") -> str:
     """remediate's own phases (medians, s); what the phases do not cover is start-up, imports and output."""
     phases = {k[len("phase_") : -len("_s")]: v for k, v in m.items() if k.startswith("phase_")}
     if not phases:
-        return "remediate phases: -"
+        return f"{contender} phases: -"
     outside = m["wall_s"] - sum(phases.values())
-    return "remediate phases s: " + " ".join(f"{k} {v:.3f}" for k, v in phases.items()) + f" | outside {outside:.3f}"
+    listed = " ".join(f"{k} {v:.3f}" for k, v in phases.items())
+    return f"{contender} phases s: {listed} | outside {outside:.3f}"
 
 
 if __name__ == "__main__":
