@@ -84,3 +84,19 @@ def test_another_server_answering_while_the_unit_failed_is_not_success(naps: lis
     host.http("/server_info", INFO)
     with pytest.raises(UnhealthyError, match="failed"):
         _wait(host)
+
+
+def test_a_fresh_look_at_our_running_unit_is_not_repeated_when_the_server_answers(naps: list[float]) -> None:
+    host = _host(refused=1)  # the state read on the first poll saw it active, InvocationID ours, MainPID set
+    assert _wait(host) == 195011
+    assert len(host.ran(POLL)) == 1
+
+
+def test_an_activating_unit_is_looked_at_again_when_the_server_answers(naps: list[float]) -> None:
+    host = FakeTransport("gpu-01")
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2"), state_output(invocation_id="inv-2"))
+    host.on(r"\Ajournalctl", "\n")
+    host.http("/health", None, 200)
+    host.http("/server_info", INFO)
+    assert _wait(host) == 195011
+    assert len(host.ran(POLL)) == 2

@@ -109,13 +109,15 @@ def wait_healthy(
     Every poll is a ``/health`` GET through the connection (a direct-tcpip channel: no process on the host);
     the unit's state (``systemctl show`` + the newest journal line, one command) is read on the first poll
     and then on a schedule that thins out while the server loads (:func:`_state_due`), and once more when it
-    answers, so a crash, a systemd restart or another server on the port is never taken for the new server."""
+    answers unless a read under a second old saw the unit active with our InvocationID and a MainPID, so a
+    crash, a systemd restart or another server on the port is never taken for the new server."""
     host, port = endpoint
     start = time.monotonic()
     baseline: dict[str, int] = {}
     polls = 0
     waited = 0.0  # the pauses so far (monotonic in production, and in tests whose sleeps are recorded)
     state_read_at: float | None = None  # ``waited`` at the last state read
+    ours_at: float | None = None  # monotonic time of the last state read that showed our server running
     newest = ""
 
     def fail(message: str) -> UnhealthyError:
@@ -123,8 +125,9 @@ def wait_healthy(
         return UnhealthyError(transport.host, message, journal=explain_crash(lines))
 
     def check_state(elapsed: float, *, newest_line: bool = True) -> None:
-        nonlocal state_read_at, newest
+        nonlocal state_read_at, ours_at, newest
         state_read_at = waited
+        ours_at = None
         state, newest = read_state(transport, unit, newest_line=newest_line)
         if state.active_state == "failed":
             raise fail(f"{unit} failed (Result={state.result}) while waiting for the server")
@@ -146,6 +149,8 @@ def wait_healthy(
                 raise fail(f"{unit} MainPID changed {baseline['pid']} → {state.main_pid} (crash)")
         if state.active_state in ("inactive", "deactivating") and elapsed > 1.0:
             raise fail(f"{unit} is {state.active_state} ({state.get('SubState')}) while waiting for the server")
+        if state.active_state == "active" and state.main_pid and (not invocation_id or state.invocation_id):
+            ours_at = time.monotonic()
 
     def attempt() -> Healthy:
         nonlocal polls
@@ -163,8 +168,10 @@ def wait_healthy(
                 tokens = parse_capacity_line(journal_since(transport, unit, restart_epoch))
                 source = "journal"
             if tokens is not None:
-                # The unit we restarted answers, not a crash loop or another server (no progress line to show).
-                check_state(elapsed, newest_line=False)
+                # The unit we restarted answers, not a crash loop or another server: unless a look under a
+                # second ago saw it running (same InvocationID, MainPID set), look once more (no journal line).
+                if ours_at is None or time.monotonic() - ours_at > max_backoff:
+                    check_state(elapsed, newest_line=False)
                 return Healthy(tokens=tokens, source=source, info=info, seconds=time.monotonic() - start, polls=polls)
             phase = "healthy, waiting for max_total_num_tokens"
         if state_read_at is None or _state_due(waited - state_read_at, waited):
