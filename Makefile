@@ -4,7 +4,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST  := $(PY) -m pytest
 
-.PHONY: install system-deps test unit integration e2e check fmt demo bench clean
+.PHONY: install system-deps rootfs test unit integration e2e check fmt demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,11 +12,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,dev]'
 	touch $(STAMP)
 
-install: system-deps $(STAMP)
+install: system-deps rootfs $(STAMP)
 
-# Sandbox hosts need OpenSSH's server and sudo (root only; CI and fresh machines).
+# Sandbox hosts boot Debian's systemd in systemd-nspawn: systemd-container and mmdebstrap (root only).
 system-deps:
 	@bash sandbox/system-deps.sh
+
+# The hosts' image, built once per recipe (sandbox/rootfs/) into /var/cache/remediate-sandbox/<hash>/.
+rootfs: system-deps
+	@python3 -m sandbox.rootfs --quiet >/dev/null
 
 test: install
 	$(PYTEST)

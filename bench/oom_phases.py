@@ -8,7 +8,7 @@ Prints one table (min / median / max per phase).
     .venv/bin/python bench/oom_phases.py [--runs 5] [--time-scale 0.004]
 
 The stand-in's load time is `450 s × time_scale` (0.004 → 1.8 s, the stand-in default); the wait
-phase scales with it, the other phases are the tool's own cost (SSH, remote scripts, fake systemctl).
+phase scales with it, the other phases are the tool's own cost (SSH, remote scripts, systemd 252's systemctl).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ is each tool's own cost plus the restart itself):
 
 Per contender it reports the median wall time, the ratio to the floor, the overhead (wall − floor),
 SSH connections and command sessions per host (counted from the hosts' own sshd logs at LogLevel
-VERBOSE: ``Accepted publickey`` and ``Starting session``), systemctl invocations per host (the hosts'
+VERBOSE, in their journals: ``Accepted publickey`` and ``Starting session``), systemctl invocations per host (the hosts'
 audit logs) and controller CPU seconds (children's rusage). ``--json-out`` (default under
 ``bench/results/``) keeps the raw samples so runs can be compared.
 
@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sandbox import Sandbox, SandboxHost  # noqa: E402
-from sandbox import layout as sandbox_layout  # noqa: E402
+from sandbox import image as sandbox_image  # noqa: E402
 from sandbox.host import free_address_block  # noqa: E402
 from sandbox.units import free_port, incident_unit, wait_http_ok  # noqa: E402
 
@@ -120,12 +120,10 @@ def prepare(hosts: list[SandboxHost]) -> dict[str, int]:
 
 
 def sshd_counts(host: SandboxHost) -> tuple[int, int]:
-    """(connections, command sessions) in the host's sshd log so far."""
-    try:
-        text = (host.dir / "sshd.log").read_text(errors="replace")
-    except OSError:
-        return 0, 0
-    return len(re.findall(r"Accepted publickey", text)), len(re.findall(r"Starting session: command", text))
+    """(connections, command sessions) in the host's sshd log so far: its journal (sshd runs under the
+    host's own systemd and logs there; OpenSSH >= 9.8 logs sessions as sshd-session)."""
+    out = host.run("journalctl", "--no-pager", "-q", "-o", "cat", "-t", "sshd", "-t", "sshd-session").stdout
+    return len(re.findall(r"Accepted publickey", out)), len(re.findall(r"Starting session: command", out))
 
 
 def run_remediate(
@@ -276,7 +274,7 @@ def main() -> int:
     if "ansible" in contenders:
         ansible_playbook_bin()
     # Count connections and sessions from the hosts' own sshd logs.
-    sandbox_layout.SSHD_CONFIG = sandbox_layout.SSHD_CONFIG.replace("LogLevel ERROR", "LogLevel VERBOSE")
+    sandbox_image.SSHD_CONFIG = sandbox_image.SSHD_CONFIG.replace("LogLevel ERROR", "LogLevel VERBOSE")
     samples: dict[str, dict[str, list[dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="vs-ansible-") as tmp:
         work = Path(tmp)

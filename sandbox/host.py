@@ -1,11 +1,18 @@
-"""Sandbox GPU hosts: real OpenSSH sshd as PID 1 of private mount/UTS/PID namespaces, one per loopback address."""
+"""Sandbox GPU hosts on real systemd: ``systemd-nspawn --boot`` of one cached Debian image, one per loopback address.
+
+Each host is ``unshare --mount`` (a private mount namespace holding the host's overlay: the image below, the
+host's own upper directory above) → ``systemd-nspawn --register=no --keep-unit --boot`` in the machine's
+network namespace, in cgroups of its own (``sandbox/cgroups.py``). sshd listens on the host's own loopback
+address only (checked with ``sshd -T`` before the host counts as up). Stop = SIGKILL of every process in the
+host's cgroups, by PID; nothing else to undo (the overlay lives in the dying mount namespace).
+"""
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import ipaddress
-import json
 import os
 import shlex
 import shutil
@@ -14,15 +21,17 @@ import socket
 import subprocess
 import tempfile
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import IO
 
-from sandbox import layout
+from sandbox import cgroups, image, overlay, rootfs
 
 INSIDE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-AUDIT_LOG = "/var/log/systemctl-audit.log"
-JOURNAL = "/var/log/fake-journal.jsonl"
-STANDIN_KNOBS = "/etc/sglang-standin.json"
+AUDIT_LOG = image.AUDIT_LOG
+STANDIN_KNOBS = image.STANDIN_KNOBS
+INOTIFY_INSTANCES = 8192  # every container's systemd/logind/journald counts against the machine's root
 
 
 class SandboxError(RuntimeError):
@@ -52,10 +61,18 @@ def _pid_ns(pid: int) -> str | None:
         return None
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _pids_in_ns(ns: str) -> list[int]:
+    """Live (not zombie) processes of a PID namespace."""
     pids = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and _pid_ns(int(entry)) == ns:
+        if entry.isdigit() and _pid_ns(int(entry)) == ns and not _zombie(int(entry)):
             pids.append(int(entry))
     return pids
 
@@ -80,18 +97,14 @@ def free_address_block(n_hosts: int, second_octet: int = 42) -> str:
     raise SandboxError("no free block of loopback addresses for sandbox hosts")
 
 
-def _listener_inode(address: str, port: int) -> str | None:
-    """The socket inode listening on address:port, from /proc/net/tcp."""
+def _listener_inodes(address: str, port: int) -> list[str]:
+    """Socket inodes listening on address:port, from /proc/net/tcp."""
     packed = socket.inet_aton(address)[::-1].hex().upper() + f":{port:04X}"
     try:
         lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
     except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if fields[1] == packed and fields[3] == "0A":  # 0A = LISTEN
-            return fields[9]
-    return None
+        return []
+    return [f[9] for f in (line.split() for line in lines) if f[1] == packed and f[3] == "0A"]
 
 
 def _owns_socket(pid: int, inode: str) -> bool:
@@ -108,18 +121,27 @@ def _owns_socket(pid: int, inode: str) -> bool:
     return False
 
 
-def _rss_kib(pid: int) -> int:
+def _memory_kib(pid: int, key: str) -> int:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
 
 
+def _raise_inotify_limit() -> None:
+    knob = Path("/proc/sys/fs/inotify/max_user_instances")
+    try:
+        if int(knob.read_text()) < INOTIFY_INSTANCES:
+            knob.write_text(str(INOTIFY_INSTANCES))
+    except OSError:
+        pass
+
+
 class SandboxHost:
-    """One sandbox host. Only ``start``/``stop`` touch processes; the rest works on its files."""
+    """One sandbox host: a booted systemd 252 in an nspawn container."""
 
     def __init__(self, sandbox: Sandbox, name: str, address: str, port: int = 22) -> None:
         self.sandbox = sandbox
@@ -127,44 +149,43 @@ class SandboxHost:
         self.address = address
         self.port = port
         self.dir = sandbox.workdir / "hosts" / name
-        self.fs = self.dir / "fs"
+        self.upper = self.dir / "upper"
+        self.pristine = self.dir / "pristine"
+        self.root_mount = self.dir / "root"
         self.host_key = self.dir / "ssh_host_ed25519_key"
-        self.pid = 0  # the namespace's PID 1 (sshd), as seen from the machine
+        self.machine = f"sbx-{os.getpid()}-{name}"[:64]
+        self.cgroup = cgroups.group_name(self.machine)
+        self.machine_id = ""
+        self.pid = 0  # the container's PID 1 (systemd), as seen from the machine
         self.pid_ns: str | None = None
-        self._unshare: subprocess.Popen[bytes] | None = None
-        self._log = None
+        self.journal_cursor: str | None = None
+        self.base_units: set[str] = set()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
 
     def __repr__(self) -> str:
         return f"<SandboxHost {self.name} {self.address} pid={self.pid}>"
 
     # -- files -------------------------------------------------------------------------------------
     def path(self, inside: str) -> Path:
-        """The machine path backing ``inside``: the host's own copy, or the machine's (read-only) file."""
+        """The machine path of ``inside`` as the host sees it (through /proc/PID/root, overlay included).
+
+        Absolute symlinks met on the way resolve against the machine's root, not the host's."""
         if not inside.startswith("/"):
             raise ValueError(f"not an absolute path: {inside!r}")
-        norm = os.path.normpath(inside)
-        for target in sorted(layout.PRIVATE_DIRS, key=len, reverse=True):
-            if norm == target or norm.startswith(target + "/"):
-                return layout.mirror(self.fs, norm)
-        if norm.startswith("/etc/"):
-            upper = self.fs / layout.ETC_UPPER / norm[len("/etc/") :]
-            if upper.exists() or not os.path.exists(norm):
-                return upper
-        return Path(norm)
+        if not self.pid:
+            raise SandboxError(f"{self.name} is not running")
+        return Path(f"/proc/{self.pid}/root") / os.path.normpath(inside).lstrip("/")
 
     def is_private(self, inside: str) -> bool:
+        """Whether ``inside`` is the host's own (writable) file: all but the read-only stand-in bind."""
         norm = os.path.normpath(inside)
-        return norm.startswith("/etc/") or self.path(inside) != Path(norm)
+        return not (norm == image.STANDIN_INSIDE or norm.startswith(image.STANDIN_INSIDE + "/"))
 
     def write(self, inside: str, text: str, mode: int = 0o644) -> None:
-        """Write a file inside the host (its /etc overlay is written from inside, to keep it coherent)."""
         if not self.is_private(inside):
             raise PermissionError(f"{inside} is on the read-only part of {self.name}")
         target = self.path(inside)
-        if target.is_relative_to(self.fs / layout.ETC_UPPER):
-            script = f"mkdir -p {shlex.quote(os.path.dirname(inside))} && cat > {shlex.quote(inside)}"
-            self.run("/bin/sh", "-c", f"{script} && chmod {mode:o} {shlex.quote(inside)}", input=text, check=True)
-            return
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         os.chmod(target, mode)
@@ -173,34 +194,60 @@ class SandboxHost:
         return self.path(inside).read_text()
 
     # -- processes ---------------------------------------------------------------------------------
-    def build(self, client_pubkey: str, ops_hash: str) -> None:
-        if self.fs.exists():
-            shutil.rmtree(self.fs)
-        self.fs.mkdir(parents=True)
-        layout.build_etc(self.fs, self.name, self.address, ops_hash)
-        layout.build_ssh(self.fs, self.name, self.address, self.port, self.host_key)
-        layout.build_homes(self.fs, client_pubkey)
-        layout.build_runtime(self.fs)
-        layout.build_bin(self.fs)
-        plan = layout.mount_plan(self.fs, self.sandbox.shared_pkg)
-        (self.dir / "init.sh").write_text(layout.init_script(self.name, self.fs, plan))
+    def build(self, client_pubkey: str) -> None:
+        for path in (self.upper, self.pristine, self.dir / "work"):
+            if path.exists():
+                shutil.rmtree(path)
+        self.upper.mkdir(parents=True)
+        (self.dir / "work").mkdir()
+        self.root_mount.mkdir(exist_ok=True)
+        self.machine_id = image.build_upper(
+            self.upper,
+            name=self.name,
+            address=self.address,
+            port=self.port,
+            host_key=self.host_key,
+            client_pubkey=client_pubkey,
+        )
 
-    def launch(self) -> None:
+    def _launch_script(self, img: Path) -> str:
+        q = shlex.quote
+        moves = "".join(f"echo $$ > {q(str(d / 'cgroup.procs'))}\n" for d in cgroups.prepare(self.cgroup))
+        options = f"lowerdir={img},upperdir={self.upper},workdir={self.dir / 'work'}"
+        nspawn = [
+            "systemd-nspawn",
+            "--quiet",
+            "--register=no",
+            "--keep-unit",
+            "--boot",
+            "--settings=no",
+            f"--directory={self.root_mount}",
+            f"--machine={self.machine}",
+            f"--hostname={self.name}",
+            f"--uuid={self.machine_id}",
+            "--link-journal=no",
+            "--resolv-conf=off",
+            "--timezone=off",
+            "--console=read-only",
+            f"--bind-ro={image.STANDIN}:{image.STANDIN_INSIDE}",
+        ]
+        return (
+            "set -eu\n"
+            + moves
+            + f"mount -t overlay overlay -o {q(options)} {q(str(self.root_mount))}\n"
+            + "exec "
+            + shlex.join(nspawn)
+            + "\n"
+        )
+
+    def launch(self, img: Path) -> None:
         if not address_free(self.address, self.port):
             raise SandboxError(f"{self.name}: {self.address}:{self.port} is already in use (another sandbox?)")
-        self._log = open(self.dir / "sshd.log", "wb")  # noqa: SIM115 - closed in stop()
-        self._unshare = subprocess.Popen(
-            [
-                "unshare",
-                "--mount",
-                "--uts",
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                "/bin/sh",
-                str(self.dir / "init.sh"),
-            ],
+        script = self.dir / "launch.sh"
+        script.write_text(self._launch_script(img))
+        self._log = open(self.dir / "console.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "/bin/sh", str(script)],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -208,23 +255,39 @@ class SandboxHost:
         )
 
     def wait_ready(self, deadline: float) -> None:
-        """Poll until sshd sends its banner (and PID 1 is known); raise with the log tail on failure."""
-        assert self._unshare is not None
+        """Poll until sshd answers on the host's address and systemd is up; refuse any other sshd listener."""
+        assert self._proc is not None
         while True:
-            if self._unshare.poll() is not None:
-                raise SandboxError(f"{self.name}: namespace exited ({self._unshare.returncode}): {self.log_tail()}")
+            if self._proc.poll() is not None:
+                raise SandboxError(f"{self.name}: nspawn exited ({self._proc.returncode}): {self.log_tail()}")
             if not self.pid:
-                kids = _children(self._unshare.pid)
-                if kids:
+                kids = _children(self._proc.pid)
+                if kids and _pid_ns(kids[0]) != _pid_ns(self._proc.pid):
                     self.pid = kids[0]
                     self.pid_ns = _pid_ns(self.pid)
-            if self.pid and self._banner():
-                inode = _listener_inode(self.address, self.port)
-                if inode and _owns_socket(self.pid, inode):
-                    return
+            if self.pid and self._banner() and self._listener_is_ours():
+                break
             if time.monotonic() > deadline:
                 raise SandboxError(f"{self.name}: sshd not ready in time: {self.log_tail()}")
-            time.sleep(0.005)
+            time.sleep(0.01)
+        left = max(1.0, deadline - time.monotonic())
+        state = self.run("systemctl", "is-system-running", "--wait", timeout=left).stdout.strip()
+        if state != "running":
+            failed = self.run("systemctl", "list-units", "--failed", "--plain", "--no-legend").stdout
+            raise SandboxError(f"{self.name}: systemd is {state!r}, failed units: {failed.strip()}")
+        self._check_sshd()
+        self.base_units = set(self._unit_names())
+        self.journal_cursor = self._cursor()
+        overlay.snapshot(self.upper, self.pristine)
+
+    def _check_sshd(self) -> None:
+        listen = [
+            line.split()[1]
+            for line in self.run("sshd", "-T", check=True).stdout.splitlines()
+            if line.startswith("listenaddress ")
+        ]
+        if listen != [f"{self.address}:{self.port}"]:
+            raise SandboxError(f"{self.name}: sshd would listen on {listen}, not only {self.address}:{self.port}")
 
     def _banner(self) -> bool:
         try:
@@ -233,9 +296,13 @@ class SandboxHost:
         except OSError:
             return False
 
+    def _listener_is_ours(self) -> bool:
+        mine = set(self.processes())
+        return any(_owns_socket(p, inode) for inode in _listener_inodes(self.address, self.port) for p in mine)
+
     def log_tail(self) -> str:
         try:
-            return (self.dir / "sshd.log").read_text()[-2000:]
+            return (self.dir / "console.log").read_text(errors="replace")[-2000:]
         except OSError:
             return ""
 
@@ -243,31 +310,47 @@ class SandboxHost:
         """Every process inside this host's PID namespace (machine PIDs)."""
         return _pids_in_ns(self.pid_ns) if self.pid_ns else []
 
+    def all_processes(self) -> list[int]:
+        """The host's processes plus its launcher and nspawn (everything stop() kills)."""
+        own = [self._proc.pid] if self._proc is not None and self._proc.poll() is None else []
+        return sorted(set(own + cgroups.pids(self.cgroup) + self.processes()))
+
     def rss_kib(self) -> int:
-        own = [self._unshare.pid] if self._unshare and self._unshare.poll() is None else []
-        return sum(_rss_kib(p) for p in own + self.processes())
+        return sum(_memory_kib(p, "Rss") for p in self.all_processes())
+
+    def pss_kib(self) -> int:
+        return sum(_memory_kib(p, "Pss") for p in self.all_processes())
 
     def stop(self) -> None:
-        """Kill PID 1: the kernel then kills everything else in the namespace."""
-        if self.pid:
+        """SIGKILL everything of the host by PID (cgroups, PID namespace), remove its cgroups. Idempotent."""
+        for pid in self.processes():  # `run()` sessions live in the namespace but not in the cgroups
             try:
-                os.kill(self.pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self._unshare is not None:
+        if self.pid and self._proc is not None:  # PID 1 first: nspawn reaps it and exits on its own
             try:
-                self._unshare.wait(timeout=10)
+                os.kill(self.pid, signal.SIGKILL)
+                self._proc.wait(timeout=5)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        survivors = cgroups.kill_and_remove(self.cgroup)
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self._unshare.kill()
-                self._unshare.wait()
+                self._proc.kill()
+                self._proc.wait()
         deadline = time.monotonic() + 10
         while self.processes() and time.monotonic() < deadline:
             time.sleep(0.005)
         if self._log is not None:
             self._log.close()
             self._log = None
-        self._unshare = None
+        self._proc = None
         self.pid = 0
+        if survivors:
+            raise SandboxError(f"{self.name}: processes survive SIGKILL: {survivors}")
 
     def run(
         self, *argv: str, check: bool = False, input: str | None = None, timeout: float = 60
@@ -281,23 +364,10 @@ class SandboxHost:
             "LANG": "C.UTF-8",
             "USER": "root",
             "LOGNAME": "root",
-            "FAKE_SYSTEMD_NO_AUDIT": "1",
+            "SANDBOX_NO_AUDIT": "1",
         }
-        cmd = [
-            "nsenter",
-            "-t",
-            str(self.pid),
-            "-m",
-            "-u",
-            "-p",
-            "-w",
-            "-r",
-            "--",
-            "/usr/bin/env",
-            "-i",
-            *(f"{k}={v}" for k, v in env.items()),
-            *argv,
-        ]
+        cmd = ["nsenter", "-t", str(self.pid), "-m", "-u", "-i", "-p", "-r", "-w", "--", "/usr/bin/env", "-i"]
+        cmd += [f"{k}={v}" for k, v in env.items()] + list(argv)
         return subprocess.run(cmd, capture_output=True, text=True, check=check, input=input, timeout=timeout)
 
     def sh(self, script: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -308,7 +378,7 @@ class SandboxHost:
         return self.run("systemctl", *args, check=check)
 
     def install_unit(self, name: str, text: str, *, start: bool = True) -> None:
-        """Write /etc/systemd/system/NAME, daemon-reload and (by default) start it."""
+        """Write /etc/systemd/system/NAME, daemon-reload and (by default) start it (not audited)."""
         if "." not in name:
             name += ".service"
         self.write(f"/etc/systemd/system/{name}", text)
@@ -326,81 +396,113 @@ class SandboxHost:
             values[key] = value if key not in values else values[key] + "\n" + value
         return values
 
-    def audit(self) -> list[str]:
-        """systemctl command lines this host received over SSH, in order (without the program name)."""
+    def audit_entries(self) -> list[dict[str, object]]:
+        """Each systemctl call received over SSH: ``{"uid": int, "user": str, "argv": [...]}`` in order."""
         try:
             text = self.read(AUDIT_LOG)
         except FileNotFoundError:
             return []
-        return [shlex.join(json.loads(line)["argv"][1:]) for line in text.splitlines() if line.strip()]
+        entries: list[dict[str, object]] = []
+        for line in text.splitlines():
+            if line.strip():
+                uid, user, *argv = shlex.split(line)
+                entries.append({"uid": int(uid), "user": user, "argv": argv})
+        return entries
+
+    def audit(self) -> list[str]:
+        """systemctl command lines this host received over SSH, in order (without the program name)."""
+        return [shlex.join(e["argv"]) for e in self.audit_entries()]  # type: ignore[arg-type]
+
+    def _cursor(self) -> str | None:
+        out = self.run("journalctl", "--quiet", "--no-pager", "-n", "1", "-o", "export").stdout
+        for line in out.splitlines():
+            if line.startswith("__CURSOR="):
+                return line.split("=", 1)[1]
+        return None
 
     def journal(self, unit: str) -> list[str]:
-        if not unit.endswith((".service", ".target", ".socket", ".timer")):
+        """Messages of ``unit`` (its own and systemd's about it) since the last reset, from journalctl."""
+        if not unit.endswith((".service", ".target", ".socket", ".timer", ".scope")):
             unit += ".service"
-        try:
-            text = self.read(JOURNAL)
-        except FileNotFoundError:
-            return []
-        entries = (json.loads(line) for line in text.splitlines() if line.strip())
-        return [e["m"] for e in entries if e.get("u") == unit]
+        argv = ["journalctl", "--quiet", "--no-pager", "-o", "cat", "-u", unit]
+        if self.journal_cursor:
+            argv.append(f"--after-cursor={self.journal_cursor}")
+        return self.run(*argv, check=True).stdout.splitlines()
 
     def set_standin(self, **knobs: object) -> None:
+        import json
+
         self.write(STANDIN_KNOBS, json.dumps(knobs, indent=2) + "\n")
 
+    def _unit_names(self) -> list[str]:
+        out = self.run("systemctl", "list-units", "--all", "--plain", "--no-legend", "--full").stdout
+        return [line.split()[0] for line in out.splitlines() if line.split()]
+
     def kill_services(self) -> None:
-        """SIGKILL every process in the host except its sshd listener (PID 1), and wait for them."""
-        me = self.pid
+        """Stop (SIGKILL first) every unit that was not there at boot, and kill strays of ``run()``."""
+        extra = sorted(
+            u for u in self._unit_names() if u not in self.base_units and not u.endswith((".mount", ".device"))
+        )
+        if extra:
+            self.run("systemctl", "kill", "--signal=SIGKILL", *extra)
+            self.run("systemctl", "stop", *extra)
+        units = set(cgroups.pids(self.cgroup))
         deadline = time.monotonic() + 10
         while True:
-            others = [p for p in self.processes() if p != me]
-            if not others:
+            strays = [p for p in self.processes() if p not in units and p != self.pid]
+            if not strays:
                 return
-            for pid in others:
+            for pid in strays:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             if time.monotonic() > deadline:
-                raise SandboxError(f"{self.name}: processes survive: {others}")
-            time.sleep(0.002)
+                raise SandboxError(f"{self.name}: processes survive: {strays}")
+            time.sleep(0.005)
 
     def reset(self) -> None:
-        """Kill everything but sshd, then restore units, journal, audit, /run, /tmp, knobs and homes."""
+        """Stop the tests' units; restore the files changed since boot; empty /tmp, remediate's locks and the audit log;
+        daemon-reload, reset-failed; journal() from here on shows only new lines."""
         self.kill_services()
-        fs = self.fs
-        upper = fs / layout.ETC_UPPER
-        keep = set(layout.ETC_FILES) | {d.split("/")[2] for d in layout.PRIVATE_DIRS if d.startswith("/etc/")}
-        extra = [f"/etc/{c.name}" for c in upper.iterdir() if c.name not in keep]
-        if extra:  # through the overlay, so it forgets them too
-            self.run("rm", "-rf", "--", *extra, check=True)
-        _empty_dir(layout.mirror(fs, "/etc/systemd/system"))
-        for inside in ("/var/log", "/var/lib", "/tmp", "/var/tmp"):
-            _empty_dir(layout.mirror(fs, inside))
-        _empty_dir(layout.mirror(fs, "/run"), keep={"sshd", "sshd.pid"})
-        _empty_dir(layout.mirror(fs, "/root"), keep={".ssh"})
-        for user in layout.USERS:
-            _empty_dir(layout.mirror(fs, f"/home/{user}"), keep={".ssh"})
-        # Bind-mount points inside the host must survive: removing one detaches its mount there.
-        _empty_dir(layout.mirror(fs, "/opt"), keep={"sglang"})
-        _empty_dir(layout.mirror(fs, "/opt/sglang"), keep={"standin"})
-        _empty_dir(layout.mirror(fs, "/usr/local/bin"), keep={".fake-systemd"})
-        _empty_dir(layout.mirror(fs, "/etc/default"))
-        layout.build_etc_default(fs)
-        layout.build_runtime(fs)
-        layout.build_bin(fs)
+        overlay.restore(self.upper, self.pristine, self.sandbox.image, self.path("/"))
+        script = (
+            "find /tmp /var/tmp -mindepth 1 -maxdepth 1 ! -name 'systemd-private-*' -exec rm -rf {} +; "
+            "rm -rf /run/lock/remediate-* /run/remediate; "  # locks of earlier tests (/run is a tmpfs, not the overlay)
+            f": > {AUDIT_LOG}; systemctl daemon-reload && systemctl reset-failed"
+        )
+        self.run("/bin/sh", "-c", script, check=True)
+        self.journal_cursor = self._cursor()
 
 
-def _empty_dir(path: Path, keep: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    path.mkdir(parents=True, exist_ok=True)
-    for child in path.iterdir():
-        if child.name in keep:
-            continue
-        if child.is_dir() and not child.is_symlink():
-            if os.path.ismount(child):
-                continue
-            shutil.rmtree(child)
-        else:
-            child.unlink()
+_live: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+
+
+def _stop_all() -> None:
+    for sandbox in list(_live):
+        try:
+            sandbox.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    _stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _install_exit_hooks() -> None:
+    if getattr(_install_exit_hooks, "done", False):
+        return
+    atexit.register(_stop_all)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(signum) in (signal.SIG_DFL, None):
+                signal.signal(signum, _on_signal)
+        except ValueError:  # not the main thread
+            pass
+    _install_exit_hooks.done = True  # type: ignore[attr-defined]
 
 
 class Sandbox:
@@ -415,7 +517,7 @@ class Sandbox:
         self.identity = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
         self.ssh_config = self.workdir / "ssh_config"
-        self.shared_pkg = self.workdir / "shared" / "fake-systemd"
+        self.image = rootfs.image_dir()
         self.started = False
 
     def __enter__(self) -> Sandbox:
@@ -435,23 +537,23 @@ class Sandbox:
     def unavailable_reason() -> str | None:
         """Why sandbox hosts cannot run here (None when they can)."""
         if os.geteuid() != 0:
-            return "sandbox hosts need root (mount/PID namespaces, sshd on port 22)"
-        for tool in (
-            "/usr/sbin/sshd",
-            shutil.which("unshare"),
-            shutil.which("nsenter"),
-            shutil.which("ssh-keygen"),
-            shutil.which("sudo"),
-            layout.HOST_PYTHON,
-        ):
-            if not tool or not os.path.exists(tool):
-                return f"missing {tool or 'unshare/nsenter/ssh-keygen/sudo'} (run sandbox/system-deps.sh)"
+            return "sandbox hosts need root (nspawn, mounts, sshd on port 22)"
+        for tool in ("systemd-nspawn", "nsenter", "unshare", "ssh-keygen", "ssh"):
+            if not shutil.which(tool):
+                return f"missing {tool} (run sandbox/system-deps.sh)"
+        if not rootfs.is_built() and not shutil.which("mmdebstrap"):
+            return "no sandbox image and no mmdebstrap to build one (run sandbox/system-deps.sh)"
+        if not cgroups.hierarchies():
+            return "no cgroup hierarchy for systemd-nspawn under /sys/fs/cgroup"
         return None
 
-    def start(self, timeout: float = 30) -> None:
+    def start(self, timeout: float = 60) -> None:
         reason = self.unavailable_reason()
         if reason:
             raise SandboxError(reason)
+        cgroups.sweep_dead()
+        self.image = rootfs.build(quiet=True)
+        _raise_inotify_limit()
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, 0o700)
         keygens = []
@@ -464,25 +566,31 @@ class Sandbox:
         for proc in keygens:
             if proc.wait() != 0:
                 raise SandboxError("ssh-keygen failed")
-        layout.prepare_shared(self.workdir / "shared")
         pubkey = self.identity.with_suffix(".pub").read_text()
-        ops_hash = layout.ops_password_hash()
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda h: h.build(pubkey, ops_hash), self.hosts))
+        for host in self.hosts:
+            host.build(pubkey)
         self._write_client_files()
+        _install_exit_hooks()
+        _live.add(self)
         self.started = True
         # Concurrent sessions on this machine: check-and-bind of the addresses happens under one lock.
         with open(os.path.join(tempfile.gettempdir(), ".remediate-sandbox-addresses.lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 for host in self.hosts:
-                    host.launch()
+                    host.launch(self.image)
                 deadline = time.monotonic() + timeout
-                for host in self.hosts:
-                    host.wait_ready(deadline)
+                while not all(h._banner() for h in self.hosts) and time.monotonic() < deadline:
+                    time.sleep(0.02)  # the addresses are taken: the lock can go before systemd settles
             except BaseException:
                 self.stop()
                 raise
+        try:
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(lambda h: h.wait_ready(deadline), self.hosts))
+        except BaseException:
+            self.stop()
+            raise
 
     def _write_client_files(self) -> None:
         known, config = [], []
@@ -506,30 +614,46 @@ class Sandbox:
         self.ssh_config.write_text("\n".join(config))
 
     def stop(self) -> None:
+        errors = []
         for host in self.hosts:
-            if not host.pid and host._unshare is not None:  # failed before PID 1 was seen
-                host.pid = next(iter(_children(host._unshare.pid)), 0)
-            if host.pid or host._unshare is not None:
+            try:
                 host.stop()
+            except SandboxError as exc:
+                errors.append(str(exc))
         self.started = False
+        _live.discard(self)
+        if errors:
+            raise SandboxError("; ".join(errors))
 
     def processes(self) -> list[int]:
-        """Every live process this sandbox started (unshare parents and everything inside the hosts)."""
-        pids: list[int] = []
-        for host in self.hosts:
-            if host._unshare is not None and host._unshare.poll() is None:
-                pids.append(host._unshare.pid)
-            pids.extend(host.processes())
-        return pids
+        """Every live process this sandbox started (launchers, nspawn and everything inside the hosts)."""
+        return sorted(p for host in self.hosts for p in host.all_processes())
 
     def rss_kib(self) -> int:
         return sum(host.rss_kib() for host in self.hosts)
 
+    def pss_kib(self) -> int:
+        return sum(host.pss_kib() for host in self.hosts)
+
     def wait_idle(self, timeout: float = 5.0) -> bool:
-        """Wait until each host runs only its sshd listener (the readiness probes' sessions are gone)."""
+        """Wait until no host has an SSH session left (the readiness probes' connections are gone)."""
         deadline = time.monotonic() + timeout
-        while any(host.processes() != [host.pid] for host in self.hosts):
+        while any(_sessions(host) for host in self.hosts):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.005)
         return True
+
+
+def _sessions(host: SandboxHost) -> list[int]:
+    """sshd processes of a host other than its listener (one per connection being served)."""
+    found = []
+    for pid in host.processes():
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd" and "sshd: " in Path(
+                f"/proc/{pid}/cmdline"
+            ).read_text(errors="replace"):
+                found.append(pid)
+        except OSError:
+            continue
+    return found

@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
-# Install what the sandbox hosts need (OpenSSH server, sudo, util-linux), once, when missing.
+# Install what the sandbox hosts need, once, when missing: the OpenSSH client, util-linux, and for the real-systemd
+# hosts systemd-nspawn (systemd-container) and mmdebstrap (which builds their image, sandbox/rootfs).
+#
+# systemd-container is pinned to the version of the machine's installed systemd, so apt never upgrades the
+# machine's systemd/libsystemd0 as a side effect; /etc/nsswitch.conf is restored afterwards (the package's
+# postinst adds `mymachines`, which would route every name lookup through a machined that does not run here).
 set -euo pipefail
 need=()
-command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
-command -v sudo >/dev/null 2>&1 || need+=(sudo)
-command -v unshare >/dev/null 2>&1 || need+=(util-linux)
-command -v flock >/dev/null 2>&1 || need+=(util-linux)
-command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v ps >/dev/null 2>&1 || need+=(procps)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
-# fakesystemd and the sglang stand-in run under the hosts' /usr/bin/python3 (/root, pyenv and venvs are hidden)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 [ -x /usr/bin/python3 ] || need+=(python3)
+if ! command -v systemd-nspawn >/dev/null 2>&1; then
+  sysver=$(dpkg-query -W -f='${Version}' systemd 2>/dev/null || true)
+  if [ -n "$sysver" ]; then
+    need+=("systemd-container=$sysver")
+  else
+    need+=(systemd-container)
+  fi
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
-    echo "sandbox: missing ${need[*]}; install them as root (apt-get install -y ${need[*]})" >&2
+    echo "sandbox: missing ${need[*]}; install them as root (apt-get install -y --no-install-recommends ${need[*]})" >&2
     exit 1
   fi
   echo "sandbox: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
+  nss_backup=$(mktemp)
+  cp -p /etc/nsswitch.conf "$nss_backup"
+  trap 'cp -p "$nss_backup" /etc/nsswitch.conf; rm -f "$nss_backup"' EXIT
   apt-get update -qq
-  apt-get install -y -qq "${need[@]}" >/dev/null
+  # --no-upgrade: never upgrade a package that is already installed (the machine's systemd stays as it is)
+  apt-get install -y -qq --no-install-recommends --no-upgrade "${need[@]}" >/dev/null
 fi

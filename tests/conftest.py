@@ -1,10 +1,15 @@
-"""Shared fixtures: a session-wide fleet of sandbox hosts (real sshd, daemon-less systemd), reset per test."""
+"""Shared fixtures: a session-wide fleet of sandbox hosts (real systemd 252 in nspawn, real sshd), reset per test.
+
+No test uses a systemd emulation: every fault the tests need is made real on these hosts (the sglang
+stand-in crashes, hangs or never gets healthy on demand; tests edit files under the tool's feet).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -32,6 +37,22 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _start_time(pid: int) -> str | None:
+    """The process's start time (with the PID, it names one process: PIDs get reused)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _describe(pid: int) -> str:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return f"{pid} ({cmdline.strip()}, ppid {Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[1]})"
+    except OSError:
+        return f"{pid} (gone)"
+
+
 @pytest.fixture(scope="session")
 def sandbox_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     """Twelve sandbox hosts (gpu-0 … gpu-11), started once per session and torn down at its end."""
@@ -50,10 +71,10 @@ def sandbox_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]
     try:
         yield fleet
     finally:
-        started = fleet.processes()
+        started = [(pid, _start_time(pid)) for pid in fleet.processes()]
         fleet.stop()
-        survivors = [pid for pid in started if _alive(pid)] + fleet.processes()
-        assert not survivors, f"sandbox processes survived teardown: {survivors}"
+        survivors = [pid for pid, since in started if _alive(pid) and _start_time(pid) == since] + fleet.processes()
+        assert not survivors, f"sandbox processes survived teardown: {[_describe(p) for p in survivors]}"
 
 
 _next = {"index": 0}
@@ -71,12 +92,12 @@ def sandbox_host(sandbox_fleet: Sandbox) -> Iterator[SandboxHost]:
 
 @pytest.fixture
 def sandbox_hosts(sandbox_fleet: Sandbox) -> Iterator[list[SandboxHost]]:
-    """Every host of the fleet, freshly reset."""
-    for host in sandbox_fleet.hosts:
-        host.reset()
+    """Every host of the fleet, freshly reset (in parallel: each reset waits mostly on its host's systemd)."""
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(lambda host: host.reset(), sandbox_fleet.hosts))
     yield sandbox_fleet.hosts
-    for host in sandbox_fleet.hosts:
-        host.kill_services()
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(lambda host: host.kill_services(), sandbox_fleet.hosts))
 
 
 @pytest.fixture(autouse=True)

@@ -25,9 +25,14 @@ from dataclasses import dataclass, field
 from remediate.errors import CommandError, TransportError
 from remediate.models import CommandResult
 from remediate.transport.base import HttpResponse
+from remediate.transport.http1 import HttpStream
 
 Reply = CommandResult | str | int | Callable[[str, str | None], CommandResult]
 HttpReply = HttpResponse | int | None | tuple[int, bytes | str]
+# A streamed answer: (seconds after sending, body bytes) pieces with status 200, a bare status, None
+# (refused), or a callable of the request body returning one of those.
+Pieces = list[tuple[float, bytes]]
+StreamReply = Pieces | int | None | Callable[[bytes], "Pieces | int | None"]
 
 
 class UnscriptedCommandError(AssertionError):
@@ -55,6 +60,8 @@ class HttpCall:
     host: str
     port: int
     path: str
+    method: str = "GET"
+    body: bytes = b""
 
 
 @dataclass
@@ -78,6 +85,7 @@ class FakeTransport:
     open_error: TransportError | None = None
     _rules: list[_Rule] = field(default_factory=list)
     _http: dict[str, deque[HttpReply]] = field(default_factory=dict)
+    _streams: dict[str, deque[StreamReply]] = field(default_factory=dict)
 
     # -- scripting ---------------------------------------------------------------------------
 
@@ -97,6 +105,13 @@ class FakeTransport:
         if not replies:
             raise ValueError("http() needs at least one reply")
         self._http[path] = deque(replies)
+        return self
+
+    def stream(self, path: str, *replies: StreamReply) -> FakeTransport:
+        """Answer streamed requests to ``path`` with ``replies`` in order; the last repeats."""
+        if not replies:
+            raise ValueError("stream() needs at least one reply")
+        self._streams[path] = deque(replies)
         return self
 
     # -- the Transport protocol ---------------------------------------------------------------
@@ -144,6 +159,43 @@ class FakeTransport:
             return HttpResponse(status=404, body=b"not found")
         reply = replies.popleft() if len(replies) > 1 else replies[0]
         return _as_response(reply)
+
+    def http_post(self, host: str, port: int, path: str, body: bytes = b"", *, timeout: float = 30.0) -> HttpResponse:
+        self.http_calls.append(HttpCall(host, port, path, "POST", body))
+        replies = self._http.get(path)
+        if replies is None:
+            return HttpResponse(status=404, body=b"not found")
+        reply = replies.popleft() if len(replies) > 1 else replies[0]
+        return _as_response(reply)
+
+    @contextmanager
+    def http_stream(
+        self, host: str, port: int, path: str, body: bytes, *, timeout: float = 600.0, method: str = "POST"
+    ) -> Iterator[HttpStream]:
+        """A scripted stream on a fake clock: sent at 0.0, each piece at its scripted time."""
+        self.http_calls.append(HttpCall(host, port, path, method, body))
+        replies = self._streams.get(path)
+        reply: StreamReply = 404 if replies is None else replies.popleft() if len(replies) > 1 else replies[0]
+        if callable(reply):
+            reply = reply(body)
+        if reply is None:
+            yield HttpStream(lambda: b"", lambda: 0.0, 0.0, error=f"{host}:{port}: connection refused")
+            return
+        pieces: Pieces = [] if isinstance(reply, int) else list(reply)
+        status = reply if isinstance(reply, int) else 200
+        head = (
+            f"HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n" if isinstance(reply, int) else "HTTP/1.1 200 OK\r\n\r\n"
+        )
+        queue: deque[tuple[float, bytes]] = deque([(0.0, head.encode()), *pieces])
+        now = [0.0]
+
+        def recv() -> bytes:
+            if not queue:
+                return b""
+            now[0], data = queue.popleft()
+            return data
+
+        yield HttpStream(recv, lambda: now[0], 0.0)
 
     def close(self) -> None:
         self.closed += 1

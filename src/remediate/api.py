@@ -19,6 +19,8 @@ from typing import Any
 
 from remediate.core.unitfile.edit import EditPlan, SourceFile, UnitSources, plan_edit
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
+from remediate.fleet import budget as fleet_budget
+from remediate.fleet import sweep
 from remediate.fleet.inventory import HostEntry, Inventory
 from remediate.fleet.request import OomRequest
 from remediate.fleet.retry import write_retry_file
@@ -33,8 +35,8 @@ from remediate.fleet.settings import (
 )
 from remediate.host import localfile
 from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
-from remediate.host.restore import backups_host, rollback_host
-from remediate.host.runner import remediate_host, status_host
+from remediate.host.restore import backups_host
+from remediate.host.runner import status_host
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions, Transport
 from remediate.transport.ssh import SSHTransport
@@ -177,7 +179,7 @@ def remediate_oom_request(
         inventory,
         strategy,
         request.ssh,
-        lambda transport, entry: remediate_host(transport, per_host[entry.name], label=entry.name, progress=progress),
+        fleet_budget.oom_job(request, per_host, progress),  # --auto planning; healthy ends are recorded
         dry_run=request.dry_run,
         progress=progress,
         confirm=confirm,
@@ -346,9 +348,7 @@ def rollback(
         inventory_obj,
         plan,
         ssh or SSHOptions(),
-        lambda transport, entry: rollback_host(
-            transport, options[entry.name], to=to, label=entry.name, progress=progress
-        ),
+        fleet_budget.rollback_job(options, to, progress),  # a healthy end is recorded
         dry_run=dry_run,
         progress=progress,
         confirm=confirm,
@@ -428,3 +428,14 @@ def edit_unit_file(
                 raise ConfigError(f"the change would touch {change.path}; edit that file", source=str(path))
         result.backup = localfile.write_atomically(path, plan.files[0].new_text, backup_epoch=int(when.timestamp()))
     return result
+
+
+def bench(targets: Sequence[str] = (), **kw: Any) -> list[sweep.HostBench]:
+    """`remediate bench`: :func:`remediate.fleet.sweep.bench` (``options``, ``progress``…), SSH by default."""
+    return sweep.bench(targets, **{"transport_factory": _default_transport, **kw})
+
+
+def plan(targets: Sequence[str] = (), *, inventory: str | None = None, **kw: Any) -> list[HostResult]:
+    """`remediate plan`, read-only (``kw``: ssh, transport_factory and fleet.budget.plan_job's options)."""
+    ssh, factory = kw.pop("ssh", None) or SSHOptions(), kw.pop("transport_factory", None)
+    return for_each_host(targets, inventory, ssh, fleet_budget.plan_job(**kw), transport_factory=factory)

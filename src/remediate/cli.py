@@ -24,12 +24,12 @@ from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from remediate import api, render
-    from remediate.fleet import settings
+    from remediate import api, render, render_bench
+    from remediate.fleet import settings, sweep
+    from remediate.host import budget
     from remediate.models import HostResult
-else:
-    # `--help`, `--version` and option parsing need none of the layers below (paramiko, fabric, rich, jinja2,
-    # yaml): each module is imported when a command first uses it.
+else:  # `--help`, `--version` and option parsing need none of these: each loads when a command first uses it
+
     class _OnFirstUse:
         def __init__(self, name: str) -> None:
             self._name = name
@@ -37,19 +37,24 @@ else:
         def __getattr__(self, attr: str) -> Any:
             return getattr(importlib.import_module(self._name), attr)
 
-    api, render, settings = (_OnFirstUse(f"remediate.{name}") for name in ("api", "render", "fleet.settings"))
+    _LAZY = ("api", "render", "render_bench", "fleet.settings", "fleet.sweep", "host.budget")
+    api, render, render_bench, settings, sweep, budget = (_OnFirstUse(f"remediate.{n}") for n in _LAZY)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "REMEDIATE", "max_content_width": 100}
 
 
+def _ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> Any:
+    return settings.ssh_from_cli(kw, connect_timeout)  # the command line's connection options → SSHOptions
+
+
 def _stdout() -> Console:
-    return render.console()
+    return render.stdout_console()
 
 
 def _stderr() -> Console:
-    return render.console(stderr=True)
+    return render.stderr_console()
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -230,7 +235,6 @@ def cli() -> None:
       remediate oom all -i inventory.yaml --canary 1 --batch 25%
       remediate rollback gpu-01
     """
-    # Only a REMEDIATE_* variable can be refused: without one, start-up skips importing the settings layer.
     refused = any(k.startswith("REMEDIATE_") for k in os.environ) and settings.safety_from_env(os.environ)
     if refused:
         _fail(refused)
@@ -273,11 +277,13 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 @click.option(
     "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
+@click.option("--probe", type=click.IntRange(min=1), metavar="TOKENS", help="Prefill TOKENS when healthy, or undo.")
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
 @click.option("--force", is_flag=True, allow_from_autoenv=False,
               help="Apply even when the latest crash contradicts it (see diagnose).")  # fmt: skip
 @click.option("--no-rollback", is_flag=True, allow_from_autoenv=False,
               help="Leave the new state in place when the server does not come back.")  # fmt: skip
+@click.option("--auto", is_flag=True, help="Choose fraction, chunk and alloc conf per host from its evidence (plan).")
 @_handle_errors
 def oom(**kw: Any) -> None:
     """Apply the OOM fix to sglang hosts as one verified transaction each.
@@ -297,10 +303,11 @@ def oom(**kw: Any) -> None:
     request = OomRequest(
         targets=tuple(kw["targets"]),
         inventory=kw["inventory"],
-        ssh=settings.ssh_from_cli(kw),
+        ssh=_ssh_options(kw),
         unit=kw["unit"],
         cli_desired=settings.parse_desired_args(kw),
         min_tokens=kw["min_tokens"],
+        probe_tokens=kw["probe"],
         target_tokens=kw["target_tokens"],
         timeout=_timeout(kw, "wait_timeout", 900.0),
         dry_run=kw["dry_run"],
@@ -309,6 +316,7 @@ def oom(**kw: Any) -> None:
         force=kw["force"],
         retry_file=kw["retry_file"],
         lock_timeout=kw["lock_timeout"],
+        auto=kw["auto"],
     )
     with _progress(kw["as_json"]) as progress:
         confirm = _confirm(kw, progress)
@@ -331,7 +339,7 @@ def status(**kw: Any) -> None:
     results = api.status(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=settings.ssh_from_cli(kw, _timeout(kw, "connect_timeout", 10.0)),
+        ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
     )
     _exit_with_table(results, as_json=kw["as_json"], table=render.status_table)
@@ -352,8 +360,8 @@ def diagnose(**kw: Any) -> None:
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
     """
     named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
-    ssh = settings.ssh_from_cli(kw, _timeout(kw, "connect_timeout", 10.0))
-    _exit_with_table(api.diagnose(kw["targets"], ssh=ssh, **named), as_json=kw["as_json"], table=render.diagnose_report)
+    _exit_with_table(api.diagnose(kw["targets"], ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)), **named),
+                     as_json=kw["as_json"], table=render.diagnose_report)  # fmt: skip
 
 
 @cli.command()
@@ -378,7 +386,7 @@ def backups(**kw: Any) -> None:
     results = api.backups(
         kw["targets"],
         inventory=kw["inventory"],
-        ssh=settings.ssh_from_cli(kw, _timeout(kw, "connect_timeout", 10.0)),
+        ssh=_ssh_options(kw, _timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
@@ -413,7 +421,7 @@ def rollback(**kw: Any) -> None:
         rollout = api.rollback(
             kw["targets"],
             inventory=kw["inventory"],
-            ssh=settings.ssh_from_cli(kw),
+            ssh=_ssh_options(kw),
             unit=kw["unit"],
             to=kw["to"],
             timeout=_timeout(kw, "wait_timeout", 900.0),
@@ -425,6 +433,53 @@ def rollback(**kw: Any) -> None:
             confirm=confirm,
         )
     _exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
+
+
+@cli.command(epilog="Example: remediate bench gpu-01 --contexts 1k,32k,185k --runs 3 --plot bench.png")
+@connection_options
+@click.option(
+    "--contexts", default=lambda: sweep.DEFAULT_CONTEXTS, show_default=True, help="Prompt lengths; 1k = 1024."
+)
+@click.option(
+    "--gen", type=click.IntRange(min=1), default=lambda: sweep.DEFAULT_GEN, show_default=True, help="New tokens."
+)
+@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Requests per length.")
+@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Unmeasured requests first.")
+@click.option("--output", metavar="FILE.jsonl", help="Append one JSON line per point (bench_serving-like schema).")
+@click.option("--csv", "csv_path", metavar="FILE", help="Write the points as CSV.")
+@click.option("--plot", metavar="FILE.png", help="Plot TTFT and decode tok/s against context (remediate[plot]).")
+@_handle_errors
+def bench(**kw: Any) -> None:
+    """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
+    request = sweep.request_from_cli(kw, _ssh_options(kw))
+    with render_bench.BenchProgress(_stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
+        results = api.bench(request=request, progress=bar)
+    render_bench.bench_report(_stdout(), results, request.args, as_json=kw["as_json"])
+    sys.exit(sweep.finish(results, request, version=__version__))
+
+
+# fmt: off
+@cli.command()
+@connection_options
+@click.option("--target-tokens", type=click.IntRange(min=1), help="The pool size wanted (max_total_num_tokens).")
+@click.option("--chunked-prefill-size", type=int, metavar="N", help="The chunk to plan with (default 4096).")
+@click.option("--margin", type=click.FloatRange(0, 10), default=0.1, show_default=True, help="Spare headroom share.")
+@click.option("--offline", is_flag=True, help="What-if without a host: free GiB before/after weights, KV bytes/token.")
+@click.option("--gpu-mem-gib", type=float, help="--offline: free GiB before the weights load (sglang's total).")
+@click.option("--free-after-weights-gib", type=float, help="--offline: free GiB after the weights load.")
+@click.option("--cell-bytes", type=float, help="--offline: KV cache bytes per token per rank.")
+@click.option("--page-size", type=click.IntRange(min=1), default=1, help="--offline: the KV page size (default 1).")
+@_handle_errors
+def plan(**kw: Any) -> None:
+    """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
+    if kw["offline"]:
+        doc = budget.offline_plan(**{k: kw[k] for k in budget.OFFLINE_KEYS})
+        return click.echo(render.dumps({"offline": True, "plan": doc})) if kw["as_json"] else render.plan_table(
+            _stdout(), doc, title="offline plan")
+    keys = ("unit", "target_tokens", "chunked_prefill_size", "margin")
+    results = api.plan(kw["targets"], inventory=kw["inventory"], ssh=_ssh_options(kw), **{k: kw[k] for k in keys})
+    _exit_with_table(results, as_json=kw["as_json"], table=render.plan_report)
+# fmt: on
 
 
 def main() -> None:

@@ -18,16 +18,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from remediate.core.budget_text import plan_lines
 from remediate.core.unitfile.edit import EditPlan
 from remediate.core.unitfile.report import display_text, mask_data, plan_to_dict, summary_lines, unified_diff
 from remediate.models import HostResult
-
-
-def console(*, stderr: bool = False) -> Console:
-    """Where reports go: colors only on a TTY (rich's default); logs and pipes get wide, plain tables."""
-    if stderr:
-        return Console(stderr=True, highlight=False, soft_wrap=True)
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 def _safe(text: str) -> str:
@@ -44,6 +38,15 @@ _OUTCOME_STYLE = {
     "unreachable": "red",
     "not_attempted": "dim",
 }
+
+
+def stdout_console() -> Console:
+    """Colors only on a TTY (rich's default); logs and pipes get wide, plain tables."""
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def diff_lines(console: Console, diff: str) -> None:
@@ -94,6 +97,8 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
             console.print(f"    {_safe(step)}", highlight=False)
     if result.backup:
         console.print(f"  backup    {escape(result.backup)}", highlight=False)
+    if result.extra.get("plan"):
+        plan_table(console, result.extra["plan"], title=f"{result.host}: --auto plan")
     if result.max_total_num_tokens is not None:
         console.print(f"  tokens    max_total_num_tokens={_tokens(result)}", highlight=False)
     for warning in result.warnings:
@@ -349,3 +354,81 @@ def _knobs(rec: dict[str, Any]) -> str:
         parts.append(f"PYTORCH_CUDA_ALLOC_CONF={rec['alloc_conf']}")
     parts += [f"{flag} {value}" for flag, value in rec.get("other_flags", {}).items()]
     return ", ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------ plan
+
+_GIB = float(1 << 30)
+
+
+def _gib(value: float | int | None) -> str:
+    return "-" if value is None else f"{value / _GIB:.2f}"
+
+
+def _fit_cell(fit: dict[str, Any] | None) -> str:
+    if fit is None:
+        return "-"
+    if fit["fits"]:
+        margin = fit["margin"]
+        return "[green]yes[/green]" + ("" if margin is None else f" +{margin * 100:.0f}%")
+    spare = fit["spare_bytes"]
+    return "[red]no[/red] " + (f"short {-spare / _GIB:.2f} GiB" if spare < 0 else "under the margin")
+
+
+def _knob_text(chunk: int | None, expandable: bool | None) -> str:
+    text = f"chunk {chunk}" if chunk and chunk > 0 else "no chunk"
+    return text + (" +exp" if expandable else "")
+
+
+def plan_table(console: Console, doc: dict[str, Any], *, title: str = "plan") -> None:
+    """Fraction → predicted tokens → max_req_input_len → headroom → does the diagnosed spike fit; the choice marked."""
+    current = doc.get("current") or {}
+    proposed = doc.get("proposed") or {}
+    now_label = "fits now (" + _knob_text(current.get("chunked_prefill_size"), current.get("expandable_segments")) + ")"
+    new_label = "fits " + _knob_text(proposed.get("chunked_prefill_size"), proposed.get("expandable_segments"))
+    rows = doc.get("rows", [])
+    has_fit = any(r["fits_current"] or r["fits_proposed"] for r in rows)
+    columns = ["mem-fraction", "tokens", "max_req_input_len", "headroom GiB", "usable GiB", now_label, new_label, ""]
+    if not has_fit:  # no diagnosed spike (or no overhead known): nothing to fit
+        columns = [c for c in columns if c not in (now_label, new_label)]
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("tokens", "max_req_input_len") else "left")
+    for row in rows:
+        marks = []
+        if row["chosen"]:
+            marks.append("[bold]◀ choice[/bold]")
+        if row["current"]:
+            marks.append("current")
+        if row["mem_fraction_static"] == doc.get("target_fraction"):
+            marks.append("target")
+        if row["usable_bytes"] is not None and row["usable_bytes"] < 0:
+            marks.append("no room for CUDA graphs")
+        viable = row["viable"]
+        cells = [
+            f"{row['mem_fraction_static']:g}",
+            f"{row['max_total_num_tokens']:,}" if viable else "[red]won't start[/red]",
+            f"{row['max_req_input_len']:,}" if viable else "-",
+            _gib(row["headroom_bytes"]),
+            _gib(row["usable_bytes"]),
+        ]
+        if has_fit:
+            cells += [_fit_cell(row["fits_current"]), _fit_cell(row["fits_proposed"])]
+        table.add_row(*cells, ", ".join(marks))
+    console.print(table)
+    for label, text in plan_lines(doc):
+        style = {"choice": "bold", "warning": "yellow"}.get(label)
+        tag = f"[{style}]{label}[/{style}]" if style else label
+        console.print(f"  {tag}{' ' * max(1, 8 - len(label))}{escape(text)}", highlight=False)
+
+
+def plan_report(console: Console, results: Sequence[HostResult]) -> None:
+    """`remediate plan`: per host, the table and its explanation."""
+    for r in results:
+        if r.error:
+            console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {escape(r.error)}", highlight=False)
+            continue
+        plan_table(console, r.extra.get("plan") or {}, title=f"{r.host} {r.unit or ''}: plan")
+        for warning in r.warnings:
+            if warning not in (r.extra.get("plan") or {}).get("warnings", []):
+                console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)

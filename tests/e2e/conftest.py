@@ -121,8 +121,12 @@ class Node:
         return self.host.path(inside).stat().st_mode & 0o7777
 
     def ls(self, directory: str) -> list[str]:
+        """Names in ``directory`` that the host's image does not have (what tests and the tool put there)."""
         path = self.host.path(directory)
-        return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+        if not path.is_dir():
+            return []
+        image = self.fleet.image / directory.lstrip("/")
+        return sorted(p.name for p in path.iterdir() if not os.path.lexists(image / p.name))
 
     def backups(self, inside: str) -> list[str]:
         directory, name = os.path.split(inside)
@@ -208,7 +212,7 @@ class Node:
     ) -> CliRun:
         argv = self.argv(command, *args, target=target, ssh_config=ssh_config) + (["--json"] if json_out else [])
         proc = subprocess.run(
-            argv, cwd=self.tmp_path, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=_cli_env()
+            argv, cwd=self.tmp_path, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=self.env()
         )
         document = None
         if json_out and proc.stdout.strip():
@@ -217,6 +221,14 @@ class Node:
             except ValueError:
                 document = None
         return CliRun(argv, proc.returncode, proc.stdout, proc.stderr, document)
+
+    @property
+    def observations(self) -> Path:
+        """This test's calibration log (every healthy oom/rollback appends to it)."""
+        return self.tmp_path / "state" / "remediate" / "observations.jsonl"
+
+    def env(self) -> dict[str, str]:
+        return {**_cli_env(), "XDG_STATE_HOME": str(self.tmp_path / "state")}
 
     def popen(self, command: str, *args: str) -> subprocess.Popen[str]:
         """Start the CLI in the background (--json); killed by PID at teardown if still running."""
@@ -227,7 +239,7 @@ class Node:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_cli_env(),
+            env=self.env(),
             start_new_session=True,
         )
         self.children.append(proc)

@@ -213,3 +213,19 @@ def test_second_run_started_while_the_first_waits_does_not_restart_the_loading_s
     assert _changing(node.audit()).count(f"restart {UNIT}") == 1
     assert len(node.backups(UNIT_PATH)) == 1
     assert "--mem-fraction-static 0.93" in node.host.read(UNIT_PATH)
+
+
+def test_a_stopped_unit_is_remediated_and_started(incident: Node) -> None:
+    """Real systemd 252: `systemctl reset-failed` of a unit that is inactive (not failed) exits 1 with "Unit
+    … not loaded"; the transaction must still restart it rather than stop half-way after the write."""
+    node = incident
+    assert node.host.systemctl("stop", UNIT).returncode == 0
+    assert node.host.systemctl("reset-failed", UNIT).returncode == 1  # what the transaction meets
+
+    run = node.cli("oom", "--timeout", "60")
+
+    assert run.returncode == 0, run
+    assert run.result["outcome"] == "remediated", run
+    assert "--mem-fraction-static 0.93" in node.host.read(UNIT_PATH)
+    assert node.show("ActiveState")["ActiveState"] == "active"
+    assert "restart sglang.service" in node.audit()

@@ -134,3 +134,32 @@ def test_docker_wrapped_unit_gets_a_docker_env_option(node: Node) -> None:
     assert node.host.read(result["backup"]) == unit
     argv = _running(node)
     assert "sglang.launch_server" in argv
+
+
+def test_dropin_in_a_new_directory_not_loaded_yet_is_the_one_edited(node: Node) -> None:
+    """Real systemd 252: a drop-in written into a *new* UNIT.d directory leaves NeedDaemonReload=no and
+    DropInPaths empty until units are next loaded; the transaction's daemon-reload loads it, so the plan
+    must read it from disk (editing the fragment's ExecStart would be dead on arrival)."""
+    fragment = incident_unit(node.host.address, node.port)
+    node.install(fragment)
+    fragment_sha = node.sha(UNIT_PATH)
+    dropin = (
+        "[Service]\n"
+        "ExecStart=\n"
+        "ExecStart=/opt/sglang/bin/python3 -m sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 "
+        f"--host {node.host.address} --port {node.port} --mem-fraction-static 0.94\n"
+    )
+    node.host.write(DROPIN, dropin)
+    assert node.show("NeedDaemonReload", "DropInPaths") == {"NeedDaemonReload": "no", "DropInPaths": ""}
+
+    status = node.cli("status")
+    assert status.returncode == 0, status
+    assert any("drop-in not loaded yet" in w and DROPIN in w for w in status.result["warnings"]), status
+    result = _remediate(node)
+
+    assert node.sha(UNIT_PATH) == fragment_sha, "the fragment's ExecStart is reset by the drop-in"
+    (backup,) = node.backups(DROPIN)
+    assert node.host.read(backup) == dropin and result["backup"] == backup
+    assert "--mem-fraction-static 0.93" in node.host.read(DROPIN)
+    assert node.show("DropInPaths")["DropInPaths"] == DROPIN
+    _running(node)

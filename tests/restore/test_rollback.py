@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import Sandbox, SandboxHost
-from sandbox.units import incident_unit
+from sandbox.units import free_port, incident_unit
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +27,9 @@ def sha(text: str) -> str:
 @pytest.fixture
 def host(sandbox_host: SandboxHost) -> SandboxHost:
     sandbox_host.set_standin(time_scale=0.002)
-    sandbox_host.install_unit(UNIT, incident_unit(), start=True)
+    # its own address and a free port: hosts share the machine's network, where other sessions' servers listen
+    port = free_port(sandbox_host.address)
+    sandbox_host.install_unit(UNIT, incident_unit(sandbox_host.address, port), start=True)
     return sandbox_host
 
 
@@ -52,7 +54,7 @@ def test_oom_then_rollback_restores_the_original_bytes_and_server(
 ) -> None:
     original = host.read(UNIT_PATH)
     code, doc = remediate(sandbox_fleet, host, "oom", cwd=tmp_path)
-    assert code == 0 and doc["results"][0]["outcome"] == "remediated"
+    assert code == 0 and doc["results"][0]["outcome"] == "remediated", doc["results"][0]
     assert running_fraction(host) == "0.93"
 
     code, doc = remediate(sandbox_fleet, host, "rollback", cwd=tmp_path)

@@ -1,4 +1,4 @@
-"""Sandbox hosts: isolation, read-only root, pinned host keys, key-only SSH, sudo users, shims."""
+"""Sandbox hosts: real systemd as PID 1, isolation, pinned host keys, key-only SSH, sudo users, shims, audit."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import paramiko
 import pytest
 
 from sandbox import Sandbox, SandboxHost
+from sandbox.units import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -44,24 +45,38 @@ def test_file_written_on_one_host_is_invisible_on_another(sandbox_hosts):
     assert b.run("hostname").stdout.strip() == b.name
 
 
-def test_writes_outside_per_host_dirs_fail(sandbox_host):
-    targets = ["/usr/sandbox-probe", "/srv/sandbox-probe", "/var/cache/sandbox-probe"]
-    checkout = Path(__file__).parent
-    if not sandbox_host.is_private(str(checkout)):  # a checkout under /tmp is hidden by the host's own /tmp
-        targets.append(str(checkout / "probe"))
-    for target in targets:
-        result = sandbox_host.run("touch", target)
-        assert result.returncode != 0
-        assert "Read-only file system" in result.stderr
+def test_writes_anywhere_stay_on_their_host_and_the_standin_is_read_only(sandbox_hosts, sandbox_fleet):
+    a, b = sandbox_hosts[0], sandbox_hosts[1]
+    a.run("sh", "-c", "echo a > /usr/sandbox-probe", check=True)
+    assert b.run("test", "-e", "/usr/sandbox-probe").returncode == 1
+    assert not Path("/usr/sandbox-probe").exists()
+    assert not (sandbox_fleet.image / "usr" / "sandbox-probe").exists()  # the shared image is untouched
+    result = a.run("touch", "/opt/sglang/standin/probe")
+    assert result.returncode != 0
+    assert "Read-only file system" in result.stderr
     with pytest.raises(PermissionError):
-        sandbox_host.write("/usr/lib/x", "no")
+        a.write("/opt/sglang/standin/x", "no")
 
 
 def test_machine_root_home_and_ssh_config_are_not_shared(sandbox_host):
     inside = sandbox_host.run("ls", "-A", "/root").stdout.split()
-    assert inside == [".ssh"]
+    assert inside == [".bashrc", ".profile", ".ssh"]
     host_key = sandbox_host.run("cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout
     assert host_key != Path("/etc/ssh/ssh_host_ed25519_key.pub").read_text()
+
+
+def test_real_systemd_is_pid1_with_its_own_machine_id_and_sshd_only_on_its_address(sandbox_hosts):
+    a, b = sandbox_hosts[0], sandbox_hosts[1]
+    assert Path(f"/proc/{a.pid}/comm").read_text().strip() == "systemd"
+    assert a.run("ps", "-o", "pid=,comm=", "-p", "1").stdout.split() == ["1", "systemd"]
+    assert a.systemctl("is-system-running").stdout.strip() == "running"
+    assert a.systemctl("--version").stdout.startswith("systemd 252 ")
+    ids = {h.run("cat", "/etc/machine-id").stdout.strip() for h in (a, b)}
+    assert len(ids) == 2 and all(len(i) == 32 for i in ids)
+    listen = [ln for ln in a.run("sshd", "-T").stdout.splitlines() if ln.startswith("listenaddress ")]
+    assert listen == [f"listenaddress {a.address}:22"]
+    masked = a.systemctl("is-enabled", "apt-daily.timer", "apt-daily-upgrade.timer").stdout.split()
+    assert masked == ["masked", "masked"]  # nothing inside reaches out
 
 
 def test_ssh_with_generated_config_as_root(sandbox_fleet, sandbox_host):
@@ -160,15 +175,11 @@ def test_deploy_has_passwordless_sudo_and_ops_needs_a_password(sandbox_fleet, sa
     assert "unable to resolve host" not in deploy.stderr + ops.stderr
 
 
-def test_pid_namespace_and_pid1_is_sshd(sandbox_host):
-    assert Path(f"/proc/{sandbox_host.pid}/comm").read_text().strip() == "sshd"
-    ps = sandbox_host.run("ps", "-o", "pid=,comm=", "-p", "1").stdout.split()
-    assert ps == ["1", "sshd"]
-
-
 def test_sglang_venv_and_docker_shim(sandbox_host):
     version = sandbox_host.run("/opt/sglang/bin/python3", "-c", "import sys; print(sys.path[1])")
     assert version.stdout.strip() == "/opt/sglang/standin"
+    plain = sandbox_host.run("python3", "-c", "import sglang.launch_server as m; print(m.__file__)")
+    assert plain.stdout.strip() == "/opt/sglang/standin/sglang/launch_server.py", plain.stderr
     env = sandbox_host.run(
         "docker",
         "run",
@@ -201,9 +212,10 @@ def test_sglang_venv_and_docker_shim(sandbox_host):
 
 
 def test_http_service_in_a_unit_answers_from_the_machine(sandbox_host):
+    port = free_port(sandbox_host.address)  # hosts share the machine's network with other sessions' servers
     sandbox_host.install_unit(
         "web.service",
-        "[Service]\nExecStart=/usr/bin/python3 -m http.server 30000 "
+        f"[Service]\nExecStart=/usr/bin/python3 -m http.server {port} "
         f"--bind {sandbox_host.address} --directory /etc/systemd/system\n",
     )
     deadline = time.monotonic() + 10
@@ -211,7 +223,7 @@ def test_http_service_in_a_unit_answers_from_the_machine(sandbox_host):
 
     while True:
         try:
-            with urllib.request.urlopen(f"http://{sandbox_host.address}:30000/web.service", timeout=1) as resp:
+            with urllib.request.urlopen(f"http://{sandbox_host.address}:{port}/web.service", timeout=1) as resp:
                 assert b"ExecStart" in resp.read()
                 break
         except OSError:
@@ -231,18 +243,19 @@ def test_sglang_standin_runs_as_a_unit(sandbox_host, launcher):
     import urllib.request
 
     host = sandbox_host
+    port = free_port(host.address)
     host.set_standin(time_scale=0.001, warmup_s=1)
     host.install_unit(
         "sglang.service",
         "[Unit]\nDescription=SGLang\n[Service]\n"
         'Environment="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"\n'
         f"ExecStart={launcher} --model-path moonshotai/Kimi-K2.6 --tp 8 \\\n"
-        f"  --mem-fraction-static 0.93 --chunked-prefill-size 4096 --host {host.address} --port 30000\n",
+        f"  --mem-fraction-static 0.93 --chunked-prefill-size 4096 --host {host.address} --port {port}\n",
     )
     deadline = time.monotonic() + 30
     while True:
         try:
-            with urllib.request.urlopen(f"http://{host.address}:30000/health", timeout=2) as resp:
+            with urllib.request.urlopen(f"http://{host.address}:{port}/health", timeout=2) as resp:
                 if resp.status == 200:
                     break
         except OSError:
@@ -250,7 +263,58 @@ def test_sglang_standin_runs_as_a_unit(sandbox_host, launcher):
         assert time.monotonic() < deadline, "\n".join(host.journal("sglang")[-20:])
         assert host.systemctl("is-failed", "sglang").returncode == 1, "\n".join(host.journal("sglang")[-20:])
         time.sleep(0.05)
-    with urllib.request.urlopen(f"http://{host.address}:30000/get_server_info", timeout=5) as resp:
+    with urllib.request.urlopen(f"http://{host.address}:{port}/get_server_info", timeout=5) as resp:
         info = json.load(resp)
     assert "195011" in json.dumps(info)
     assert any("max_total_num_tokens=195011" in line for line in host.journal("sglang"))
+
+
+def unit(exec_start: str) -> str:
+    return f"[Unit]\nDescription=Test app\n\n[Service]\nExecStart={exec_start}\n"
+
+
+def test_audit_records_systemctl_over_ssh_in_order(sandbox_fleet, sandbox_host):
+    host = sandbox_host
+    host.install_unit("app.service", unit("/bin/sleep 1001"))
+    assert host.audit() == []  # set-up through SandboxHost.run is not audited
+    script = "systemctl daemon-reload && systemctl reset-failed app.service && systemctl restart app.service"
+    result = subprocess.run(
+        ["ssh", "-F", str(sandbox_fleet.ssh_config), host.name, script], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    sudo = subprocess.run(
+        [
+            "ssh",
+            "-F",
+            str(sandbox_fleet.ssh_config),
+            "-l",
+            "deploy",
+            host.name,
+            "sudo -n systemctl show -p ActiveState --value app",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert sudo.stdout == "active\n"
+    assert host.audit() == [
+        "daemon-reload",
+        "reset-failed app.service",
+        "restart app.service",
+        "show -p ActiveState --value app",
+    ]
+
+
+def test_service_survives_the_ssh_session(sandbox_fleet, sandbox_host):
+    host = sandbox_host
+    host.write("/etc/systemd/system/app.service", unit("/bin/sleep 1001"))
+    started = time.monotonic()
+    result = subprocess.run(
+        ["ssh", "-F", str(sandbox_fleet.ssh_config), host.name, "systemctl start app"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 5  # the session does not hang on the supervisor's pipes
+    assert host.systemctl("is-active", "app").stdout.strip() == "active"

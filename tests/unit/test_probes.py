@@ -186,3 +186,27 @@ def test_explain_crash_limit() -> None:
 )
 def test_server_endpoint(argv: list[str], expected: tuple[str, int]) -> None:
     assert probes.server_endpoint(argv) == expected
+
+
+def test_unloaded_dropins_count_as_a_pending_daemon_reload() -> None:
+    """systemd 252 keeps NeedDaemonReload=no for a drop-in in a new UNIT.d directory; the probe lists it."""
+    text = (
+        "@@now 1.0\n@@unit app.service\n@@show\nNeedDaemonReload=no\nDropInPaths=\n"
+        "@@unloaded /etc/systemd/system/app.service.d/50-x.conf\n@@end\n"
+    )
+    found = probes.parse_probe(text, None)
+    assert found.unloaded_dropins == ("/etc/systemd/system/app.service.d/50-x.conf",)
+    assert found.needs_daemon_reload and found.state is not None and not found.state.needs_daemon_reload
+    assert not probes.parse_probe(
+        text.replace(" /etc/systemd/system/app.service.d/50-x.conf", ""), None
+    ).needs_daemon_reload
+
+
+def test_dropins_apply_by_file_name_across_directories_first_directory_wins() -> None:
+    loaded = ("/etc/systemd/system/a.service.d/20-b.conf", "/run/systemd/system/a.service.d/30-c.conf")
+    unloaded = ("/etc/systemd/system/a.service.d/10-a.conf", "/run/systemd/system/a.service.d/20-b.conf")
+    assert probes.dropin_order(loaded, unloaded) == [
+        "/etc/systemd/system/a.service.d/10-a.conf",
+        "/etc/systemd/system/a.service.d/20-b.conf",
+        "/run/systemd/system/a.service.d/30-c.conf",
+    ]

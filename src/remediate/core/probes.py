@@ -130,6 +130,13 @@ class ProbeResult:
     # evidence sections (``with_evidence``): journal, gpus, apps, ps lines; a header's words (``@@gpus absent``)
     sections: dict[str, tuple[str, ...]] = field(default_factory=dict)
     section_notes: dict[str, str] = field(default_factory=dict)
+    unloaded_dropins: tuple[str, ...] = ()  # UNIT.d/*.conf on disk that the loaded unit does not list yet
+
+    @property
+    def needs_daemon_reload(self) -> bool:
+        """The unit on disk differs from the loaded one: NeedDaemonReload=yes, or a drop-in systemd has not
+        loaded (a drop-in in a new UNIT.d directory leaves NeedDaemonReload=no until units are next loaded)."""
+        return bool(self.unloaded_dropins) or (self.state is not None and self.state.needs_daemon_reload)
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -143,10 +150,12 @@ def parse_show(text: str) -> dict[str, str]:
 
 
 def parse_exec_start(value: str) -> tuple[tuple[str, ...], ...]:
-    """The argv lists in systemd's ``{ path=… ; argv[]=… ; … }`` rendering of ExecStart.
+    """The argv lists in systemd's ``{ path=… ; argv[]=… ; ignore_errors=… ; start_time=[…] ; pid=… }``
+    rendering of ExecStart.
 
-    systemd prints argv[] words joined by spaces, quoting words that need it with C-style
-    double quotes; this is what PID 1 will exec after unquoting and continuation joining.
+    systemd 252 prints the argv[] words as written, joined by single spaces: unquoted (a word holding a
+    space cannot be told apart) and unexpanded (``$VAR``/``${VAR}`` stay; systemd expands them only when
+    it spawns the process). Good for ``--host``/``--port`` words, not for the whole command line.
     """
     argvs: list[tuple[str, ...]] = []
     for match in re.finditer(r"argv\[\]=(.*?) ; ignore_errors=", value):
@@ -181,6 +190,15 @@ def _split_show_words(text: str) -> list[str]:
     return words
 
 
+def dropin_order(loaded: tuple[str, ...], unloaded: tuple[str, ...]) -> list[str]:
+    """The drop-ins systemd applies after the next daemon-reload: by file name across directories; for one
+    name, the first directory of the search path wins (the loaded list is already in that order)."""
+    chosen: dict[str, str] = {}
+    for path in (*loaded, *unloaded):
+        chosen.setdefault(path.rsplit("/", 1)[-1], path)
+    return [chosen[name] for name in sorted(chosen)]
+
+
 def parse_probe(text: str, unit: str | None) -> ProbeResult:
     """Split the framed output of ``templates/probe.sh.j2``."""
     candidates: tuple[str, ...] = ()
@@ -188,6 +206,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     files: dict[str, RemoteFile] = {}
     has_analyze = False
     now = 0.0
+    unloaded: tuple[str, ...] = ()
     section = ""
     current: dict[str, str] = {}
     b64: list[str] = []
@@ -230,6 +249,8 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 has_analyze = rest.strip() == "1"
             elif head == "now":
                 now = float(rest or 0)
+            elif head == "unloaded":
+                unloaded = tuple(rest.split())
             elif head == "file":
                 current = parse_file_header(rest)
             elif head in EVIDENCE_SECTIONS:
@@ -254,6 +275,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
         now=now,
         sections={k: tuple(v) for k, v in sections.items()},
         section_notes=notes,
+        unloaded_dropins=unloaded,
     )
 
 

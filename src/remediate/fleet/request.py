@@ -24,5 +24,9 @@ class OomRequest:
     rollback: bool = True
     strategy: dict[str, Any] = field(default_factory=dict)
     force: bool = False
+    probe_tokens: int | None = None
     retry_file: str | None = None  # --retry-file PATH (inventory rollouts only)
     lock_timeout: int | None = None  # --lock-timeout: seconds to wait for another run's lock (None: 30)
+    auto: bool = False  # --auto: the budget plan of each host chooses fraction, chunk and alloc conf
+    margin: float = 0.10  # --auto: headroom kept beyond the diagnosed need
+    observations: str | None = None  # the calibration log (None: $XDG_STATE_HOME/remediate/observations.jsonl)

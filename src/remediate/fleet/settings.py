@@ -78,8 +78,8 @@ def _all_addresses(targets: Sequence[str]) -> bool:
     return all("@" in t or t[:1].isdigit() or t.startswith("[") for t in targets)
 
 
-def ssh_from_cli(kw: Mapping[str, Any], connect_timeout: float | None = None) -> SSHOptions:
-    """The connection options given on the command line (inventory entries refine them: :func:`ssh_for`)."""
+def ssh_from_cli(kw: dict[str, Any], connect_timeout: float | None = None) -> SSHOptions:
+    """The connection options of a remote command's command line (``--connect-timeout`` or ``connect_timeout``)."""
     return SSHOptions(
         connect_timeout=connect_timeout or kw.get("connect_timeout") or 10.0,
         identity=kw.get("identity"),
@@ -180,6 +180,7 @@ def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
         rollback=request.rollback,
         server_port=s.get("server_port"),
         force=request.force,
+        probe_tokens=request.probe_tokens if request.probe_tokens is not None else s.get("probe_tokens"),
         lock_wait=request.lock_timeout if request.lock_timeout is not None else LOCK_WAIT_S,
     )
 

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from remediate.core.observation import Observation
 from remediate.core.unitfile.edit import DesiredState
 
 LOCK_WAIT_S = 30
 """Seconds a run waits for another run's lock on the same unit before it fails with LockHeldError."""
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """How `plan` and `oom --auto` choose: the target, the proposed chunk, the margin, past observations."""
+
+    target_tokens: int | None = None
+    chunked_prefill_size: int | None = None  # the chunk to propose (None: 4096); -1: chunking off
+    chunk_is_ceiling: bool = True  # keep the server's chunk when it is already smaller
+    margin: float = 0.10
+    observations: tuple[Observation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -24,3 +36,5 @@ class RunOptions:
     lock_wait: int = LOCK_WAIT_S
     server_port: int | None = None
     force: bool = False  # apply the recipe even when the crash evidence contradicts it
+    probe_tokens: int | None = None  # once healthy, one prefill of exactly this many tokens must succeed
+    auto: BudgetOptions | None = None  # `oom --auto`: the budget plan chooses fraction, chunk and alloc conf

@@ -95,12 +95,12 @@ def sources_from_probe(found: ProbeResult) -> UnitSources:
         raise ConfigError(f"cannot read unit file {state.fragment_path}", source=state.unit)
     dropins = tuple(
         SourceFile(path=p, text=found.files[p].text)
-        for p in state.dropin_paths
+        for p in probes.dropin_order(state.dropin_paths, found.unloaded_dropins)
         if p in found.files and found.files[p].exists
     )
     env_files: dict[str, str | None] = {}
     for path, remote in found.files.items():
-        if path == state.fragment_path or path in state.dropin_paths:
+        if path == state.fragment_path or path in state.dropin_paths or path in found.unloaded_dropins:
             continue
         env_files[path] = remote.text if remote.exists else None
     return UnitSources(

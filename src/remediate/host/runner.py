@@ -18,12 +18,14 @@ from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.core.unitfile.sources import refuse_template_edit
 from remediate.errors import RefusedError, RemediationError
+from remediate.host.bench import probe_prefill
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
 from remediate.host.health import Healthy, fetch_server_info, fetch_tokens
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
+from remediate.host.plan import auto_step
 from remediate.host.read import endpoint_of, read_unit, run_read_only
 from remediate.host.transaction import transact
 from remediate.models import HostResult, ProgressFn
@@ -34,7 +36,7 @@ def _fill_plan(result: HostResult, plan: EditPlan) -> None:
     record_settings(result, plan.before, plan.after)
     result.diff = "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files)
     result.summary = summary_lines(plan)
-    result.notes = list(plan.notes)
+    result.notes.extend(plan.notes)  # after any note of the --auto plan
     result.changed = plan.is_changed
 
 
@@ -91,7 +93,7 @@ def _already_healthy(
     when it answers with other values (edited and reloaded, never restarted), so it must restart."""
     state = found.state
     assert state is not None
-    if state.active_state != "active" or state.needs_daemon_reload:
+    if state.active_state != "active" or found.needs_daemon_reload:
         return None, False
     info, _ = fetch_server_info(transport, *endpoint_of(found, options))
     if info is None:
@@ -136,6 +138,25 @@ def remediate_host(
     return run_locked(transport, options, body, label=label, progress=progress, now=now, journal_lines=GATE_LINES)
 
 
+def _probe(
+    transport: Transport,
+    unit: str,
+    endpoint: tuple[str, int],
+    options: RunOptions,
+    result: HostResult,
+    info: dict[str, Any] | None,
+    timer: Timer,
+    now: Callable[[], float],
+) -> None:
+    """``--probe TOKENS``: the crashing request, once healthy; its failure is a failed health check."""
+    if not options.probe_tokens:
+        return
+    with timer.phase("probe"):
+        result.extra["probe"] = probe_prefill(
+            transport, unit, endpoint, options.probe_tokens, info=info, seed=int(now()), timeout=options.timeout
+        )
+
+
 def _remediate_locked(
     transport: Transport,
     options: RunOptions,
@@ -149,7 +170,8 @@ def _remediate_locked(
         unit = record_unit(result, found).unit
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
-        plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
+        plan = plan_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
         refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
         epoch = int(now())
@@ -162,6 +184,9 @@ def _remediate_locked(
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
             result.steps = []
+            if not options.dry_run:
+                info, _ = fetch_server_info(transport, *endpoint_of(found, options))
+                _probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
             return
         if not stale:
             result.notes.append("the unit is already remediated but the server is not healthy: restarting it")
@@ -174,6 +199,7 @@ def _remediate_locked(
     def check(healthy: Healthy) -> None:
         verify_server_args(result.host, healthy.info, plan)
         verify_tokens(result, healthy, options)
+        _probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
     transact(
         transport,
@@ -211,10 +237,13 @@ def status_host(
             "active_state": state.active_state,
             "sub_state": state.get("SubState"),
             "n_restarts": state.n_restarts,
-            "need_daemon_reload": state.needs_daemon_reload,
+            "need_daemon_reload": found.needs_daemon_reload,
         }
         if state.needs_daemon_reload:
             result.warnings.append("NeedDaemonReload=yes: the running server does not use the unit on disk")
+        elif found.unloaded_dropins:
+            listed = ", ".join(found.unloaded_dropins)
+            result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
         if state.active_state == "active":
             tokens, _ = fetch_tokens(transport, *endpoint_of(found, options))
             result.max_total_num_tokens = tokens

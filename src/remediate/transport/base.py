@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from remediate.models import CommandResult
+from remediate.transport.http1 import HttpStream
 
 __all__ = ["CommandResult", "HttpResponse", "SSHOptions", "Transport"]
 
@@ -56,6 +57,16 @@ class Transport(Protocol):
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
         """GET http://host:port/path as seen from the remote host, through the SSH connection."""
+        ...
+
+    def http_post(self, host: str, port: int, path: str, body: bytes = b"", *, timeout: float = 30.0) -> HttpResponse:
+        """POST ``body`` (JSON) to http://host:port/path as seen from the remote host; the whole answer."""
+        ...
+
+    def http_stream(
+        self, host: str, port: int, path: str, body: bytes, *, timeout: float = 600.0, method: str = "POST"
+    ) -> AbstractContextManager[HttpStream]:
+        """Send a request and read the answer as it arrives, each piece with its arrival time."""
         ...
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from remediate.errors import AuthError, CommandError, ConnectError, TransportError
 from remediate.models import CommandResult
 from remediate.transport.base import HttpResponse, SSHOptions
+from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
 
 # paramiko logs refused direct-tcpip channels (normal while a model loads) as errors; our callers get
 # them as data. A NullHandler keeps Python's last-resort handler from printing them on stderr.
@@ -317,6 +318,57 @@ class SSHTransport:
         finally:
             chan.close()
         return _parse_http(b"".join(chunks))
+
+    @contextmanager
+    def http_stream(
+        self, host: str, port: int, path: str, body: bytes, *, timeout: float = 600.0, method: str = "POST"
+    ) -> Iterator[HttpStream]:
+        """Send a request through a direct-tcpip channel and read the answer as it arrives; ``status`` is None
+        while the port refuses connections. Arrival times are ``time.perf_counter()``; ``timeout`` bounds
+        each wait for more bytes."""
+        if not self._opened:
+            self.open()
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(self.host, "connection lost")
+        clock = time.perf_counter
+        try:
+            chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
+        except ChannelException as exc:
+            yield HttpStream(lambda: b"", clock, clock(), error=f"{host}:{port}: {exc.text}")
+            return
+        except SSHException as exc:
+            yield HttpStream(lambda: b"", clock, clock(), error=str(exc))
+            return
+        where = f"{host}:{port}{path}"
+
+        def recv() -> bytes:
+            try:
+                return bytes(chan.recv(65536))
+            except TimeoutError:
+                raise StreamBroken(f"{where}: no data for {timeout:.0f}s") from None
+            except (SSHException, OSError) as exc:
+                raise StreamBroken(f"{where}: {exc}") from None
+
+        try:
+            chan.settimeout(timeout)
+            sent_at = clock()
+            try:
+                chan.sendall(request_bytes(method, host, port, path, body))
+            except (TimeoutError, SSHException, OSError) as exc:
+                yield HttpStream(lambda: b"", clock, sent_at, error=f"{where}: sending failed: {exc}")
+                return
+            yield HttpStream(recv, clock, sent_at)
+        finally:
+            chan.close()
+
+    def http_post(self, host: str, port: int, path: str, body: bytes = b"", *, timeout: float = 30.0) -> HttpResponse:
+        """POST through a direct-tcpip channel and read the whole answer."""
+        with self.http_stream(host, port, path, body, timeout=timeout) as stream:
+            data = stream.read()
+        if stream.status is None or stream.error:
+            return HttpResponse(status=stream.status, body=data, error=stream.error)
+        return HttpResponse(status=stream.status, body=data)
 
     def close(self) -> None:
         self._conn.close()

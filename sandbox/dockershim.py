@@ -1,4 +1,5 @@
-"""`docker`/`podman` shim: `run [opts] IMAGE CMD…` runs CMD on the host with the -e/--env-file variables.
+"""`docker`/`podman` shim, /usr/local/bin/docker and podman in every sandbox host: `run [opts] IMAGE CMD…`
+runs CMD on the host with the -e/--env-file variables.
 
 The image's Python is the sandbox's sglang 'venv' (/opt/sglang/bin first in PATH). Other verbs are no-ops.
 """

@@ -1,0 +1,143 @@
+"""``remediate bench`` over the selected hosts: one after another, never two at once (a benchmark that
+shares the client, or a host's neighbours, measures the sharing), one connection per host."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from remediate.core.benchrecord import RunArgs
+from remediate.core.sweep import DEFAULT_CONTEXTS as DEFAULT_CONTEXTS
+from remediate.core.sweep import DEFAULT_GEN as DEFAULT_GEN
+from remediate.core.sweep import BenchPoint, parse_contexts
+from remediate.core.sweep import HostBench as HostBench
+from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
+from remediate.fleet import sweepfiles
+from remediate.fleet.inventory import HostEntry
+from remediate.fleet.settings import resolve_hosts, ssh_for
+from remediate.host.bench import BenchOptions, bench_host
+from remediate.transport.base import SSHOptions, Transport
+
+TransportFactory = Callable[[HostEntry, SSHOptions], Transport]
+
+
+class SweepProgress(Protocol):
+    """What a sweep reports as it goes (the CLI's progress bar implements it)."""
+
+    def host(self, entry: HostEntry, index: int, count: int) -> None: ...
+
+    def request(self, host: str, requested: int, run: int) -> None: ...
+
+    def point(self, bench: HostBench, point: BenchPoint) -> None: ...
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """What `remediate bench` was asked: the sweep and the files to write."""
+
+    args: RunArgs
+    options: BenchOptions
+    ssh: SSHOptions = SSHOptions()
+    targets: tuple[str, ...] = ()
+    inventory: str | None = None
+    output: str | None = None
+    csv_path: str | None = None
+    plot: str | None = None
+
+
+def request_from_cli(kw: dict[str, Any], ssh: SSHOptions) -> BenchRequest:
+    """Command-line values → a request; a bad one is a ConfigError naming its flag, and every output file
+    is checked (and ``--plot``'s matplotlib) before any host is contacted. No seed → a fresh one."""
+    seed = kw["seed"] if kw.get("seed") is not None else secrets.randbelow(2**31)
+    args = RunArgs(parse_contexts(kw["contexts"]), kw["gen"], kw["runs"], kw["warmup"], seed)
+    options = BenchOptions(args.contexts, args.gen, args.runs, args.warmup, seed, unit=kw.get("unit"))
+    targets = tuple(kw.get("targets") or ())
+    files: dict[str, str | None] = {k: kw.get(k) for k in ("output", "csv_path", "plot")}
+    request = BenchRequest(args, options, ssh, targets, kw.get("inventory"), **files)
+    sweepfiles.check_outputs(request.output, request.csv_path, request.plot)
+    return request
+
+
+def write_outputs(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> None:
+    files = {"output": request.output, "csv_path": request.csv_path, "plot": request.plot}
+    sweepfiles.write_outputs(results, request.args, **files, version=version)
+
+
+def finish(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> int:
+    """The end of `remediate bench`: write the files asked for; the exit code."""
+    write_outputs(results, request, version=version)
+    return bench_exit_code(results)
+
+
+def options_for(entry: HostEntry, options: BenchOptions) -> BenchOptions:
+    """Command line > inventory host vars > defaults, for what ``bench`` reads from the inventory."""
+    s = entry.settings
+    return replace(options, unit=options.unit or s.get("unit"), server_port=options.server_port or s.get("server_port"))
+
+
+def bench_hosts(
+    hosts: Sequence[HostEntry],
+    options: BenchOptions,
+    ssh_of: Callable[[HostEntry], SSHOptions],
+    factory: TransportFactory,
+    progress: SweepProgress | None = None,
+) -> list[HostBench]:
+    results: list[HostBench] = []
+    for index, entry in enumerate(hosts):
+        if progress:
+            progress.host(entry, index, len(hosts))
+        try:
+            transport = factory(entry, ssh_of(entry))
+        except ConfigError as exc:
+            results.append(HostBench(host=entry.name, error=str(exc), exit_code=exc.exit_code))
+            continue
+        try:
+            one = options_for(entry, options)
+            on_point = progress.point if progress else None
+            on_request = progress.request if progress else None
+            results.append(bench_host(transport, one, label=entry.name, on_point=on_point, on_request=on_request))
+        finally:
+            transport.close()
+    return results
+
+
+def bench(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    options: BenchOptions | None = None,
+    progress: SweepProgress | None = None,
+    request: BenchRequest | None = None,
+    transport_factory: TransportFactory,
+) -> list[HostBench]:
+    """`remediate bench` as a function: the long-context sweep of each selected host, one after another,
+    read-only on the unit. ``options`` default to the incident's lengths (``1k,8k,32k,46k,92k,185k``);
+    a ``request`` (the CLI's) gives targets, inventory, SSH options and options at once. ``api.bench`` is
+    this with the SSH transport by default."""
+    if request is not None:
+        targets, inventory, ssh, options = request.targets, request.inventory, request.ssh, request.options
+    _, hosts = resolve_hosts(targets, inventory)
+    cli_ssh = ssh or SSHOptions()
+    return bench_hosts(
+        hosts,
+        options or BenchOptions(contexts=parse_contexts(DEFAULT_CONTEXTS)),
+        lambda entry: ssh_for(entry, cli_ssh),
+        transport_factory,
+        progress,
+    )
+
+
+def bench_exit_code(results: Sequence[HostBench]) -> int:
+    """0 every host swept (skipped points are fine); 3 only unreachable hosts failed; 2 only bad input; else 1."""
+    failed = [r for r in results if not r.ok]
+    if not failed:
+        return EXIT_OK
+    codes = {r.exit_code or EXIT_FAILED for r in failed}
+    if codes == {EXIT_UNREACHABLE}:
+        return EXIT_UNREACHABLE
+    if codes == {EXIT_BAD_INPUT}:
+        return EXIT_BAD_INPUT
+    return EXIT_FAILED

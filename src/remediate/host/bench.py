@@ -1,0 +1,288 @@
+"""The long-context sweep of one host, through its SSH connection (read-only on the unit).
+
+For each context length, short to long: ``POST /flush_cache`` (its 400 "requests are running" skips
+the point), then a streamed ``/generate`` of exactly N ``input_ids`` (greedy, ``ignore_eos``,
+``max_new_tokens`` = gen), timed as the bytes arrive. Lengths the server cannot take are skipped with
+the reason; the first failure stops the sweep, and if the server died the result says how (the unit's
+state, the journal's OOM lines) and points to ``remediate diagnose``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from remediate.core.latency import RequestMetrics, measure_request
+from remediate.core.probes import ServiceState, explain_crash
+from remediate.core.sse import StreamError, decode_stream
+from remediate.core.sweep import (
+    DEFAULT_GEN,
+    POOL_MARGIN,
+    BenchPoint,
+    HostBench,
+    check_counts,
+    generate_body,
+    limits_from_info,
+    mask_info,
+    prompt_ids,
+    safe_id_range,
+    skip_reason,
+)
+from remediate.errors import RemediateError, RemediationError, UnhealthyError
+from remediate.host.health import fetch_server_info, journal_since, read_state
+from remediate.host.options import RunOptions
+from remediate.host.read import endpoint_of, probe, resolve_unit
+from remediate.transport.base import Transport
+from remediate.transport.http1 import HttpStream
+
+BUSY_NOTE = "the server is busy: /flush_cache answered 400 (requests are running or queued)"
+PointFn = Callable[[HostBench, BenchPoint], None]
+RequestFn = Callable[[str, int, int], None]  # (host, requested tokens, run number from 1, warm-ups included)
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What to sweep on each host."""
+
+    contexts: tuple[int, ...]
+    gen: int = DEFAULT_GEN
+    runs: int = 1
+    warmup: int = 0
+    seed: int = 0
+    margin: int = POOL_MARGIN
+    unit: str | None = None
+    server_port: int | None = None
+    request_timeout: float = 600.0
+    death_wait: float = 15.0  # how long a failed request's server may take to show it died
+
+
+def bench_host(
+    transport: Transport,
+    options: BenchOptions,
+    *,
+    label: str | None = None,
+    on_point: PointFn | None = None,
+    on_request: RequestFn | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostBench:
+    """Sweep one host. Never raises RemediateError: it lands in the result (``error``, ``exit_code``)."""
+    bench = HostBench(host=label or transport.host, started_at=now())
+    try:
+        _sweep(transport, options, bench, on_point, on_request)
+    except RemediateError as exc:
+        bench.error = str(exc)
+        bench.exit_code = exc.exit_code
+        if isinstance(exc, UnhealthyError) and exc.journal:
+            bench.journal = exc.journal
+    finally:
+        bench.finished_at = now()
+    return bench
+
+
+def _get_json(transport: Transport, host: str, port: int, *paths: str) -> dict[str, Any] | None:
+    for path in paths:
+        response = transport.http_get(host, port, path)
+        if response.status == 200:
+            try:
+                data = json.loads(response.body)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+    return None
+
+
+def _sweep(
+    transport: Transport,
+    options: BenchOptions,
+    bench: HostBench,
+    on_point: PointFn | None,
+    on_request: RequestFn | None,
+) -> None:
+    transport.open()
+    found = resolve_unit(transport, probe(transport, options.unit), options.unit)
+    state = found.state
+    assert state is not None
+    unit = bench.unit = state.unit
+    host, port = endpoint_of(found, RunOptions(server_port=options.server_port))
+    bench.endpoint = f"{host}:{port}"
+    if state.active_state != "active":
+        raise _down(transport, bench, state, found.now, f"{unit} is {state.active_state} ({state.get('SubState')})")
+    info, _ = fetch_server_info(transport, host, port)
+    if info is None:
+        raise RemediationError(bench.host, f"the server at {host}:{port} does not answer /server_info; is it up?")
+    model_info = _get_json(transport, host, port, "/model_info", "/get_model_info")
+    bench.limits = limits_from_info(info, model_info)
+    bench.server_info = mask_info(info)
+    id_range = safe_id_range(bench.limits.vocab_size)
+    sent = 0
+    for requested in options.contexts:
+        reason = skip_reason(requested, options.gen, bench.limits, options.margin)
+        if reason:
+            point = BenchPoint(requested, "skipped", reason)
+        else:
+            point, sent = _measure(transport, (host, port), requested, options, id_range, sent, on_request, bench.host)
+        bench.points.append(point)
+        died = _died(transport, unit, state, (host, port), options.death_wait) if point.status == "failed" else None
+        if died:
+            point.note = f"{point.note}; the server died"
+        if on_point:
+            on_point(bench, point)
+        if died:
+            raise _down(transport, bench, died, found.now, f"the server died at {requested:,} tokens")
+        if point.status == "failed":
+            raise RemediationError(bench.host, f"{requested:,} tokens failed: {point.note}; the sweep stops here")
+
+
+def _measure(
+    transport: Transport,
+    endpoint: tuple[str, int],
+    requested: int,
+    options: BenchOptions,
+    id_range: tuple[int, int],
+    sent: int,
+    on_request: RequestFn | None,
+    label: str,
+) -> tuple[BenchPoint, int]:
+    """One length: (warm-ups +) runs, each after a cache flush. Returns the point and the requests sent so far."""
+    host, port = endpoint
+    point = BenchPoint(requested, "ok")
+    notes: list[str] = []
+    for run in range(options.warmup + options.runs):
+        flush = transport.http_post(host, port, "/flush_cache")
+        if flush.status == 400:
+            return BenchPoint(requested, "skipped", BUSY_NOTE), sent
+        if flush.status is None:
+            point.status, point.note = "failed", f"no answer to POST /flush_cache: {flush.error or 'refused'}"
+            return point, sent
+        if flush.status != 200:
+            _add(notes, f"/flush_cache answered {flush.status} (not flushed; unique prompts miss the cache anyway)")
+        if on_request:
+            on_request(label, requested, run + 1)
+        ids = prompt_ids(requested, seed=options.seed, index=sent, id_range=id_range)
+        sent += 1
+        body = json.dumps(generate_body(ids, options.gen), separators=(",", ":")).encode()
+        with transport.http_stream(host, port, "/generate", body, timeout=options.request_timeout) as stream:
+            metrics = read_generate(stream)
+        if not metrics.ok:
+            point.runs.append(metrics)
+            point.status = "failed"
+            notes.insert(0, metrics.error or "failed")
+            break
+        if run >= options.warmup:
+            point.runs.append(metrics)
+            for problem in check_counts(requested, metrics):
+                _add(notes, problem)
+    point.note = "; ".join(notes)
+    return point, sent
+
+
+def _add(notes: list[str], note: str) -> None:
+    if note not in notes:
+        notes.append(note)
+
+
+def read_generate(stream: HttpStream) -> RequestMetrics:
+    """The metrics of one streamed ``/generate`` answer (or why it has none)."""
+    if stream.status is None:
+        return RequestMetrics(error=f"no answer: {stream.error or 'connection refused'}")
+    if stream.status != 200:
+        text = stream.read().decode("utf-8", "replace").strip()
+        try:
+            detail = json.loads(text).get("error", {}).get("message", text)
+        except (ValueError, AttributeError):
+            detail = text
+        return RequestMetrics(error=f"/generate answered {stream.status}: {str(detail)[:300]}")
+    try:
+        chunks = list(decode_stream(stream.pieces()))
+    except StreamError as exc:
+        return RequestMetrics(error=str(exc))
+    metrics = measure_request(stream.sent_at, chunks, ended_at=stream.ended_at)
+    if stream.error and not metrics.ok:
+        return replace(metrics, error=f"{metrics.error}: {stream.error}")
+    return metrics
+
+
+def _died(
+    transport: Transport, unit: str, before: ServiceState, endpoint: tuple[str, int], wait: float
+) -> ServiceState | None:
+    """The unit's state if its server died (failed, restarting, another PID), None if it still serves.
+
+    A killed server's connection drops a moment before systemd sees the exit, so this polls briefly."""
+    deadline = time.monotonic() + wait
+    while True:
+        state, _ = read_state(transport, unit)
+        if (
+            state.active_state != "active"
+            or state.get("SubState") == "auto-restart"
+            or (before.main_pid and state.main_pid != before.main_pid)
+            or state.n_restarts > before.n_restarts
+        ):
+            return state
+        if transport.http_get(*endpoint, "/health").status == 200:
+            return None
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+
+
+def _down(transport: Transport, bench: HostBench, state: ServiceState, since: float, what: str) -> UnhealthyError:
+    """The error for a dead server: its state, the journal's OOM lines, and where to look next."""
+    lines = journal_since(transport, state.unit, since - 5 if since else None)
+    journal = explain_crash(lines)
+    described = f"{state.active_state} ({state.get('SubState')}, Result={state.result})"
+    message = f"{what}; {state.unit} is {described}; run `remediate diagnose {bench.host}` for the cause"
+    bench.journal = journal
+    return UnhealthyError(bench.host, message, journal=journal)
+
+
+def probe_prefill(
+    transport: Transport,
+    unit: str,
+    endpoint: tuple[str, int],
+    tokens: int,
+    *,
+    info: dict[str, Any] | None,
+    seed: int = 0,
+    timeout: float = 600.0,
+    death_wait: float = 15.0,
+) -> dict[str, Any]:
+    """``oom --probe``: one prefill of exactly ``tokens`` tokens (the request that crashed the server) must
+    succeed. Its failure is the server's: UnhealthyError with the journal's OOM lines, so the caller
+    treats it like a failed health check (and rolls back)."""
+    host, port = endpoint
+    limits = limits_from_info(info or {})
+    reason = skip_reason(tokens, 1, limits, margin=0)
+    if reason:
+        raise RemediationError(transport.host, f"--probe {tokens:,}: the server cannot take it: {reason}")
+    before, _ = read_state(transport, unit)
+    clock = transport.run("date +%s")
+    since = float(clock.stdout.strip()) if clock.ok and clock.stdout.strip().isdigit() else None
+    transport.http_post(host, port, "/flush_cache")  # busy (400) is fine: the prompt's first id is unique anyway
+    ids = prompt_ids(tokens, seed=seed, index=0, id_range=safe_id_range(limits.vocab_size))
+    body = json.dumps(generate_body(ids, 1), separators=(",", ":")).encode()
+    with transport.http_stream(host, port, "/generate", body, timeout=timeout) as stream:
+        metrics = read_generate(stream)
+    summary = {
+        "tokens": tokens,
+        "prompt_tokens": metrics.prompt_tokens,
+        "cached_tokens": metrics.cached_tokens,
+        "ttft_s": None if metrics.ttft_s is None else round(metrics.ttft_s, 4),
+        "prefill_tok_s": None if metrics.prefill_tok_s is None else round(metrics.prefill_tok_s, 1),
+        "ok": metrics.ok,
+    }
+    if metrics.ok:
+        if metrics.prompt_tokens != tokens:
+            raise RemediationError(
+                transport.host, f"--probe {tokens:,}: the server counted {metrics.prompt_tokens} prompt tokens"
+            )
+        return summary
+    what = f"the probe prefill of {tokens:,} tokens failed ({metrics.error})"
+    died = _died(transport, unit, before, endpoint, death_wait)
+    if died:
+        what += f"; {unit} is {died.active_state} ({died.get('SubState')}, Result={died.result})"
+    journal = explain_crash(journal_since(transport, unit, since))
+    raise UnhealthyError(transport.host, what, journal=journal)

@@ -1,0 +1,53 @@
+"""`remediate plan` on one host (read-only, no lock) and the `oom --auto` step that runs before the edit."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from remediate.core.probes import ProbeResult
+from remediate.core.unitfile.edit import DesiredState
+from remediate.core.unitfile.sources import UnitSources
+from remediate.host.budget import auto_desired, plan_budget, plan_document, read_evidence
+from remediate.host.options import BudgetOptions, RunOptions
+from remediate.host.read import run_read_only
+from remediate.models import HostResult
+from remediate.transport.base import Transport
+
+
+def plan_host(
+    transport: Transport,
+    options: RunOptions,
+    budget: BudgetOptions,
+    *,
+    label: str | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """Read the host's evidence and plan the fraction; changes nothing (outcome ``unchanged``)."""
+
+    def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
+        planned = plan_budget(read_evidence(transport, found, sources, options), budget, result.host)
+        result.outcome = "unchanged"  # read-only
+        document = plan_document(planned)
+        result.extra["plan"] = document
+        result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
+        result.target_tokens = budget.target_tokens
+        result.notes.extend(planned.notes)
+        if planned.plan is not None:
+            result.warnings.extend(planned.plan.warnings)
+
+    return run_read_only(transport, options, body, label=label, now=now)
+
+
+def auto_step(
+    transport: Transport, found: ProbeResult, sources: UnitSources, options: RunOptions, result: HostResult
+) -> DesiredState:
+    """`oom --auto`: plan from this host's evidence; the plan goes into the result, the choice into the edit."""
+    assert options.auto is not None
+    planned = plan_budget(read_evidence(transport, found, sources, options), options.auto, result.host)
+    result.extra["plan"] = plan_document(planned)
+    desired, notes = auto_desired(planned, options.desired)
+    result.notes.extend(notes)
+    if planned.plan is not None:
+        result.warnings.extend(planned.plan.warnings)
+    return desired
