@@ -438,10 +438,13 @@ def rollback(**kw: Any) -> None:
 @cli.command(epilog="Example: remediate bench gpu-01 --contexts 1k,32k,185k --runs 3 --plot bench.png")
 @connection_options
 @click.option(
-    "--contexts", default=lambda: sweep.DEFAULT_CONTEXTS, show_default=True, help="Prompt lengths; 1k = 1024."
+    "--contexts",
+    default=lambda: sweep.DEFAULT_CONTEXTS,
+    show_default="1k,8k,32k,46k,92k,185k",
+    help="Prompt lengths; 1k = 1024.",
 )
 @click.option(
-    "--gen", type=click.IntRange(min=1), default=lambda: sweep.DEFAULT_GEN, show_default=True, help="New tokens."
+    "--gen", type=click.IntRange(min=1), default=lambda: sweep.DEFAULT_GEN, show_default="24", help="New tokens."
 )
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Requests per length.")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Unmeasured requests first.")

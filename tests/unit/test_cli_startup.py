@@ -56,3 +56,14 @@ def test_a_command_still_reaches_the_layers_it_needs() -> None:
     modules = _modules_after(code)
     assert "remediate.api" in modules
     assert "remediate.render" in modules
+
+
+def test_bench_help_shows_the_sweep_defaults_it_reads_on_first_use() -> None:
+    """`bench`'s defaults come from the core when used; the help states them without importing it."""
+    from click.testing import CliRunner
+
+    from remediate.cli import cli
+    from remediate.core.sweep import DEFAULT_CONTEXTS, DEFAULT_GEN
+
+    shown = " ".join(CliRunner().invoke(cli, ["bench", "--help"]).output.split())
+    assert f"[default: ({DEFAULT_CONTEXTS})]" in shown and f"[default: ({DEFAULT_GEN}); x>=1]" in shown
