@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["sandbox_bringup.py", "oom_phases.py", "fleet_forks.py"]
+BENCHES = ["startup.py", "ssh_handshake.py", "sandbox_bringup.py", "oom_phases.py", "fleet_forks.py", "vs_ansible.py"]
 
 
 def main() -> int:

@@ -132,10 +132,11 @@ class FakeTransport:
         raise UnscriptedCommandError(f"{self.host}: no scripted reply for {command!r} (stdin: {_head(stdin)!r})")
 
     @contextmanager
-    def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[None]:
+    def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[str]:
         """Held commands are recorded in ``held``; scripted ones (``on``) that do not print ``ready`` fail
         with CommandError, as a real command that exits early would. Unscripted ones are granted."""
         self.held.append(command)
+        text = ""
         for rule in self._rules:
             if rule.pattern.search(command):
                 rule.hits += 1
@@ -143,10 +144,11 @@ class FakeTransport:
                 result = _as_result(reply, command, None)
                 if ready not in result.stdout.splitlines():
                     raise CommandError(self.host, "hold", result)
+                text = result.stdout
                 break
         self.holding += 1
         try:
-            yield
+            yield text
         finally:
             self.holding -= 1
 

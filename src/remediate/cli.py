@@ -8,34 +8,58 @@ authentication/host-key failure only, 70 a bug (traceback printed).
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
-from remediate import __version__, api, render, render_bench
-from remediate.core.unitfile.report import display_text
+from remediate import __version__
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
-from remediate.fleet import settings, sweep
-from remediate.fleet.request import OomRequest
-from remediate.host.budget import OFFLINE_KEYS, offline_plan
-from remediate.models import HostResult
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from remediate import api, render, render_bench
+    from remediate.fleet import settings, sweep
+    from remediate.host import budget
+    from remediate.models import HostResult
+else:  # `--help`, `--version` and option parsing need none of these: each loads when a command first uses it
+
+    class _OnFirstUse:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(importlib.import_module(self._name), attr)
+
+    _LAZY = ("api", "render", "render_bench", "fleet.settings", "fleet.sweep", "host.budget")
+    api, render, render_bench, settings, sweep, budget = (_OnFirstUse(f"remediate.{n}") for n in _LAZY)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "REMEDIATE", "max_content_width": 100}
-_ssh_options = settings.ssh_from_cli  # the command line's connection options → SSHOptions
 
 
-_stdout, _stderr = render.stdout_console, render.stderr_console
+def _ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> Any:
+    return settings.ssh_from_cli(kw, connect_timeout)  # the command line's connection options → SSHOptions
+
+
+def _stdout() -> Console:
+    return render.stdout_console()
+
+
+def _stderr() -> Console:
+    return render.stderr_console()
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    from remediate.core.unitfile.report import display_text
+
     click.echo(f"remediate: {display_text(message)}", err=True)
     sys.exit(code)
 
@@ -211,7 +235,7 @@ def cli() -> None:
       remediate oom all -i inventory.yaml --canary 1 --batch 25%
       remediate rollback gpu-01
     """
-    refused = settings.safety_from_env(os.environ)
+    refused = any(k.startswith("REMEDIATE_") for k in os.environ) and settings.safety_from_env(os.environ)
     if refused:
         _fail(refused)
 
@@ -274,6 +298,8 @@ def oom(**kw: Any) -> None:
       remediate oom gpu-01 --target-tokens 200000 --json
       remediate oom gpu-* -i inventory.yaml --canary 1 --batch 25% --forks 4
     """
+    from remediate.fleet.request import OomRequest
+
     request = OomRequest(
         targets=tuple(kw["targets"]),
         inventory=kw["inventory"],
@@ -411,8 +437,15 @@ def rollback(**kw: Any) -> None:
 
 @cli.command(epilog="Example: remediate bench gpu-01 --contexts 1k,32k,185k --runs 3 --plot bench.png")
 @connection_options
-@click.option("--contexts", default=sweep.DEFAULT_CONTEXTS, show_default=True, help="Prompt lengths; 1k = 1024.")
-@click.option("--gen", type=click.IntRange(min=1), default=sweep.DEFAULT_GEN, show_default=True, help="New tokens.")
+@click.option(
+    "--contexts",
+    default=lambda: sweep.DEFAULT_CONTEXTS,
+    show_default="1k,8k,32k,46k,92k,185k",
+    help="Prompt lengths; 1k = 1024.",
+)
+@click.option(
+    "--gen", type=click.IntRange(min=1), default=lambda: sweep.DEFAULT_GEN, show_default="24", help="New tokens."
+)
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Requests per length.")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Unmeasured requests first.")
 @click.option("--output", metavar="FILE.jsonl", help="Append one JSON line per point (bench_serving-like schema).")
@@ -443,7 +476,7 @@ def bench(**kw: Any) -> None:
 def plan(**kw: Any) -> None:
     """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
     if kw["offline"]:
-        doc = offline_plan(**{k: kw[k] for k in OFFLINE_KEYS})
+        doc = budget.offline_plan(**{k: kw[k] for k in budget.OFFLINE_KEYS})
         return click.echo(render.dumps({"offline": True, "plan": doc})) if kw["as_json"] else render.plan_table(
             _stdout(), doc, title="offline plan")
     keys = ("unit", "target_tokens", "chunked_prefill_size", "margin")

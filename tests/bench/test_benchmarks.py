@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
     [
         ("sandbox_bringup.py", ["1", "4"], "bring-up s"),
         ("fleet_forks.py", ["4"], "wall s"),
+        ("ssh_handshake.py", ["2"], "wall ms"),
     ],
 )
 def test_benchmark_prints_its_table(script: str, args: list[str], header: str) -> None:
@@ -29,3 +31,33 @@ def test_benchmark_prints_its_table(script: str, args: list[str], header: str) -
     header_at = next(i for i, line in enumerate(lines) if header in line)
     rows = [line for line in lines[header_at + 1 :] if line.strip()]
     assert len(rows) >= 2, run.stdout
+
+
+def test_vs_ansible_reduced_run_prints_the_table_and_writes_its_samples(tmp_path: Path) -> None:
+    """1 host, 1 run, remediate and the floor only: Ansible would be installed from PyPI on first use, which
+    a test run must not depend on (network, ~1 min); `make bench` runs all three."""
+    out = tmp_path / "vs.json"
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "vs_ansible.py"), "--hosts", "1", "--runs", "1"]
+        + ["--contenders", "remediate,floor", "--json-out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = {line.split()[1]: line.split() for line in run.stdout.splitlines() if line.split()[:1] == ["1"]}
+    assert set(rows) == {"remediate", "floor"}, run.stdout
+    assert "remediate phases s: connect" in run.stdout
+    samples = json.loads(out.read_text())["samples"]["1"]
+    [remediate] = samples["remediate"]
+    assert remediate["ssh_connections_per_host"] == 1  # counted from the host's own sshd log
+    assert {"phase_connect_s", "phase_lock_s", "phase_commit_s", "phase_wait_s"} <= set(remediate)
+
+
+def test_startup_bench_prints_its_table() -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "startup.py"), "1"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "remediate --help" in run.stdout and "exec → first packet" in run.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -11,9 +12,11 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport
 
+from remediate.core import probes
 from remediate.host import commit, templates
 from remediate.host.commit import FileWrite
-from remediate.host.lock import LOCK_HELD_EXIT
+from remediate.host.lock import LOCK_HELD_EXIT, lock_path
+from remediate.host.read import probe_script
 
 EPOCH = 1_764_400_000
 UNIT = "sglang.service"
@@ -128,22 +131,42 @@ def test_commit_report_is_parsed() -> None:
 
 
 def test_commit_script_takes_no_lock() -> None:
-    """The run holds the unit's lock on its own channel (lock.sh.j2); the commit must not wait for it again."""
+    """The run holds the unit's lock on its own channel (locked probe.sh.j2); the commit must not take it again."""
     script = sent_script("/etc/systemd/system/sglang.service")
     assert "flock" not in script and "remediate-sglang.service.lock" not in script
 
 
+def _locked_probe(lock_dir: Path) -> str:
+    return probe_script("sglang.service", lock_dir=str(lock_dir), lock_wait=1)
+
+
+def _read_until_end(holder: subprocess.Popen[str]) -> list[str]:
+    assert holder.stdout is not None
+    lines: list[str] = []
+    while not lines or lines[-1] != "@@end":
+        line = holder.stdout.readline()
+        assert line, lines  # the script ended before its read was complete
+        lines.append(line.rstrip("\n"))
+    return lines
+
+
 @needs_tools
-def test_lock_script_holds_until_stdin_closes_and_a_second_taker_gets_lock_held_exit(tmp_path: Path) -> None:
-    """templates/lock.sh.j2 for real: held while its stdin is open; another taker times out with LOCK_HELD_EXIT."""
-    lock = str(tmp_path / "run" / "lock" / "remediate-sglang.service.lock")
-    script = templates.render("lock.sh.j2", lock_path=lock, lock_wait=1)
+def test_locked_probe_holds_until_stdin_closes_and_a_second_taker_gets_lock_held_exit(tmp_path: Path) -> None:
+    """probe.sh.j2 with lock_wait, for real: the lock is taken before the read (detection, lock and read in
+    one round trip), kept while stdin is open, and another taker times out with LOCK_HELD_EXIT."""
+    lock_dir = tmp_path / "run" / "lock"
+    script = _locked_probe(lock_dir)
     holder = subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "@@locked\n"
+        lines = _read_until_end(holder)
+        assert lines.index("@@locked") < lines.index("@@unit sglang.service") < lines.index("@@show")
+        # The lock the script took is the one remediate.host.lock names for the unit.
+        assert (lock_dir / Path(lock_path("sglang.service")).name).exists()
         second = subprocess.run(["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True)
         assert second.returncode == LOCK_HELD_EXIT
         assert "another remediation holds the lock" in second.stderr
+        assert "@@show" not in second.stdout  # nothing read without the lock
+        assert holder.poll() is None  # still holding: stdin is open
     finally:
         assert holder.stdin is not None
         holder.stdin.close()  # remediate's channel closing
@@ -151,13 +174,13 @@ def test_lock_script_holds_until_stdin_closes_and_a_second_taker_gets_lock_held_
         assert holder.stdout is not None
         holder.stdout.close()
     third = subprocess.run(["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    assert third.returncode == 0 and third.stdout == "@@locked\n"  # released: taken at once
+    assert third.returncode == 0 and "@@locked\n" in third.stdout  # released: taken at once
 
 
 @needs_tools
 def test_prune_script_refuses_while_the_lock_is_held(tmp_path: Path) -> None:
     """prune.sh.j2 takes the same lock (the shared _flock.sh.j2 macro): held by a run, it deletes nothing."""
-    lock = str(tmp_path / "remediate-sglang.service.lock")
+    lock = str(tmp_path / Path(lock_path("sglang.service")).name)
     backup = tmp_path / "sglang.service.bak.oom.1"
     backup.write_text(OLD)
     sha = hashlib.sha256(OLD.encode()).hexdigest()
@@ -168,10 +191,11 @@ def test_prune_script_refuses_while_the_lock_is_held(tmp_path: Path) -> None:
         backups=[{"path": str(backup), "sha256": sha}],
         directory=str(tmp_path),
     )
-    holder_script = templates.render("lock.sh.j2", lock_path=lock, lock_wait=1)
-    holder = subprocess.Popen(["bash", "-c", holder_script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        ["bash", "-c", _locked_probe(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "@@locked\n"
+        assert "@@locked" in _read_until_end(holder)
         refused = subprocess.run(["bash", "-s"], input=prune, capture_output=True, text=True, check=False)
         assert refused.returncode == LOCK_HELD_EXIT and backup.exists()
     finally:
@@ -182,3 +206,43 @@ def test_prune_script_refuses_while_the_lock_is_held(tmp_path: Path) -> None:
         holder.stdout.close()
     done = subprocess.run(["bash", "-s"], input=prune, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and f"@@deleted {backup}" in done.stdout and not backup.exists()
+
+
+def test_probe_asks_systemctl_once() -> None:
+    """The paths to read (fragment, drop-ins, environment files) come from the one `systemctl show`."""
+    script = probe_script("sglang.service", lock_dir="/run/lock", lock_wait=1)
+    assert len(re.findall(r"^\s*[^#\n]*\bsystemctl\b", script, re.MULTILINE)) == 1
+
+
+@needs_tools
+def test_probe_reads_every_file_its_one_systemctl_show_names(tmp_path: Path) -> None:
+    """For real, with a `systemctl` that prints what systemd would: the fragment, the drop-in, the loaded
+    environment files (ignore_errors suffixes stripped) and those only on disk are all read."""
+    frag, dropin = tmp_path / "sglang.service", tmp_path / "sglang.service.d" / "10-env.conf"
+    loaded, on_disk = tmp_path / "loaded.env", tmp_path / "disk.env"
+    dropin.parent.mkdir()
+    frag.write_text(f"[Service]\nEnvironmentFile=-{on_disk}\nExecStart=/usr/bin/python -m sglang.launch_server\n")
+    dropin.write_text("[Service]\nEnvironment=A=1\n")
+    loaded.write_text("B=2\n")
+    on_disk.write_text("C=3\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "systemctl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo 'FragmentPath={frag}'\necho 'DropInPaths={dropin}'\n"
+        f"echo 'EnvironmentFiles={loaded} (ignore_errors=no)'\n"
+        f"echo 'EnvironmentFiles={tmp_path}/gone.env (ignore_errors=yes)'\n"
+        "echo 'ActiveState=active'\n"
+    )
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    done = subprocess.run(
+        ["bash", "-s"], input=probe_script("sglang.service"), capture_output=True, text=True, env=env, check=True
+    )
+    found = probes.parse_probe(done.stdout, "sglang.service")
+    assert found.state is not None and found.state.fragment_path == str(frag)
+    assert found.state.active_state == "active"
+    assert set(found.files) == {str(frag), str(dropin), str(loaded), str(on_disk), f"{tmp_path}/gone.env"}
+    assert found.files[str(loaded)].text == "B=2\n" and not found.files[f"{tmp_path}/gone.env"].exists
+    assert done.stdout.count("@@file ") == 5  # each once

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from remediate.core import probes
 from remediate.host import templates
 from remediate.host.commit import FileWrite
-from remediate.host.lock import lock_path
+from remediate.host.lock import LOCK_DIR, lock_path
+from remediate.host.read import probe_script
 
 EPOCH = 1_764_400_000
 META = " '\"$`\\;&|<>(){}[]*?!#~%^=,\t:@+"
@@ -108,12 +109,12 @@ def test_probe_and_lock_scripts_quote_every_value(unit: str, extra: str) -> None
         "probe.sh.j2",
         unit=unit,
         properties=["FragmentPath"],
-        detect_only=False,
         extra_files=["/x/" + extra],
         journal_lines=50,
         journal_since=extra,
     )
-    lock = templates.render("lock.sh.j2", lock_path=lock_path(unit), lock_wait=3)
+    # The locked read (oom, rollback): the same probe, the lock taken after the unit is known.
+    lock = probe_script(unit, journal_lines=50, lock_dir=LOCK_DIR, lock_wait=3)
     assert _bash(probe, "-n")[0] == 0
     assert _bash(lock, "-n")[0] == 0
     [assignment] = re.findall(r"^unit=(.*)$", probe, re.MULTILINE)
@@ -123,4 +124,5 @@ def test_probe_and_lock_scripts_quote_every_value(unit: str, extra: str) -> None
     [journal] = [line for line in probe.split("\n") if line.startswith("journalctl ")]
     assert shlex.split(journal.split(" 2>")[0])[-2:] == ["--since", extra]
     [taken] = re.findall(r"^lock=(.*)$", lock, re.MULTILINE)
-    assert shlex.split(taken) == [lock_path(unit)]
+    code, out, _ = _bash(f'unit={assignment}\nlock={taken}\nprintf %s "$lock"', "-s")  # as bash expands it
+    assert code == 0 and out == lock_path(unit)

@@ -122,7 +122,10 @@ class Rollout(Generic[T]):
         stop = threading.Event()
         index = 0
         running: dict[Future[HostResult], int] = {}
-        with ThreadPoolExecutor(max_workers=self.strategy.forks, thread_name_prefix="remediate") as pool:
+        # One thread per host that can run at once (never more than the hosts): all of them handshake together.
+        with ThreadPoolExecutor(
+            max_workers=max(1, min(self.strategy.forks, total)), thread_name_prefix="remediate"
+        ) as pool:
             try:
                 for number, size in enumerate(sizes):
                     if stop.is_set():

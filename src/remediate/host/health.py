@@ -3,7 +3,8 @@
 Connection refused is normal for minutes while weights load; ``/health`` then answers 503 until the
 warm-up request succeeds, then 200. Healthy means ``/health`` 200 *and* a ``max_total_num_tokens``
 (from ``/server_info`` on sglang ≥ 0.5.6, ``/get_server_info`` before, or the journal's capacity
-line). Every poll also reads ``systemctl show`` so a crash fails fast instead of timing out.
+line). The unit's state is read alongside (often at first, then every few seconds) so a crash fails fast
+instead of timing out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_before_delay
 
 from remediate.core.probes import ServiceState, explain_crash, parse_capacity_line, parse_show, tokens_from_info
 from remediate.core.unitfile.report import mask_secrets
@@ -45,13 +46,11 @@ def journal_since(transport: Transport, unit: str, since_epoch: float | None, li
     return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
 
 
-def read_state(transport: Transport, unit: str) -> tuple[ServiceState, str]:
-    """One round trip: the unit's state and its newest journal line."""
+def read_state(transport: Transport, unit: str, *, newest_line: bool = True) -> tuple[ServiceState, str]:
+    """One round trip: the unit's state and (for the progress line) its newest journal line."""
     quoted = shlex.quote(unit)
-    result = transport.run(
-        f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; "
-        f"journalctl -u {quoted} -o cat --no-pager -n 1 2>/dev/null"
-    )
+    journal = f"journalctl -u {quoted} -o cat --no-pager -n 1 2>/dev/null" if newest_line else "true"
+    result = transport.run(f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; {journal}")
     show, _, tail = result.stdout.partition("@@journal\n")
     return ServiceState(unit=unit, properties=parse_show(show)), mask_secrets(tail.strip())
 
@@ -78,6 +77,22 @@ def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None
     return tokens_from_info(info), path
 
 
+FIRST_GAP_S = 0.05  # the first poll comes right after the restart returns; then the gaps grow ×1.5 …
+MAX_GAP_S = 1.0  # … to at most 1 s: a server that answers is noticed within a second
+STATE_EVERY_S = 5.0  # while the port stays closed, `systemctl show` runs every 0.5 s at first, at most every 5 s
+
+
+def _gap(attempt: int, max_gap: float) -> float:
+    """The pause after poll ``attempt`` (1-based): capped exponential backoff."""
+    return min(max_gap, FIRST_GAP_S * 1.5 ** (attempt - 1))
+
+
+def _state_due(since_last: float, waited: float) -> bool:
+    """Whether this poll also reads the unit's state: often at first (a crash fails the wait fast), then
+    every few seconds (minutes of loading must not keep systemctl and journalctl busy on the host)."""
+    return since_last >= min(STATE_EVERY_S, 0.5 + waited / 10)
+
+
 def wait_healthy(
     transport: Transport,
     unit: str,
@@ -87,23 +102,33 @@ def wait_healthy(
     restart_epoch: float | None,
     invocation_id: str | None = None,
     on_progress: Callable[[str, float, str], None] | None = None,
-    max_backoff: float = 2.0,
+    max_backoff: float = MAX_GAP_S,
 ) -> Healthy:
-    """Poll until healthy; raise UnhealthyError on failure, crash loop, or timeout."""
+    """Poll until healthy; raise UnhealthyError on failure, crash loop, or timeout.
+
+    Every poll is a ``/health`` GET through the connection (a direct-tcpip channel: no process on the host);
+    the unit's state (``systemctl show`` + the newest journal line, one command) is read on the first poll
+    and then on a schedule that thins out while the server loads (:func:`_state_due`), and once more when it
+    answers unless a read under a second old saw the unit active with our InvocationID and a MainPID, so a
+    crash, a systemd restart or another server on the port is never taken for the new server."""
     host, port = endpoint
     start = time.monotonic()
     baseline: dict[str, int] = {}
     polls = 0
+    waited = 0.0  # the pauses so far (monotonic in production, and in tests whose sleeps are recorded)
+    state_read_at: float | None = None  # ``waited`` at the last state read
+    ours_at: float | None = None  # monotonic time of the last state read that showed our server running
+    newest = ""
 
     def fail(message: str) -> UnhealthyError:
         lines = journal_since(transport, unit, restart_epoch)
         return UnhealthyError(transport.host, message, journal=explain_crash(lines))
 
-    def attempt() -> Healthy:
-        nonlocal polls
-        polls += 1
-        elapsed = time.monotonic() - start
-        state, newest = read_state(transport, unit)
+    def check_state(elapsed: float, *, newest_line: bool = True) -> None:
+        nonlocal state_read_at, ours_at, newest
+        state_read_at = waited
+        ours_at = None
+        state, newest = read_state(transport, unit, newest_line=newest_line)
         if state.active_state == "failed":
             raise fail(f"{unit} failed (Result={state.result}) while waiting for the server")
         # With Restart=on-failure a crash shows as `activating (auto-restart)`, not `failed`, and
@@ -124,6 +149,13 @@ def wait_healthy(
                 raise fail(f"{unit} MainPID changed {baseline['pid']} → {state.main_pid} (crash)")
         if state.active_state in ("inactive", "deactivating") and elapsed > 1.0:
             raise fail(f"{unit} is {state.active_state} ({state.get('SubState')}) while waiting for the server")
+        if state.active_state == "active" and state.main_pid and (not invocation_id or state.invocation_id):
+            ours_at = time.monotonic()
+
+    def attempt() -> Healthy:
+        nonlocal polls
+        polls += 1
+        elapsed = time.monotonic() - start
         health = transport.http_get(host, port, "/health")
         if health.status is None:
             phase = "loading (port closed)"
@@ -136,15 +168,27 @@ def wait_healthy(
                 tokens = parse_capacity_line(journal_since(transport, unit, restart_epoch))
                 source = "journal"
             if tokens is not None:
+                # The unit we restarted answers, not a crash loop or another server: unless a look under a
+                # second ago saw it running (same InvocationID, MainPID set), look once more (no journal line).
+                if ours_at is None or time.monotonic() - ours_at > max_backoff:
+                    check_state(elapsed, newest_line=False)
                 return Healthy(tokens=tokens, source=source, info=info, seconds=time.monotonic() - start, polls=polls)
             phase = "healthy, waiting for max_total_num_tokens"
+        if state_read_at is None or _state_due(waited - state_read_at, waited):
+            check_state(elapsed)
         if on_progress:
             on_progress(phase, elapsed, newest)
         raise _NotReady(phase)
 
+    def pause(retry_state: RetryCallState) -> float:
+        nonlocal waited
+        gap = _gap(retry_state.attempt_number, max_backoff)
+        waited += gap
+        return gap
+
     retrying = Retrying(
         retry=retry_if_exception_type(_NotReady),
-        wait=wait_random_exponential(multiplier=0.1, max=max_backoff),
+        wait=pause,
         stop=stop_before_delay(timeout),
         reraise=False,
     )

@@ -1,8 +1,10 @@
 """The unit's lock on the host, held for a whole run so that concurrent runs serialise.
 
-``templates/lock.sh.j2`` takes ``flock`` on ``/run/lock/remediate-<unit>.lock`` in a small process on its
-own SSH channel and keeps it until that channel closes; ``templates/prune.sh.j2`` takes the same lock
-for its own short transaction. Both exit :data:`LOCK_HELD_EXIT` when another run holds it.
+``templates/probe.sh.j2`` (with ``lock_wait``) detects the unit when none was given, takes ``flock`` on
+``/run/lock/remediate-<unit>.lock``, reads everything needed to plan, and then keeps the lock in that small
+process on its own SSH channel until the channel closes: the detection, the lock and the read are one round
+trip. ``templates/prune.sh.j2`` takes the same lock for its own short transaction. Both exit
+:data:`LOCK_HELD_EXIT` when another run holds it.
 """
 
 from __future__ import annotations
@@ -11,67 +13,88 @@ import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
-from remediate.errors import CommandError, LockHeldError, RemediationError
-from remediate.host import templates
+from remediate.core import probes
+from remediate.core.probes import ProbeResult
+from remediate.errors import CommandError, LockHeldError, TransportError
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, host_outcome, new_result
-from remediate.host.read import detect_unit
+from remediate.host.read import probe_script, resolve_unit
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
 LOCK_DIR = "/run/lock"
 LOCK_HELD_EXIT = 75  # EX_TEMPFAIL: flock -w timed out (templates/_flock.sh.j2)
+READ_TIMEOUT_S = 60  # the read itself, once the lock is taken
 
 
 def lock_path(unit: str) -> str:
     return f"{LOCK_DIR}/remediate-{unit}.lock"
 
 
-@contextmanager
-def unit_lock(transport: Transport, unit: str, wait: int) -> Iterator[None]:
-    """Hold the unit's lock on the host for a whole run — read, plan, commit, wait, verify, undo — so
-    concurrent runs serialise: the next one waits (≤ ``wait`` s) and then reads what this one left, or
-    fails clearly. The lock lives in a process tied to this SSH channel: it cannot outlive this run."""
-    script = templates.render("lock.sh.j2", lock_path=lock_path(unit), lock_wait=int(wait))
-    try:
-        with transport.hold("bash -c " + shlex.quote(script), ready="@@locked", timeout=wait + 15):
-            yield
-    except CommandError as exc:
-        if exc.result.exited == LOCK_HELD_EXIT:
-            raise LockHeldError(transport.host) from None
-        raise RemediationError(transport.host, f"cannot take the lock {lock_path(unit)}: {exc}") from exc
+@dataclass(frozen=True)
+class Held:
+    """What a mutating run starts from: the unit (detected when not given) and, unless it is a dry run,
+    everything read under its lock (None: read it without the lock, :func:`remediate.host.read.read_unit`)."""
+
+    unit: str | None
+    found: ProbeResult | None = None
 
 
 @contextmanager
-def connected_and_locked(transport: Transport, options: RunOptions, timer: Timer) -> Iterator[str | None]:
-    """Connect, then — unless it is a dry run — take the unit's lock before anything is read, and keep it
-    until the block ends: concurrent runs serialise, and the next one reads what this one left.
-    Yields the unit name (detected when not given; None for a dry run without --unit)."""
+def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines: int = 0) -> Iterator[ProbeResult]:
+    """Detect the unit (unless given), take its lock and read it, in one round trip; keep the lock until the
+    block ends — read, plan, commit, wait, verify, undo — so concurrent runs serialise: the next one waits
+    (≤ ``wait`` s) and then reads what this one left, or fails clearly. The lock lives in a process tied to
+    this SSH channel: it cannot outlive this run. No unit, or several: ConfigError, no lock taken."""
+    script = probe_script(unit, journal_lines=journal_lines, lock_dir=LOCK_DIR, lock_wait=int(wait))
+    with ExitStack() as held:
+        try:
+            text = held.enter_context(
+                transport.hold("bash -c " + shlex.quote(script), ready="@@end", timeout=wait + READ_TIMEOUT_S)
+            )
+        except CommandError as exc:
+            if exc.result.exited == LOCK_HELD_EXIT:
+                raise LockHeldError(transport.host) from None
+            tail = (exc.result.stderr.strip().splitlines() or [""])[-1]
+            raise TransportError(transport.host, f"probe failed (exit {exc.result.exited}): {tail}") from exc
+        yield resolve_unit(transport, probes.parse_probe(text, unit), unit)
+
+
+@contextmanager
+def connected_and_locked(
+    transport: Transport, options: RunOptions, timer: Timer, journal_lines: int = 0
+) -> Iterator[Held]:
+    """Connect, then — unless it is a dry run — detect, lock and read in one round trip, and keep the lock
+    until the block ends: concurrent runs serialise, and the next one reads what this one left."""
     with timer.phase("connect"):
         transport.open()
+    if options.dry_run:
+        yield Held(options.unit)
+        return
     with ExitStack() as held:
-        unit = options.unit
-        if not options.dry_run:
-            with timer.phase("lock"):
-                unit = unit or detect_unit(transport)
-                held.enter_context(unit_lock(transport, unit, options.lock_wait))
-        yield unit
+        with timer.phase("lock"):
+            found = held.enter_context(locked_read(transport, options.unit, options.lock_wait, journal_lines))
+        assert found.state is not None
+        yield Held(found.state.unit, found)
 
 
 def run_locked(
     transport: Transport,
     options: RunOptions,
-    body: Callable[[str | None, HostResult, Timer], None],
+    body: Callable[[Held, HostResult, Timer], None],
     *,
     label: str | None = None,
     progress: ProgressFn | None = None,
     now: Callable[[], float] = time.time,
+    journal_lines: int = 0,
 ) -> HostResult:
-    """One mutating run on a host (``oom``, ``rollback``): ``body(unit, result, timer)`` runs connected and
-    under the unit's lock, its phases timed; a RemediateError becomes the returned result, never raised."""
+    """One mutating run on a host (``oom``, ``rollback``): ``body(held, result, timer)`` runs connected and
+    under the unit's lock, its phases timed; a RemediateError becomes the returned result, never raised.
+    ``journal_lines``: the locked read also brings the crash evidence (oom's pre-commit gate)."""
     result = new_result(label or transport.host, now)
     timer = Timer(result, progress)
-    with host_outcome(result, now), connected_and_locked(transport, options, timer) as unit:
-        body(unit, result, timer)
+    with host_outcome(result, now), connected_and_locked(transport, options, timer, journal_lines) as held:
+        body(held, result, timer)
     return result

@@ -17,26 +17,38 @@ from remediate.models import HostResult
 from remediate.transport.base import Transport
 
 
+def probe_script(
+    unit: str | None,
+    extra_files: tuple[str, ...] = (),
+    *,
+    journal_lines: int = 0,
+    journal_since: str | None = None,
+    **lock: object,
+) -> str:
+    """``templates/probe.sh.j2``: read everything needed to plan (``journal_lines``: also the crash evidence,
+    the journal's last lines and nvidia-smi, for diagnose); with ``lock_dir``/``lock_wait`` it takes the
+    unit's lock first and keeps it while its stdin stays open (:func:`remediate.host.lock.locked_read`)."""
+    return templates.render(
+        "probe.sh.j2",
+        unit=unit or "",
+        properties=probes.SHOW_PROPERTIES,
+        extra_files=extra_files,
+        journal_lines=journal_lines,
+        journal_since=journal_since,
+        **lock,
+    )
+
+
 def probe(
     transport: Transport,
     unit: str | None,
     extra_files: tuple[str, ...] = (),
     *,
-    detect_only: bool = False,
     journal_lines: int = 0,
     journal_since: str | None = None,
 ) -> ProbeResult:
-    """Read everything needed to plan, in one round trip (``detect_only``: just find the sglang unit;
-    ``journal_lines``: also the crash evidence, the journal's last lines and nvidia-smi, for diagnose)."""
-    script = templates.render(
-        "probe.sh.j2",
-        unit=unit or "",
-        properties=probes.SHOW_PROPERTIES,
-        extra_files=extra_files,
-        detect_only=detect_only,
-        journal_lines=journal_lines,
-        journal_since=journal_since,
-    )
+    """Read everything needed to plan, in one round trip, without the lock."""
+    script = probe_script(unit, extra_files, journal_lines=journal_lines, journal_since=journal_since)
     result = transport.run("bash -s", stdin=script, timeout=60)
     if not result.ok and "@@end" not in result.stdout:
         raise TransportError(transport.host, f"probe failed (exit {result.exited}): {result.stderr.strip()}")
@@ -58,18 +70,19 @@ def resolve_unit(transport: Transport, found: ProbeResult, unit: str | None) -> 
     return found
 
 
-def detect_unit(transport: Transport) -> str:
-    """The one unit whose ExecStart runs sglang (a read-only probe; several or none → ConfigError)."""
-    return resolve_unit(transport, probe(transport, None, detect_only=True), None).candidates[0]
-
-
 def read_unit(
-    transport: Transport, unit: str | None, *, journal_lines: int = 0, journal_since: str | None = None
+    transport: Transport,
+    unit: str | None,
+    already: ProbeResult | None = None,
+    *,
+    journal_lines: int = 0,
+    journal_since: str | None = None,
 ) -> tuple[ProbeResult, UnitSources]:
-    """Probe the unit (or the one running sglang) and build the core's input from what was read."""
-    found = resolve_unit(
-        transport, probe(transport, unit, journal_lines=journal_lines, journal_since=journal_since), unit
-    )
+    """Probe the unit (or the one running sglang) — unless ``already`` read under the lock — and build the
+    core's input from what was read."""
+    if already is None:
+        already = probe(transport, unit, journal_lines=journal_lines, journal_since=journal_since)
+    found = resolve_unit(transport, already, unit)
     return found, sources_from_probe(found)
 
 

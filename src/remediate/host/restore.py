@@ -33,7 +33,7 @@ from remediate.errors import LockHeldError, RemediationError, TransportError
 from remediate.host import templates
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.health import Healthy
-from remediate.host.lock import LOCK_HELD_EXIT, lock_path, run_locked
+from remediate.host.lock import LOCK_HELD_EXIT, Held, lock_path, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.read import endpoint_of, read_unit, run_read_only
@@ -137,17 +137,23 @@ def rollback_host(
 ) -> HostResult:
     """Restore a backup (``latest`` or a path) as a verified transaction; outcome ``restored``."""
 
-    def body(unit: str | None, result: HostResult, timer: Timer) -> None:
-        _rollback_locked(transport, replace(options, unit=unit), to, result, timer, now)
+    def body(held: Held, result: HostResult, timer: Timer) -> None:
+        _rollback_locked(transport, replace(options, unit=held.unit), held.found, to, result, timer, now)
 
     return run_locked(transport, options, body, label=label, progress=progress, now=now)
 
 
 def _rollback_locked(
-    transport: Transport, options: RunOptions, to: str, result: HostResult, timer: Timer, now: Callable[[], float]
+    transport: Transport,
+    options: RunOptions,
+    already: ProbeResult | None,
+    to: str,
+    result: HostResult,
+    timer: Timer,
+    now: Callable[[], float],
 ) -> None:
     with timer.phase("read"):
-        found, sources = read_unit(transport, options.unit)
+        found, sources = read_unit(transport, options.unit, already)
         unit = record_unit(result, found).unit
         backups = list_backups(transport, found)
     with timer.phase("plan"):

@@ -22,7 +22,7 @@ from remediate.host.bench import probe_prefill
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
 from remediate.host.health import Healthy, fetch_server_info, fetch_tokens
-from remediate.host.lock import run_locked
+from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.plan import auto_step
@@ -132,10 +132,10 @@ def remediate_host(
 ) -> HostResult:
     """The whole OOM remediation of one host. Never raises RemediateError: it lands in the result."""
 
-    def body(unit: str | None, result: HostResult, timer: Timer) -> None:
-        _remediate_locked(transport, options, unit, result, timer, now)
+    def body(held: Held, result: HostResult, timer: Timer) -> None:
+        _remediate_locked(transport, options, held, result, timer, now)
 
-    return run_locked(transport, options, body, label=label, progress=progress, now=now)
+    return run_locked(transport, options, body, label=label, progress=progress, now=now, journal_lines=GATE_LINES)
 
 
 def _probe(
@@ -160,13 +160,13 @@ def _probe(
 def _remediate_locked(
     transport: Transport,
     options: RunOptions,
-    unit_name: str | None,
+    held: Held,
     result: HostResult,
     timer: Timer,
     now: Callable[[], float],
 ) -> None:
     with timer.phase("read"):
-        found, sources = read_unit(transport, unit_name, journal_lines=GATE_LINES)
+        found, sources = read_unit(transport, held.unit, held.found, journal_lines=GATE_LINES)
         unit = record_unit(result, found).unit
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):

@@ -49,9 +49,10 @@ class Transport(Protocol):
         """Run a shell command (already quoted) on the host; never raises on non-zero exit."""
         ...
 
-    def hold(self, command: str, *, ready: str, timeout: float) -> AbstractContextManager[None]:
+    def hold(self, command: str, *, ready: str, timeout: float) -> AbstractContextManager[str]:
         """Run ``command`` until the context exits, once it printed the line ``ready`` (e.g. a lock it took
-        and keeps while its stdin stays open). If it exits first: CommandError with its result."""
+        and keeps while its stdin stays open); the context's value is its stdout up to that line, included.
+        If it exits first: CommandError with its result."""
         ...
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:

@@ -1,0 +1,102 @@
+"""The health wait's schedule, on a scripted host: the first poll right after the restart, gaps capped at 1 s,
+and the unit's state read often at first but only every few seconds while a big model loads for minutes."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+import tenacity.nap
+from fake_transport import FakeTransport, state_output
+
+from remediate.errors import UnhealthyError
+from remediate.host.health import MAX_GAP_S, STATE_EVERY_S, wait_healthy
+
+UNIT = "sglang.service"
+POLL = r"\Asystemctl show"
+INFO = (200, json.dumps({"max_total_num_tokens": 195011}))
+
+
+@pytest.fixture
+def naps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses wait_healthy takes, recorded instead of slept."""
+    taken: list[float] = []
+    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=taken.append))
+    return taken
+
+
+def _host(refused: int) -> FakeTransport:
+    host = FakeTransport("gpu-01")
+    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
+    host.on(r"\Ajournalctl", "\n")
+    host.http("/health", *([None] * refused), 200)
+    host.http("/server_info", INFO)
+    return host
+
+
+def _wait(host: FakeTransport) -> int:
+    healthy = wait_healthy(host, UNIT, ("127.0.0.1", 30000), timeout=3600, restart_epoch=None, invocation_id="inv-2")
+    return healthy.tokens
+
+
+def test_an_instant_server_is_seen_on_the_first_poll(naps: list[float]) -> None:
+    host = _host(refused=0)
+    assert _wait(host) == 195011
+    assert naps == []  # no pause before the first poll
+    assert [c.path for c in host.http_calls] == ["/health", "/server_info"]
+    assert len(host.ran(POLL)) == 1  # the state, once, before success
+
+
+def test_a_long_load_polls_health_at_least_every_second_and_the_state_rarely(naps: list[float]) -> None:
+    refused = 600  # ten minutes of loading at the 1 s cap
+    host = _host(refused)
+    assert _wait(host) == 195011
+    assert naps[0] <= 0.05 and max(naps) == MAX_GAP_S  # backoff grows, capped: readiness seen within 1 s
+    assert naps == sorted(naps)
+    loading = sum(naps)
+    state_reads = len(host.ran(POLL))
+    assert state_reads <= loading / STATE_EVERY_S + 12  # every 5 s once loading is under way
+    assert state_reads < refused / 4  # far fewer than the health polls
+    assert host.ran(r"\Ajournalctl") == []  # no journal reads beyond the state's newest line
+
+
+def test_a_crash_while_loading_is_noticed_by_the_next_state_read(naps: list[float]) -> None:
+    host = FakeTransport("gpu-01")
+    host.on(
+        POLL,
+        state_output("activating", "start", invocation_id="inv-2"),
+        state_output("activating", "auto-restart", result="exit-code", invocation_id="inv-2", main_pid=0),
+    )
+    host.on(r"\Ajournalctl", "torch.OutOfMemoryError: CUDA out of memory.\n")
+    host.http("/health", None)
+    with pytest.raises(UnhealthyError, match="crashed while loading"):
+        _wait(host)
+    assert len(host.ran(POLL)) == 2
+    assert sum(naps) <= 1.0  # found within the first second of waiting
+
+
+def test_another_server_answering_while_the_unit_failed_is_not_success(naps: list[float]) -> None:
+    host = FakeTransport("gpu-01")
+    host.on(POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
+    host.on(r"\Ajournalctl", "\n")
+    host.http("/health", 200)
+    host.http("/server_info", INFO)
+    with pytest.raises(UnhealthyError, match="failed"):
+        _wait(host)
+
+
+def test_a_fresh_look_at_our_running_unit_is_not_repeated_when_the_server_answers(naps: list[float]) -> None:
+    host = _host(refused=1)  # the state read on the first poll saw it active, InvocationID ours, MainPID set
+    assert _wait(host) == 195011
+    assert len(host.ran(POLL)) == 1
+
+
+def test_an_activating_unit_is_looked_at_again_when_the_server_answers(naps: list[float]) -> None:
+    host = FakeTransport("gpu-01")
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2"), state_output(invocation_id="inv-2"))
+    host.on(r"\Ajournalctl", "\n")
+    host.http("/health", None, 200)
+    host.http("/server_info", INFO)
+    assert _wait(host) == 195011
+    assert len(host.ran(POLL)) == 2
