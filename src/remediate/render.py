@@ -276,88 +276,6 @@ class LiveProgress:
             self.console.print(Text.assemble((host, "dim"), f" {phase or '':<9} {display_text(detail)}"))
 
 
-_WHAT = {
-    "cuda_oom_runtime": "torch ran out of GPU memory while serving",
-    "cuda_oom_graph_capture": "CUDA graph capture ran out of GPU memory at startup",
-    "kv_pool_too_small_at_startup": "the KV cache pool came out empty at startup (Not enough memory)",
-    "kv_pool_exhausted": "the scheduler ran out of KV-cache tokens (the pool was full, not the GPU)",
-    "req_slots_exhausted": "the scheduler ran out of request slots",
-    "cuda_error_oom": "a CUDA error that means out of memory",
-    "tp_memory_unbalanced": "GPU memory was unbalanced across TP ranks at startup",
-    "crash_loop": "systemd kept restarting the unit",
-}
-
-
-def _what(finding: dict[str, Any]) -> str:
-    what = _WHAT.get(str(finding["kind"]), str(finding["kind"]))
-    if finding.get("possible"):
-        what = "a CUDA error that may mean out of memory (illegal memory access)"
-    where = [f"TP{finding['rank']}"] if finding.get("rank") is not None else []
-    if finding.get("phase") not in (None, "unknown"):
-        tokens = f" of {finding['prefill_tokens']:,} tokens" if finding.get("prefill_tokens") else ""
-        where.append(f"{finding['phase']}{tokens}")
-    return what + (f" ({', '.join(where)})" if where else "")
-
-
-def diagnose_report(console: Console, results: Sequence[HostResult]) -> None:
-    """`remediate diagnose`: per host, what happened, why, the evidence, and the command to run."""
-    for r in results:
-        head = f"[bold]{escape(r.host)}[/bold] {escape(r.unit or '')}"
-        if r.error:
-            console.print(f"{head} [red]error[/red] {escape(r.error)}", highlight=False)
-            continue
-        state = (
-            f"{r.extra.get('active_state', '')} ({r.extra.get('sub_state', '')}), NRestarts={r.extra.get('n_restarts')}"
-        )
-        console.print(f"{head}  {escape(state)}", highlight=False)
-        findings = r.extra.get("findings", [])
-        rec = r.extra.get("recommendation", {})
-        if not findings:
-            console.print("  no crash evidence in the journal read", highlight=False)
-        crashes = [f for f in findings if f["kind"] != "crash_loop"]
-        main = next((f for f in crashes if f["kind"] == rec.get("kind")), crashes[0] if crashes else None)
-        for f in findings:
-            console.print(f"  what happened: {escape(_what(f))}", highlight=False)
-        if r.extra.get("is_stale"):
-            console.print("  [cyan]the server started fine after this failure: the evidence is old[/cyan]")
-        if main is not None:
-            console.print("  evidence:", highlight=False)
-            shown = [line for line in main["evidence"] if not line.startswith("  ")]
-            for line in shown[-6:]:
-                console.print(f"    {escape(line)}", highlight=False, soft_wrap=True)
-        if findings:
-            console.print("  why:", highlight=False)
-            for reason in rec.get("reasons", []):
-                console.print(f"    - {escape(reason)}", highlight=False)
-            knobs = _knobs(rec)
-            if knobs:
-                console.print(f"  recommendation: {escape(knobs)}", highlight=False)
-        if rec.get("blocking"):
-            console.print("  [yellow]`remediate oom` refuses this host without --force[/yellow]", highlight=False)
-        if rec.get("command"):
-            console.print(f"  run: [bold]{escape(rec['command'])}[/bold]", highlight=False)
-        for gpu in r.extra.get("gpus", []):
-            used, total = gpu["used_bytes"] / 2**30, gpu["total_bytes"] / 2**30
-            console.print(f"  GPU {gpu['index']}: {used:.2f} of {total:.2f} GiB in use", highlight=False)
-        for note in r.notes:
-            console.print(f"  note: {escape(note)}", highlight=False)
-
-
-def _knobs(rec: dict[str, Any]) -> str:
-    parts = []
-    if rec.get("mem_fraction_static") is not None:
-        whole, _, frac = f"{rec['mem_fraction_static']:.4f}".partition(".")
-        parts.append(f"--mem-fraction-static {whole}.{frac.rstrip('0').ljust(2, '0')}")
-    if rec.get("chunked_prefill_size") is not None:
-        parts.append(f"--chunked-prefill-size {rec['chunked_prefill_size']}")
-    if rec.get("alloc_conf"):
-        parts.append(f"PYTORCH_CUDA_ALLOC_CONF={rec['alloc_conf']}")
-    parts += [f"{flag} {value}" for flag, value in rec.get("other_flags", {}).items()]
-    return ", ".join(parts)
-
-
-# ------------------------------------------------------------------------------------------------ plan
-
 _GIB = float(1 << 30)
 
 
@@ -420,15 +338,3 @@ def plan_table(console: Console, doc: dict[str, Any], *, title: str = "plan") ->
         style = {"choice": "bold", "warning": "yellow"}.get(label)
         tag = f"[{style}]{label}[/{style}]" if style else label
         console.print(f"  {tag}{' ' * max(1, 8 - len(label))}{escape(text)}", highlight=False)
-
-
-def plan_report(console: Console, results: Sequence[HostResult]) -> None:
-    """`remediate plan`: per host, the table and its explanation."""
-    for r in results:
-        if r.error:
-            console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {escape(r.error)}", highlight=False)
-            continue
-        plan_table(console, r.extra.get("plan") or {}, title=f"{r.host} {r.unit or ''}: plan")
-        for warning in r.warnings:
-            if warning not in (r.extra.get("plan") or {}).get("warnings", []):
-                console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)

@@ -69,7 +69,7 @@ def test_diagnose_report_says_what_why_evidence_and_the_command() -> None:
     from rich.console import Console
 
     from remediate.models import HostResult
-    from remediate.render import diagnose_report
+    from remediate.render_evidence import diagnose_report
 
     finding = {
         "kind": "cuda_oom_runtime",

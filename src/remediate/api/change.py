@@ -1,0 +1,163 @@
+"""The API of the commands that change hosts: `oom` and `rollback`, as rollouts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from remediate.api.hosts import RolloutResult, TransportFactory, _roll_out
+from remediate.errors import ConfigError
+from remediate.fleet import budget as fleet_budget
+from remediate.fleet.request import OomRequest
+from remediate.fleet.settings import (
+    build_strategy,
+    parse_desired_args,
+    resolve_hosts,
+    run_options_for,
+)
+from remediate.models import HostResult, ProgressFn
+from remediate.transport.base import SSHOptions
+
+
+def remediate_oom_request(
+    request: OomRequest,
+    *,
+    progress: ProgressFn | None = None,
+    confirm: Callable[[str], bool] | None = None,
+    transport_factory: TransportFactory | None = None,
+    stop_when: Callable[[HostResult], str | None] | None = None,
+    retry_dir: str | None = None,
+) -> RolloutResult:
+    """`remediate oom` as a function (the CLI calls this)."""
+    inventory, hosts = resolve_hosts(request.targets, request.inventory)
+    strategy = build_strategy(request.strategy, inventory)
+    per_host = {h.name: run_options_for(h, request) for h in hosts}  # validate all input before touching any host
+    return _roll_out(
+        hosts,
+        inventory,
+        strategy,
+        request.ssh,
+        fleet_budget.oom_job(request, per_host, progress),  # --auto planning; healthy ends are recorded
+        dry_run=request.dry_run,
+        progress=progress,
+        confirm=confirm,
+        transport_factory=transport_factory,
+        stop_when=stop_when,
+        retry_dir=retry_dir,
+        retry_file=request.retry_file,
+    )
+
+
+def remediate_oom(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    identity: str | None = None,
+    known_hosts: str | None = None,
+    accept_new_host_key: bool = False,
+    ssh_config: str | None = None,
+    sudo: bool = False,
+    unit: str | None = None,
+    mem_fraction_static: float | str | Decimal | None = None,
+    mem_fraction_step: float | str | Decimal | None = None,
+    chunked_prefill_size: int | None = None,
+    alloc_conf: str | None = None,
+    min_tokens: int | None = None,
+    target_tokens: int | None = None,
+    timeout: float = 900.0,
+    dry_run: bool = False,
+    rollback: bool = True,
+    force: bool = False,
+    canary: int | None = None,
+    batch: str | None = None,
+    forks: int | None = None,
+    max_failures: str | int | None = None,
+    stop_when: Callable[[HostResult], str | None] | None = None,
+    progress: ProgressFn | None = None,
+    retry_dir: str | None = None,
+    transport_factory: TransportFactory | None = None,
+) -> RolloutResult:
+    """Remediate the OOM on every selected host; see `remediate oom --help` for the semantics.
+
+    ``stop_when(result) -> reason | None`` is a custom policy: return a reason to halt the
+    rollout after any host (e.g. too few tokens); in-flight hosts finish, the rest are not attempted.
+    """
+    request = OomRequest(
+        targets=tuple(targets),
+        inventory=inventory,
+        ssh=SSHOptions(
+            identity=identity,
+            known_hosts=known_hosts,
+            accept_new_host_key=accept_new_host_key,
+            ssh_config=ssh_config,
+            sudo=sudo,
+        ),
+        unit=unit,
+        cli_desired=parse_desired_args(
+            {
+                "mem_fraction_static": mem_fraction_static,
+                "mem_fraction_step": mem_fraction_step,
+                "chunked_prefill_size": chunked_prefill_size,
+                "alloc_conf": alloc_conf,
+            }
+        ),
+        min_tokens=min_tokens,
+        target_tokens=target_tokens,
+        timeout=timeout,
+        dry_run=dry_run,
+        rollback=rollback,
+        force=force,
+        strategy={
+            k: v
+            for k, v in {"canary": canary, "batch": batch, "forks": forks, "max_failures": max_failures}.items()
+            if v is not None
+        },
+    )
+    return remediate_oom_request(
+        request, progress=progress, stop_when=stop_when, retry_dir=retry_dir, transport_factory=transport_factory
+    )
+
+
+def rollback(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    unit: str | None = None,
+    to: str = "latest",
+    timeout: float = 900.0,
+    dry_run: bool = False,
+    strategy: dict[str, Any] | None = None,
+    progress: ProgressFn | None = None,
+    confirm: Callable[[str], bool] | None = None,
+    transport_factory: TransportFactory | None = None,
+    retry_dir: str | None = None,
+    retry_file: str | None = None,
+    lock_timeout: int | None = None,
+) -> RolloutResult:
+    """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too."""
+    inventory_obj, hosts = resolve_hosts(targets, inventory)
+    if to != "latest" and len(hosts) > 1:
+        raise ConfigError("--to PATH names one file: use it with one host")
+    plan = build_strategy(strategy or {}, inventory_obj)
+    options = {
+        h.name: replace(
+            run_options_for(h, OomRequest(unit=unit, timeout=timeout, lock_timeout=lock_timeout)), dry_run=dry_run
+        )
+        for h in hosts
+    }
+    return _roll_out(
+        hosts,
+        inventory_obj,
+        plan,
+        ssh or SSHOptions(),
+        fleet_budget.rollback_job(options, to, progress),  # a healthy end is recorded
+        dry_run=dry_run,
+        progress=progress,
+        confirm=confirm,
+        transport_factory=transport_factory,
+        retry_dir=retry_dir,
+        retry_file=retry_file,
+    )

@@ -1,0 +1,220 @@
+"""What every command shares: the layers below loaded on first use, option groups, the error boundary, endings.
+
+Exit codes: 0 ok, 1 a host failed / was rolled back / not attempted (or `edit --check` found changes), 2 bad
+input (nothing touched), 3 unreachable or authentication/host-key failure only, 70 a bug (traceback printed).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from remediate import api, render, render_bench, render_evidence
+    from remediate.fleet import settings, sweep
+    from remediate.host import budget
+    from remediate.models import HostResult
+else:  # `--help`, `--version` and option parsing need none of these: each loads when a command first uses it
+
+    class _OnFirstUse:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(importlib.import_module(self._name), attr)
+
+    _LAZY = ("api", "render", "render_bench", "render_evidence", "fleet.settings", "fleet.sweep", "host.budget")
+    api, render, render_bench, render_evidence, settings, sweep, budget = (_OnFirstUse(f"remediate.{n}") for n in _LAZY)
+
+__all__ = ["api", "budget", "render", "render_bench", "render_evidence", "settings", "sweep"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "REMEDIATE", "max_content_width": 100}
+
+
+def ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> Any:
+    return settings.ssh_from_cli(kw, connect_timeout)  # the command line's connection options → SSHOptions
+
+
+def stdout() -> Console:
+    return render.stdout_console()
+
+
+def stderr() -> Console:
+    return render.stderr_console()
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    from remediate.core.unitfile.report import display_text
+
+    click.echo(f"remediate: {display_text(message)}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """The CLI boundary: RemediateError → one line + its exit code; anything else is a bug (70)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RemediateError as exc:
+            fail(str(exc), exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception:  # noqa: BLE001 - the one place a bug is reported
+            traceback.print_exc()
+            click.echo("remediate: internal error (a bug); please report it with the traceback above", err=True)
+            sys.exit(EXIT_BUG)
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def desired_options(fn: F) -> F:
+    """The desired-state options shared by `edit`, `oom` and `plan`."""
+    # fmt: off
+    decorators = [
+        click.option("--mem-fraction-static", metavar="F", help="Set --mem-fraction-static to F (0 < F < 1)."),
+        click.option("--mem-fraction-step", metavar="S",
+                     help="Without --mem-fraction-static: lower the current fraction by S (default 0.01), once."),
+        click.option("--chunked-prefill-size", metavar="N",
+                     help="Chunked prefill size (default 4096, kept if already smaller; -1 disables chunking)."),
+        click.option("--alloc-conf", metavar="OPTS",
+                     help="PYTORCH_CUDA_ALLOC_CONF options to ensure (default expandable_segments:True)."),
+    ]
+    # fmt: on
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def connection_options(fn: F) -> F:
+    """Target syntax and connection options shared by every remote command."""
+    # fmt: off
+    decorators = [
+        click.argument("targets", nargs=-1, metavar="[TARGET]..."),
+        click.option("-i", "--inventory", type=click.Path(dir_okay=False),
+                     help="Inventory file (default ./inventory.yaml if present)."),
+        click.option("--identity", type=click.Path(dir_okay=False), help="SSH private key file."),
+        click.option("--known-hosts", type=click.Path(dir_okay=False),
+                     help="known_hosts file (default: ~/.ssh/known_hosts and the system's)."),
+        click.option("--accept-new-host-key", is_flag=True, allow_from_autoenv=False,
+                     help="Record unknown host keys (like ssh accept-new); changed keys are always refused."),
+        click.option(
+            "--connect-timeout", type=click.FloatRange(min=1), help="Seconds to connect to each host (default 10)."
+        ),
+        click.option("--ssh-config", type=click.Path(dir_okay=False),
+                     help="ssh_config file (default ~/.ssh/config); aliases and ProxyJump work."),
+        click.option("--sudo", is_flag=True, help="Log in as a non-root user and run as root with `sudo -n`."),
+        click.option("--unit", help="The systemd unit (default: the unit whose ExecStart runs sglang)."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout."),
+    ]
+    # fmt: on
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def fleet_options(fn: F) -> F:
+    # fmt: off
+    decorators = [
+        click.option("--canary", type=int, default=None,
+                     help="Hosts in the first batch; any failure there stops everything (default 1)."),
+        click.option(
+            "--batch", default=None, help="Batch sizes: N, N%, or a list like 1,10%,25% (Ansible serial semantics)."
+        ),
+        click.option("--forks", type=int, default=None, help="Hosts worked on at once (default 10)."),
+        click.option(
+            "--max-failures", default=None, help="Failures tolerated over the whole rollout: N or P% (default 0)."
+        ),
+        click.option("--pause-after-canary", is_flag=True, help="Ask before going on after the canary batch."),
+        click.option("--yes", "-y", is_flag=True, allow_from_autoenv=False, help="Answer yes to prompts."),
+    ]
+    # fmt: on
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def timeout_options(*, wait: bool, lock: bool, alias: str) -> Callable[[F], F]:
+    """``--wait-timeout`` (server), ``--lock-timeout`` (another run's lock); the old ``--timeout`` meant
+    ``alias`` on this command and stays as a deprecated, hidden spelling of it."""
+
+    def decorate(fn: F) -> F:
+        if wait:
+            fn = click.option("--wait-timeout", type=click.FloatRange(min=1),
+                              help="Seconds to wait for the server to come back (default 900).")(fn)  # fmt: skip
+        if lock:
+            fn = click.option("--lock-timeout", type=click.IntRange(min=1),
+                              help="Seconds to wait for another run's lock on the unit (default 30).")(fn)  # fmt: skip
+        return click.option("--timeout", type=click.FloatRange(min=1), hidden=True, help=f"Deprecated: {alias}.")(fn)
+
+    return decorate
+
+
+def timeout(kw: dict[str, Any], name: str, default: float) -> float:
+    value, warning = settings.pick_timeout(kw, name, default)
+    if warning:
+        click.echo(f"remediate: warning: {warning}", err=True)
+    return value
+
+
+def emit(
+    results: Sequence[HostResult], *, as_json: bool, dry_run: bool = False, extra: dict[str, Any] | None = None
+) -> int:
+    if as_json:
+        click.echo(render.dumps(render.results_document(results, **(extra or {}))))
+    else:
+        out = stdout()
+        for result in results:
+            render.host_report(out, result, dry_run=dry_run)
+        if len(results) > 1:
+            render.recap(out, results)
+    return api.exit_code(results)
+
+
+def exit_with_rollout(rollout: api.RolloutResult, *, as_json: bool, dry_run: bool) -> None:
+    """A mutating command's end: each host's report (or the JSON document), the retry file, the exit code."""
+    code = emit(rollout.results, as_json=as_json, dry_run=dry_run, extra=rollout.extra())
+    if rollout.retry_file and not as_json:
+        stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
+    sys.exit(code)
+
+
+def exit_with_table(
+    results: Sequence[HostResult], *, as_json: bool, table: Callable[[Console, Sequence[HostResult]], None]
+) -> None:
+    """A read-only command's end: one table (or the JSON document), the exit code."""
+    if as_json:
+        click.echo(render.dumps(render.results_document(results)))
+    else:
+        table(stdout(), results)
+    sys.exit(api.exit_code(results))
+
+
+def confirm_prompt(kw: dict[str, Any], progress: render.LiveProgress) -> Callable[[str], bool] | None:
+    """--pause-after-canary asks on the terminal (the live display paused); --yes answers yes."""
+    if not kw["pause_after_canary"] or kw["yes"]:
+        return None
+
+    def ask(text: str) -> bool:
+        with progress.suspended():
+            return click.confirm(text, default=False, err=True)
+
+    return ask
+
+
+def live_progress(as_json: bool) -> render.LiveProgress:
+    return render.LiveProgress(stderr(), quiet=as_json)

@@ -1,0 +1,148 @@
+"""The read-only commands: `status`, `diagnose`, `backups` (its --prune changes backups only), `plan`, `bench`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from remediate import __version__
+from remediate.cli.app import cli
+from remediate.cli.options import (
+    api,
+    budget,
+    connection_options,
+    exit_with_table,
+    handle_errors,
+    render,
+    render_bench,
+    render_evidence,
+    ssh_options,
+    stderr,
+    stdout,
+    sweep,
+    timeout,
+    timeout_options,
+)
+
+
+@cli.command()
+@connection_options
+@timeout_options(wait=False, lock=False, alias="--connect-timeout")
+@handle_errors
+def status(**kw: Any) -> None:
+    """Read-only: each host's sglang unit, state, memory settings, tokens, and whether it is remediated.
+
+    \b
+    Examples:
+      remediate status gpu-01 gpu-02
+      remediate status all -i inventory.yaml --json
+    """
+    results = api.status(
+        kw["targets"],
+        inventory=kw["inventory"],
+        ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
+        unit=kw["unit"],
+    )
+    exit_with_table(results, as_json=kw["as_json"], table=render.status_table)
+
+
+@cli.command()
+@connection_options
+@click.option("--since", metavar="RESTARTS|TIME", help="Restarts to look back over (0: this run) or a journalctl time.")
+@click.option("--lines", type=click.IntRange(min=1), default=2000, show_default=True, help="Journal lines to read.")
+@timeout_options(wait=False, lock=False, alias="--connect-timeout")
+@handle_errors
+def diagnose(**kw: Any) -> None:
+    """Read-only: why each host's server died (evidence, arithmetic) and the `remediate oom` to run.
+
+    \b
+    Examples:
+      remediate diagnose gpu-01 --since 1
+      remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
+    """
+    named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
+    exit_with_table(api.diagnose(kw["targets"], ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **named),
+                     as_json=kw["as_json"], table=render_evidence.diagnose_report)  # fmt: skip
+
+
+@cli.command()
+@connection_options
+@click.option(
+    "--prune", is_flag=True, help="Delete old backups beyond --keep (never the newest, never the current state's)."
+)
+@click.option(
+    "--keep", type=click.IntRange(min=1), default=10, show_default=True, help="Backups to keep per file with --prune."
+)
+@click.option("--dry-run", is_flag=True, help="With --prune: list what would be deleted.")
+@timeout_options(wait=False, lock=True, alias="--connect-timeout")
+@handle_errors
+def backups(**kw: Any) -> None:
+    """List the backups next to each host's unit files, newest first, with what a restore would change.
+
+    \b
+    Examples:
+      remediate backups gpu-01
+      remediate backups all -i inventory.yaml --prune --keep 5 --dry-run
+    """
+    results = api.backups(
+        kw["targets"],
+        inventory=kw["inventory"],
+        ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
+        unit=kw["unit"],
+        prune_keep=kw["keep"] if kw["prune"] else None,
+        dry_run=kw["dry_run"],
+        lock_timeout=kw["lock_timeout"],
+    )
+    exit_with_table(results, as_json=kw["as_json"], table=render.backups_table)
+
+
+# fmt: off
+@cli.command()
+@connection_options
+@click.option("--target-tokens", type=click.IntRange(min=1), help="The pool size wanted (max_total_num_tokens).")
+@click.option("--chunked-prefill-size", type=int, metavar="N", help="The chunk to plan with (default 4096).")
+@click.option("--margin", type=click.FloatRange(0, 10), default=0.1, show_default=True, help="Spare headroom share.")
+@click.option("--offline", is_flag=True, help="What-if without a host: free GiB before/after weights, KV bytes/token.")
+@click.option("--gpu-mem-gib", type=float, help="--offline: free GiB before the weights load (sglang's total).")
+@click.option("--free-after-weights-gib", type=float, help="--offline: free GiB after the weights load.")
+@click.option("--cell-bytes", type=float, help="--offline: KV cache bytes per token per rank.")
+@click.option("--page-size", type=click.IntRange(min=1), default=1, help="--offline: the KV page size (default 1).")
+@handle_errors
+def plan(**kw: Any) -> None:
+    """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
+    if kw["offline"]:
+        doc = budget.offline_plan(**{k: kw[k] for k in budget.OFFLINE_KEYS})
+        return click.echo(render.dumps({"offline": True, "plan": doc})) if kw["as_json"] else render.plan_table(
+            stdout(), doc, title="offline plan")
+    keys = ("unit", "target_tokens", "chunked_prefill_size", "margin")
+    results = api.plan(kw["targets"], inventory=kw["inventory"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
+    exit_with_table(results, as_json=kw["as_json"], table=render_evidence.plan_report)
+# fmt: on
+
+
+@cli.command(epilog="Example: remediate bench gpu-01 --contexts 1k,32k,185k --runs 3 --plot bench.png")
+@connection_options
+@click.option(
+    "--contexts",
+    default=lambda: sweep.DEFAULT_CONTEXTS,
+    show_default="1k,8k,32k,46k,92k,185k",
+    help="Prompt lengths; 1k = 1024.",
+)
+@click.option(
+    "--gen", type=click.IntRange(min=1), default=lambda: sweep.DEFAULT_GEN, show_default="24", help="New tokens."
+)
+@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Requests per length.")
+@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Unmeasured requests first.")
+@click.option("--output", metavar="FILE.jsonl", help="Append one JSON line per point (bench_serving-like schema).")
+@click.option("--csv", "csv_path", metavar="FILE", help="Write the points as CSV.")
+@click.option("--plot", metavar="FILE.png", help="Plot TTFT and decode tok/s against context (remediate[plot]).")
+@handle_errors
+def bench(**kw: Any) -> None:
+    """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
+    request = sweep.request_from_cli(kw, ssh_options(kw))
+    with render_bench.BenchProgress(stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
+        results = api.bench(request=request, progress=bar)
+    render_bench.bench_report(stdout(), results, request.args, as_json=kw["as_json"])
+    sys.exit(sweep.finish(results, request, version=__version__))
