@@ -1,8 +1,13 @@
 """The unit's lock on the host, held for a whole run so that concurrent runs serialise.
 
-``templates/lock.sh.j2`` takes ``flock`` on ``/run/lock/remediate-<unit>.lock`` in a small process on its
-own SSH channel and keeps it until that channel closes; ``templates/prune.sh.j2`` takes the same lock
-for its own short transaction. Both exit :data:`LOCK_HELD_EXIT` when another run holds it.
+``templates/lock.sh.j2`` takes ``flock`` on ``/run/remediate/<unit>.service.lock`` in a small process on
+its own SSH channel and keeps it until that channel closes — and, if a commit script of the run is still
+running on the host (the connection was cut), until that script is done. ``templates/prune.sh.j2`` takes
+the same lock for its own short transaction. Both exit :data:`LOCK_HELD_EXIT` when another run holds it.
+
+The directory is root's own (created 0700, refused when anyone else could write it): a world-writable
+``/run/lock`` would let any user pre-create and hold the lock and block root's runs. The name comes from
+the normalised unit name, so ``sglang`` and ``sglang.service`` take one lock.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
+from remediate.core.unitname import normalise_unit
 from remediate.errors import CommandError, LockHeldError, RemediationError
 from remediate.host import templates
 from remediate.host.options import RunOptions
@@ -20,12 +26,23 @@ from remediate.host.read import detect_unit
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
-LOCK_DIR = "/run/lock"
+LOCK_DIR = "/run/remediate"
 LOCK_HELD_EXIT = 75  # EX_TEMPFAIL: flock -w timed out (templates/_flock.sh.j2)
+LOCK_BROKEN_EXIT = 73  # EX_CANTCREAT: the lock directory or file is unusable (templates/_flock.sh.j2)
 
 
 def lock_path(unit: str) -> str:
-    return f"{LOCK_DIR}/remediate-{unit}.lock"
+    return f"{LOCK_DIR}/{normalise_unit(unit)}.lock"
+
+
+def commit_lock_path(unit: str) -> str:
+    """Held by a running commit script; the lock holder waits for it before it releases the unit's lock."""
+    return lock_path(unit) + ".commit"
+
+
+def commit_log_path(unit: str, token: str) -> str:
+    """Where a commit script writes its report on the host (read back after a reconnect)."""
+    return f"{LOCK_DIR}/{normalise_unit(unit)}.commit.{token}.log"
 
 
 @contextmanager
@@ -40,7 +57,16 @@ def unit_lock(transport: Transport, unit: str, wait: int) -> Iterator[None]:
     except CommandError as exc:
         if exc.result.exited == LOCK_HELD_EXIT:
             raise LockHeldError(transport.host) from None
-        raise RemediationError(transport.host, f"cannot take the lock {lock_path(unit)}: {exc}") from exc
+        raise RemediationError(transport.host, f"cannot take the lock {lock_path(unit)}: {_why(exc)}") from exc
+
+
+def _why(exc: CommandError) -> str:
+    """The lock script's own reason (``@@error lock… REASON``), else its last line of stderr, else its exit."""
+    lines = [line for line in exc.result.stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("@@error "):
+            return line.split(" ", 2)[-1]
+    return lines[-1] if lines else f"exit {exc.result.exited}"
 
 
 @contextmanager

@@ -7,9 +7,9 @@ set ``RejectPolicy`` -- or, only when asked, an accept-new policy that records u
 OpenSSH's ``StrictHostKeyChecking=accept-new``. A changed key is always refused (paramiko raises
 ``BadHostKeyException`` for a known host whatever the policy).
 
-Commands run on one paramiko session channel each over a single connection per host; HTTP probes
-of the server go through a ``direct-tcpip`` channel of the same connection, so the remote host
-needs no curl and the server may listen on 127.0.0.1 only.
+Commands run on one session channel each over one connection per host (keepalives on); HTTP probes go
+through ``direct-tcpip`` channels of it (no curl needed; the server may listen on 127.0.0.1 only). A
+dying connection is ``ConnectionLost`` everywhere; ``reconnect`` connects again and re-takes the holds.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 from fabric import Config, Connection
+from paramiko.hostkeys import InvalidHostKey
 from paramiko.ssh_exception import (
     AuthenticationException,
     BadHostKeyException,
@@ -33,33 +35,62 @@ from paramiko.ssh_exception import (
     PasswordRequiredException,
     SSHException,
 )
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_random_exponential,
+)
 
-from remediate.errors import AuthError, CommandError, ConnectError, TransportError
+from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
-from remediate.transport.base import HttpResponse, SSHOptions
+from remediate.transport.base import HttpResponse, SSHOptions, parse_http
 from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
+from remediate.transport.known_hosts import KnownHosts, read_known_hosts
 
 # paramiko logs refused direct-tcpip channels (normal while a model loads) as errors; our callers get
 # them as data. A NullHandler keeps Python's last-resort handler from printing them on stderr.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "password for")
+KEEPALIVE_S = 10  # SSH keepalive: a dead peer is noticed while a long command or the health wait runs
+_NOT_KNOWN = "not found in known_hosts"
+_REVOKED = "is marked @revoked in known_hosts"
 
 
-class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """Record an unknown key (never a changed one) in the known_hosts file, like ssh's accept-new."""
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """A key known_hosts does not list: refused (RejectPolicy's message), or with ``record`` recorded like
+    ssh's accept-new. A key marked ``@revoked`` is refused whatever the policy (it is never loaded as known)."""
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
+    def __init__(self, record: Path | None, known: KnownHosts) -> None:
+        self._record = record
+        self._known = known
         self._lock = threading.Lock()
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if key.get_base64() in self._known.revoked:
+            raise SSHException(f"host key {key.get_name()} of {hostname} {_REVOKED}")
+        if self._record is None:
+            raise SSHException(f"Server {hostname!r} {_NOT_KNOWN}{self._known.hint()}")
         with self._lock:
             client.get_host_keys().add(hostname, key.get_name(), key)
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            with self._path.open("a", encoding="utf-8") as fh:
+            self._record.parent.mkdir(parents=True, exist_ok=True)
+            with self._record.open("a", encoding="utf-8") as fh:
                 fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+def _load_keys(keys: paramiko.HostKeys, files: list[Path]) -> KnownHosts:
+    """known_hosts into ``keys`` (known_hosts.py reads them, @revoked and @cert-authority understood)."""
+    found = read_known_hosts(files)
+    for entry in found.entries:
+        try:
+            key = paramiko.PKey.from_type_string(entry.key_type, entry.key)
+        except (paramiko.SSHException, ValueError):
+            continue  # a key type paramiko does not know, or a corrupt key: skipped as ssh would
+        for name in entry.names:
+            keys.add(name, key.get_name(), key)
+    return found
 
 
 @contextmanager
@@ -79,18 +110,27 @@ def _translate_errors(host: str) -> Iterator[None]:
         raise ConnectError(host, f"connection refused ({exc.strerror or exc})") from exc
     except socket.gaierror as exc:
         raise ConnectError(host, f"cannot resolve host: {exc.strerror}") from exc
+    except InvalidHostKey as exc:
+        raise AuthError(host, f"unreadable known_hosts line: {exc.line!r}") from exc
+    except EOFError as exc:
+        raise ConnectionLost(host, "connection lost (EOF from the server)") from exc
     except TimeoutError as exc:
         raise ConnectError(host, "connection timed out") from exc
     except ConnectionError as exc:
         raise ConnectError(host, f"connection failed: {exc}") from exc
     except SSHException as exc:
         text = str(exc)
-        if "not found in known_hosts" in text:
+        if _REVOKED in text:
+            raise AuthError(host, f"{text}: refusing to connect") from exc
+        if _NOT_KNOWN in text:
+            hint = text.partition(_NOT_KNOWN)[2]
             raise AuthError(
                 host,
                 "unknown host key (not in known_hosts); verify it and add it, "
-                "or pass --accept-new-host-key to record it",
+                f"or pass --accept-new-host-key to record it{hint}",
             ) from exc
+        if "session not active" in text.lower() or "connection lost" in text.lower():
+            raise ConnectionLost(host, f"connection lost ({text})") from exc
         raise ConnectError(host, f"SSH error: {text}") from exc
     except OSError as exc:
         raise ConnectError(host, f"connection failed: {exc}") from exc
@@ -133,6 +173,7 @@ class SSHTransport:
             nxt = hop.gateway
             hop = nxt if isinstance(nxt, Connection) else None
         self._opened = False
+        self._holds: list[_Hold] = []
 
     @property
     def address(self) -> tuple[str, str, int]:
@@ -155,14 +196,8 @@ class SSHTransport:
         else:
             files = [Path("~/.ssh/known_hosts").expanduser()]
             files += [Path(p) for p in ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")]
-        keys = client.get_host_keys()
-        for path in files:
-            if path.is_file():
-                keys.load(str(path))
-        policy: paramiko.MissingHostKeyPolicy = (
-            _AcceptNewPolicy(files[0]) if self.options.accept_new_host_key else paramiko.RejectPolicy()
-        )
-        client.set_missing_host_key_policy(policy)
+        record = files[0] if self.options.accept_new_host_key else None
+        client.set_missing_host_key_policy(_HostKeyPolicy(record, _load_keys(client.get_host_keys(), files)))
 
     def open(self) -> None:
         """Connect and authenticate (host key verified). Idempotent."""
@@ -181,7 +216,7 @@ class SSHTransport:
                 self._connect_once()
         self._opened = True
         if self.options.sudo:
-            probe = self.run("true")
+            probe = self.run("true", timeout=self.options.connect_timeout + 20)
             if not probe.ok:
                 raise self._sudo_error(probe)
 
@@ -189,9 +224,32 @@ class SSHTransport:
         try:
             with _translate_errors(self.host):
                 self._conn.open()
+                transport = self._conn.client.get_transport()
+                if transport is not None:
+                    transport.set_keepalive(KEEPALIVE_S)
         except ConnectError:
             self._conn.close()  # a half-open client must not be reused by the next attempt
             raise
+
+    def reconnect(self, within: float) -> None:
+        """Connect again after a lost connection — capped backoff, for at most ``within`` seconds — and take
+        back every hold still open (the unit's lock: on the host it is released only once the old holder
+        and any commit script of this run are done). Auth and host-key failures are final at once."""
+        self._conn.close()
+        self._opened = False
+        deadline = time.monotonic() + max(within, 1.0)
+        retrying = Retrying(
+            retry=retry_if_exception_type(ConnectError),
+            wait=wait_random_exponential(multiplier=0.2, max=2.0),
+            stop=stop_before_delay(max(within, 1.0)),
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                self._connect_once()
+        self._opened = True
+        for held in list(self._holds):
+            self._start_hold(held, max(deadline - time.monotonic(), 0.0) + held.timeout)
 
     def _sudo_error(self, result: CommandResult) -> TransportError:
         text = result.stderr.lower()
@@ -208,15 +266,22 @@ class SSHTransport:
             return "sudo -n -- bash -c " + shlex.quote(command)
         return command
 
-    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
-        """Run ``command`` through the login shell (as root via ``sudo -n`` with --sudo)."""
+    def _active(self) -> paramiko.Transport:
         if not self._opened:
             self.open()
-        wrapped = self._wrap(command)
-        transport = self._conn.client.get_transport()
+        transport: paramiko.Transport | None = self._conn.client.get_transport()
         if transport is None or not transport.is_active():
-            raise ConnectError(self.host, "connection lost")
+            raise ConnectionLost(self.host, "connection lost")
+        return transport
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
+        """Run ``command`` through the login shell (as root via ``sudo -n`` with --sudo).
+
+        ConnectionLost when the connection dies (or ``timeout`` passes) before the command's exit status
+        arrives: the command may then have run, in part or to its end."""
+        wrapped = self._wrap(command)
         with _translate_errors(self.host):
+            transport = self._active()
             chan = transport.open_session(timeout=self.options.connect_timeout)
             try:
                 chan.exec_command(wrapped)
@@ -225,6 +290,8 @@ class SSHTransport:
                 chan.shutdown_write()
                 out, err = _drain(chan, self.host, timeout)
                 exited = chan.recv_exit_status()
+                if exited == -1 and not transport.is_active():
+                    raise ConnectionLost(self.host, "connection lost while a command ran")
             finally:
                 chan.close()
         return CommandResult(
@@ -237,48 +304,59 @@ class SSHTransport:
     @contextmanager
     def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[None]:
         """Keep ``command`` running on its own channel for the duration of the context; closing the
-        channel (or losing the connection) ends it, so a lock it holds can never outlive this process."""
-        if not self._opened:
-            self.open()
-        transport = self._conn.client.get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(self.host, "connection lost")
-        marker = ready.encode() + b"\n"
+        channel (or losing the connection) ends it, so a lock it holds can never outlive this process.
+        After :meth:`reconnect` the command runs again on the new connection (the lock is taken back)."""
+        held = _Hold(command, ready, timeout)
+        self._start_hold(held, timeout)
+        self._holds.append(held)
+        try:
+            yield
+        finally:
+            self._holds.remove(held)
+            if held.chan is not None:
+                held.chan.close()
+
+    def _start_hold(self, held: _Hold, timeout: float) -> None:
+        marker = held.ready.encode() + b"\n"
         with _translate_errors(self.host):
-            chan = transport.open_session(timeout=self.options.connect_timeout)
+            chan = self._active().open_session(timeout=self.options.connect_timeout)
+        held.chan = chan
         try:
             with _translate_errors(self.host):
-                chan.exec_command(self._wrap(command))
+                chan.exec_command(self._wrap(held.command))
                 chan.settimeout(0.1)
                 seen = b""
                 deadline = time.monotonic() + timeout
                 while marker not in seen:
                     if chan.exit_status_ready() and not chan.recv_ready():
                         err = chan.recv_stderr(65536) if chan.recv_stderr_ready() else b""
-                        result = CommandResult(command, chan.recv_exit_status(), seen.decode(), err.decode())
+                        status = chan.recv_exit_status()
+                        if status == -1:
+                            raise ConnectionLost(self.host, f"connection lost before {held.ready!r}")
+                        result = CommandResult(held.command, status, seen.decode(), err.decode())
                         raise CommandError(self.host, "hold", result)
                     if time.monotonic() > deadline:
-                        raise ConnectError(self.host, f"no {ready!r} from the host within {timeout:.0f}s")
+                        raise ConnectError(self.host, f"no {held.ready!r} from the host within {timeout:.0f}s")
                     try:
                         seen += chan.recv(4096)
                     except TimeoutError:
                         continue
-            yield
-        finally:
+        except BaseException:
             chan.close()
+            raise
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
-        """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections."""
-        if not self._opened:
-            self.open()
-        transport = self._conn.client.get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(self.host, "connection lost")
+        """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections.
+
+        ConnectionLost when the SSH connection itself is gone (the caller may reconnect)."""
+        with _translate_errors(self.host):
+            transport = self._active()
         try:
             chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
         except ChannelException as exc:
             return HttpResponse(status=None, body=b"", error=f"{host}:{port}: {exc.text}")
-        except SSHException as exc:
+        except (EOFError, SSHException, OSError) as exc:
+            self._lost_if_dead(transport, exc)
             return HttpResponse(status=None, body=b"", error=str(exc))
         try:
             chan.settimeout(timeout)
@@ -292,11 +370,18 @@ class SSHTransport:
                 chunks.append(data)
         except TimeoutError:
             return HttpResponse(status=None, body=b"", error=f"{host}:{port}{path}: timed out")
-        except (SSHException, OSError) as exc:
+        except (EOFError, SSHException, OSError) as exc:
+            self._lost_if_dead(transport, exc)
             return HttpResponse(status=None, body=b"", error=f"{host}:{port}{path}: {exc}")
         finally:
             chan.close()
-        return _parse_http(b"".join(chunks))
+        if not chunks:
+            self._lost_if_dead(transport, None)
+        return parse_http(b"".join(chunks))
+
+    def _lost_if_dead(self, transport: paramiko.Transport, exc: BaseException | None) -> None:
+        if not transport.is_active():
+            raise ConnectionLost(self.host, f"connection lost ({exc or 'during an HTTP request'})") from exc
 
     @contextmanager
     def http_stream(
@@ -305,18 +390,16 @@ class SSHTransport:
         """Send a request through a direct-tcpip channel and read the answer as it arrives; ``status`` is None
         while the port refuses connections. Arrival times are ``time.perf_counter()``; ``timeout`` bounds
         each wait for more bytes."""
-        if not self._opened:
-            self.open()
-        transport = self._conn.client.get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(self.host, "connection lost")
+        with _translate_errors(self.host):
+            transport = self._active()
         clock = time.perf_counter
         try:
             chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
         except ChannelException as exc:
             yield HttpStream(lambda: b"", clock, clock(), error=f"{host}:{port}: {exc.text}")
             return
-        except SSHException as exc:
+        except (EOFError, SSHException, OSError) as exc:
+            self._lost_if_dead(transport, exc)
             yield HttpStream(lambda: b"", clock, clock(), error=str(exc))
             return
         where = f"{host}:{port}{path}"
@@ -354,6 +437,16 @@ class SSHTransport:
         self._opened = False
 
 
+@dataclass
+class _Hold:
+    """A command kept running for a context (``SSHTransport.hold``), restarted after a reconnect."""
+
+    command: str
+    ready: str
+    timeout: float
+    chan: paramiko.Channel | None = None
+
+
 def _drain(chan: paramiko.Channel, host: str, timeout: float | None) -> tuple[bytes, bytes]:
     """Read stdout and stderr until the command exits; data precedes exit-status on the channel."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -370,16 +463,7 @@ def _drain(chan: paramiko.Channel, host: str, timeout: float | None) -> tuple[by
         if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
             break
         if deadline is not None and time.monotonic() > deadline:
-            raise ConnectError(host, f"remote command timed out after {timeout:.0f}s")
+            raise ConnectionLost(host, f"remote command timed out after {timeout:.0f}s")
         if not got:
             chan.status_event.wait(0.01)
     return b"".join(out), b"".join(err)
-
-
-def _parse_http(raw: bytes) -> HttpResponse:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-    parts = status_line.split()
-    if len(parts) < 2 or not parts[1].isdigit():
-        return HttpResponse(status=None, body=raw, error=f"bad HTTP response: {status_line!r}")
-    return HttpResponse(status=int(parts[1]), body=body)
