@@ -7,6 +7,7 @@ import pytest
 from fake_transport import state_output
 from test_runner_remediate import COMMIT, PATH, POLL, commit_ok, info, make_host, phases, run
 
+from remediate.core.backups import Backup, choose, make_backup, mark_truncated, select_prune
 from remediate.errors import ConfigError, ConnectError, ConnectionLost
 from remediate.host.lock import commit_log_path, lock_path
 from remediate.host.options import RunOptions
@@ -166,3 +167,26 @@ def test_a_unit_name_systemd_would_refuse_is_bad_input(bad: str) -> None:
 @pytest.mark.parametrize("good", ["sglang", "sglang-kimi.service", "sglang@0.service", "my_unit:1\\x2d2"])
 def test_valid_unit_names_pass(good: str) -> None:
     assert RunOptions(unit=good).unit is not None
+
+
+# -- backups: a truncated copy is never "latest", never one of the kept --------------------------------
+
+
+def _backup(epoch: int, text: str, original_size: int) -> Backup:
+    made = make_backup(f"{PATH}.bak.oom.{epoch}", text=text, sha256=str(epoch), size=len(text), mtime=0.0)
+    assert made is not None
+    return mark_truncated(made, original_size)
+
+
+def test_a_truncated_newest_backup_is_flagged_and_skipped_by_latest_and_prune() -> None:
+    full = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server\n"
+    older, newer = _backup(1764400000, full, len(full)), _backup(1764400100, "", len(full))
+    assert newer.truncated and not older.truncated
+    assert choose([newer, older], "latest") == [older]
+    with pytest.raises(ConfigError, match="truncated"):
+        choose([newer, older], newer.path)
+    assert select_prune([newer, older], 1, {}) == []  # the one complete backup is kept; the empty one is left
+    assert (
+        not _backup(1764400200, "x" * 4096, 5000).text.endswith("\n")
+        and _backup(1764400200, "x" * 4096, 5000).truncated
+    )
