@@ -25,6 +25,8 @@ from remediate.models import CommandResult
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
 
+from sandbox.units import incident_unit
+
 from .conftest import UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
@@ -399,3 +401,26 @@ def test_a_revoked_host_key_is_refused(host: Node) -> None:
     assert run.returncode == 3, run
     assert "revoked" in run.result["error"] and "Traceback" not in run.stderr
     assert node.audit() == []
+
+
+# -- a crash loop that hit systemd's start limit -------------------------------------------------------
+
+
+def test_a_unit_in_start_limit_hit_is_reset_and_remediated(node: Node) -> None:
+    """The incident's crash loop with a short RestartSec ends in `failed (start-limit-hit)`, where a plain
+    `systemctl restart` is refused; the commit's reset-failed clears it and the remediated server runs."""
+    text = incident_unit(node.host.address, node.port).replace("RestartSec=10", "RestartSec=0\nStartLimitBurst=2")
+    node.host.set_standin(time_scale=0.002, failure="crash_during_load")
+    node.install(text, start=False)
+    node.host.systemctl("start", UNIT)
+    poll(lambda: node.show("Result")["Result"] == "start-limit-hit", deadline=30, what="start-limit-hit")
+    original = node.bytes(UNIT_PATH)
+    node.host.set_standin(time_scale=0.002)  # the crash was the OOM the recipe fixes
+
+    run = node.cli("oom", "--timeout", "60")
+
+    assert run.returncode == 0, run
+    assert run.result["outcome"] == "remediated", run
+    assert run.result["max_total_num_tokens"] == 195011
+    promise(node, original, changed=True)
+    assert changing(node)[-3:] == ["daemon-reload", f"reset-failed {UNIT}", f"restart {UNIT}"]

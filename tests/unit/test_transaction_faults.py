@@ -3,6 +3,8 @@ commits, connections cut during the commit and the wait (reconnect and resume), 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fake_transport import state_output
 from test_runner_remediate import COMMIT, PATH, POLL, commit_ok, info, make_host, phases, run
@@ -12,6 +14,7 @@ from remediate.errors import ConfigError, ConnectError, ConnectionLost
 from remediate.host.lock import commit_log_path, lock_path
 from remediate.host.options import RunOptions
 from remediate.models import CommandResult
+from remediate.transport.known_hosts import read_known_hosts
 
 LOG = r"\Acat -- /run/remediate/sglang\.service\.commit\.[0-9a-f]+\.log"
 
@@ -190,3 +193,25 @@ def test_a_truncated_newest_backup_is_flagged_and_skipped_by_latest_and_prune() 
         not _backup(1764400200, "x" * 4096, 5000).text.endswith("\n")
         and _backup(1764400200, "x" * 4096, 5000).truncated
     )
+
+
+# -- known_hosts: markers understood, bad lines skipped ------------------------------------------------
+
+
+def test_known_hosts_markers_and_malformed_lines(tmp_path: Path) -> None:
+    good = "AAAAC3NzaC1lZDI1NTE5AAAAIHJlbWVkaWF0ZS1ob3N0LWtleS1mb3ItdGVzdHMhIQ=="
+    bad = "AAAAC3NzaC1lZDI1NTE5AAAAIHJldm9rZWQtaG9zdC1rZXktZm9yLXRlc3RzISEhIQ=="
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        "# comment\n"
+        "@cert-authority *.example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGNh\n"
+        f"@revoked * ssh-ed25519 {bad}\n"
+        "gpu-01 ssh-ed25519 not-base64!!\n"
+        "short-line\n"
+        f"gpu-01,10.0.0.1 ssh-ed25519 {good}\n"
+        f"gpu-02 ssh-ed25519 {bad}\n"
+    )
+    found = read_known_hosts([known, tmp_path / "missing"])
+    assert found.authorities == 1 and found.revoked == {bad}
+    assert [(e.names, e.key_b64) for e in found.entries] == [(("gpu-01", "10.0.0.1"), good)]
+    assert "@cert-authority" in found.hint()
