@@ -24,7 +24,6 @@ from remediate.host.options import RunOptions
 from remediate.models import CommandResult
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
-
 from sandbox.units import incident_unit
 
 from .conftest import UNIT, UNIT_PATH, Node, poll
