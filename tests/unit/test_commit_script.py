@@ -101,7 +101,7 @@ def test_staging_that_fails_in_the_second_directory_writes_nothing(tmp_path: Pat
     )
     failed = run(rendered_many(forward(unit, env), run_dir=tmp_path / "run"), no_space)
     assert failed.returncode != 0 and "@@renamed" not in failed.stdout
-    assert "@@failed staging the new" in failed.stdout and "No space left on device" in failed.stdout
+    assert "@@failed staging of the new" in failed.stdout and "No space left on device" in failed.stdout
     assert unit.read_text() == OLD and env.read_text() == ENV_OLD
     # Complete backups of both files exist; no temp file is left in either directory.
     assert names(unit.parent) == sorted([UNIT, f"{UNIT}.bak.oom.{EPOCH}"])

@@ -34,9 +34,9 @@ def cut(_command: str, _stdin: str | None) -> CommandResult:
     "output",
     [
         "mktemp: failed to create file via template '/etc/systemd/system/.remediate.XXXXXX': Read-only file system\n"
-        "@@failed staging the new /etc/systemd/system/sglang.service in /etc/systemd/system\n",
+        "@@failed staging of the new /etc/systemd/system/sglang.service in /etc/systemd/system\n",
         "chown: changing ownership of '/etc/systemd/system/.remediate.abc': Operation not permitted\n"
-        "@@failed staging the new /etc/systemd/system/sglang.service in /etc/systemd/system\n",
+        "@@failed staging of the new /etc/systemd/system/sglang.service in /etc/systemd/system\n",
         "cp: error writing '/etc/systemd/system/.remediate-backup.x': No space left on device\n"
         "@@failed backup of /etc/systemd/system/sglang.service to /etc/systemd/system/sglang.service.bak.oom.1\n",
     ],

@@ -55,6 +55,7 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "password for")
 KEEPALIVE_S = 10  # SSH keepalive: a dead peer is noticed while a long command or the health wait runs
+COMMAND_TIMEOUT_S = 600.0  # a command given no timeout of its own: nothing waits forever
 _NOT_KNOWN = "not found in known_hosts"
 _REVOKED = "is marked @revoked in known_hosts"
 
@@ -288,7 +289,7 @@ class SSHTransport:
                 if stdin is not None:
                     chan.sendall(stdin.encode("utf-8"))
                 chan.shutdown_write()
-                out, err = _drain(chan, self.host, timeout)
+                out, err = _drain(chan, self.host, COMMAND_TIMEOUT_S if timeout is None else timeout)
                 exited = chan.recv_exit_status()
                 if exited == -1 and not transport.is_active():
                     raise ConnectionLost(self.host, "connection lost while a command ran")
