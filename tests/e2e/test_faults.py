@@ -24,7 +24,6 @@ from remediate.host.options import RunOptions
 from remediate.models import CommandResult
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
-from sandbox.units import incident_unit
 
 from .conftest import UNIT, UNIT_PATH, Node, poll
 
@@ -36,11 +35,13 @@ REACHED = "/run/fault.reached"
 GO = "/run/fault.go"
 CHANGING = ("daemon-reload", "reset-failed", "restart", "start", "stop")
 
-# Cut this connection: SIGKILL every sshd process above the shim (the session that runs it), never PID 1.
+# Cut this connection: SIGKILL the sshd processes above the shim (the session that runs it) — never the
+# listener, whose parent is the host's init.
 _CUT = r"""
 pid=$PPID
 while [ "$pid" -gt 1 ]; do
   next=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$pid/status")
+  [ "$next" -gt 1 ] || break
   case "$(cat "/proc/$pid/comm")" in sshd*) kill -9 "$pid" ;; esac
   pid=$next
 done
@@ -50,16 +51,17 @@ _PAUSE = f": > {REACHED}; while [ ! -e {GO} ]; do sleep 0.02; done"
 
 
 def install_shim(node: Node, tool: str, match: str, action: str) -> None:
-    """/usr/local/bin/TOOL (before /usr/bin on PATH): when its arguments match the glob ``match`` the first
-    time, do ``action``; always run the real tool afterwards (unless the action exits)."""
-    real = {"systemctl": "/usr/bin/systemctl"}.get(tool, f"/usr/bin/{tool}")
+    """/usr/local/sbin/TOOL (first on root's PATH): when its arguments match the glob ``match`` the first
+    time, do ``action``; always run the tool it shadows afterwards (unless the action exits) — for systemctl
+    the sandbox's auditing wrapper in /usr/local/bin."""
+    real = {"systemctl": "/usr/local/bin/systemctl"}.get(tool, f"/usr/bin/{tool}")
     script = (
         "#!/bin/bash\n"
         f'case "$*" in {match.replace(" ", chr(92) + " ")})\n'
         f"  if mkdir {FIRED} 2>/dev/null; then\n{action}\n  fi ;;\nesac\n"
         f'exec {real} "$@"\n'
     )
-    node.host.write(f"/usr/local/bin/{tool}", script, mode=0o755)
+    node.host.write(f"/usr/local/sbin/{tool}", script, mode=0o755)
 
 
 def promise(node: Node, original: bytes, *, changed: bool | None = None) -> bytes:
@@ -93,16 +95,16 @@ def changing(node: Node) -> list[str]:
 
 
 def sshd_sessions(node: Node) -> list[int]:
-    """The sshd processes serving connections (everything named sshd* in the host but its listener)."""
+    """The sshd processes serving connections: named sshd*, child of another sshd (not of init: the listener)."""
     pids = []
     for pid in node.host.processes():
-        if pid == node.host.pid:
-            continue
         try:
             comm = Path(f"/proc/{pid}/comm").read_text()
-        except OSError:
+            ppid = int(Path(f"/proc/{pid}/status").read_text().split("PPid:", 1)[1].split()[0])
+            parent = Path(f"/proc/{ppid}/comm").read_text()
+        except (OSError, IndexError, ValueError):
             continue
-        if comm.startswith("sshd"):
+        if comm.startswith("sshd") and parent.startswith("sshd"):
             pids.append(pid)
     return pids
 
@@ -118,18 +120,24 @@ def cut_connections(node: Node) -> int:
     return len(pids)
 
 
+def _clear_markers(node: Node) -> None:
+    node.host.run("/bin/rm", "-rf", "--", FIRED, REACHED, GO)  # /run outlives a host's reset
+
+
 @pytest.fixture
 def host(incident: Node) -> Iterator[Node]:
+    _clear_markers(incident)
     yield incident
+    _clear_markers(incident)
     for tool in ("systemctl", "mktemp", "cp"):
-        path = incident.host.path(f"/usr/local/bin/{tool}")
+        path = incident.host.path(f"/usr/local/sbin/{tool}")
         if path.exists():
             path.unlink()
 
 
 def rerun_is_safe(node: Node) -> None:
     """Re-running is safe: the next run ends remediated (or finds it so), exit 0, the unit new."""
-    again = node.cli("oom", "--timeout", "60")
+    again = node.cli("oom", "--wait-timeout", "60")
     assert again.returncode == 0, again
     assert again.result["outcome"] in ("remediated", "unchanged"), again
     assert again.result["max_total_num_tokens"] == 195011
@@ -153,7 +161,7 @@ def test_connection_cut_during_the_commit_reconnects_reads_the_host_and_finishes
     tool, match = CUT_AT[step]
     install_shim(node, tool, match, _CUT)
 
-    run = node.cli("oom", "--timeout", "60")
+    run = node.cli("oom", "--wait-timeout", "60")
 
     assert node.host.path(FIRED).exists(), "the cut never happened"
     assert run.returncode == 0, run
@@ -170,7 +178,7 @@ def test_connection_cut_during_the_wait_reconnects_and_finishes(host: Node) -> N
     node = host
     original = node.bytes(UNIT_PATH)
     node.host.set_standin(time_scale=0.01)  # a 4.5 s load: the cut lands while the server loads
-    proc = node.popen("oom", "--timeout", "60")
+    proc = node.popen("oom", "--wait-timeout", "60")
     poll(lambda: f"restart {UNIT}" in node.audit(), deadline=30, what="the restart")
     poll(lambda: cut_connections(node), deadline=10, what="an SSH session to cut")
     run = node.finish(proc)
@@ -225,7 +233,7 @@ def test_a_failing_systemd_step_after_the_write_rolls_back_to_the_old_bytes(host
     original = node.bytes(UNIT_PATH)
     install_shim(node, "systemctl", step, _FAIL.format(tool="systemctl"))
 
-    run = node.cli("oom", "--timeout", "30")
+    run = node.cli("oom", "--wait-timeout", "30")
 
     assert run.returncode == 1, run
     result = run.result
@@ -261,7 +269,7 @@ def test_full_disk_writes_nothing_leaves_no_partial_backup_and_runs_no_undo(moun
     inside = node.host.run("/bin/cat", UNIT_PATH).stdout.encode()
     assert inside == original
 
-    run = node.cli("oom", "--timeout", "30")
+    run = node.cli("oom", "--wait-timeout", "30")
 
     assert run.returncode == 1, run
     result = run.result
@@ -281,7 +289,7 @@ def test_read_only_unit_directory_writes_nothing_and_runs_no_undo(mounted: Node)
     done = node.host.sh(f"mount --bind {UNIT_DIR} {UNIT_DIR} && mount -o remount,bind,ro {UNIT_DIR}")
     assert done.returncode == 0, done.stderr
 
-    run = node.cli("oom", "--timeout", "30")
+    run = node.cli("oom", "--wait-timeout", "30")
 
     assert run.returncode == 1, run
     error = run.result["error"]
@@ -308,7 +316,7 @@ def test_controller_killed_at_a_step_leaves_old_or_new_bytes_and_a_rerun_finishe
     original = node.bytes(UNIT_PATH)
     tool, match = KILL_AT[step]
     install_shim(node, tool, match, _PAUSE)
-    proc = node.popen("oom", "--timeout", "60")
+    proc = node.popen("oom", "--wait-timeout", "60")
     poll(lambda: node.host.path(REACHED).exists(), deadline=30, what=f"the run to reach {step}")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
@@ -324,7 +332,7 @@ def test_controller_killed_during_the_wait_leaves_the_new_unit_and_a_rerun_finds
     node = host
     original = node.bytes(UNIT_PATH)
     node.host.set_standin(time_scale=0.01)
-    proc = node.popen("oom", "--timeout", "60")
+    proc = node.popen("oom", "--wait-timeout", "60")
     poll(lambda: f"restart {UNIT}" in node.audit(), deadline=30, what="the restart")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
@@ -340,9 +348,9 @@ def test_rollback_racing_an_oom_waits_for_it_then_restores_the_original(host: No
     node = host
     original = node.bytes(UNIT_PATH)
     node.host.set_standin(time_scale=0.01)
-    oom = node.popen("oom", "--timeout", "60")
+    oom = node.popen("oom", "--wait-timeout", "60")
     poll(lambda: f"restart {UNIT}" in node.audit(), deadline=30, what="the oom's restart")
-    rollback = node.popen("rollback", "--timeout", "60")
+    rollback = node.popen("rollback", "--wait-timeout", "60")
     first, second = node.finish(oom), node.finish(rollback)
 
     assert first.returncode == 0 and first.result["outcome"] == "remediated", first
@@ -400,26 +408,3 @@ def test_a_revoked_host_key_is_refused(host: Node) -> None:
     assert run.returncode == 3, run
     assert "revoked" in run.result["error"] and "Traceback" not in run.stderr
     assert node.audit() == []
-
-
-# -- a crash loop that hit systemd's start limit -------------------------------------------------------
-
-
-def test_a_unit_in_start_limit_hit_is_reset_and_remediated(node: Node) -> None:
-    """The incident's crash loop with a short RestartSec ends in `failed (start-limit-hit)`, where a plain
-    `systemctl restart` is refused; the commit's reset-failed clears it and the remediated server runs."""
-    text = incident_unit(node.host.address, node.port).replace("RestartSec=10", "RestartSec=0\nStartLimitBurst=2")
-    node.host.set_standin(time_scale=0.002, failure="crash_during_load")
-    node.install(text, start=False)
-    node.host.systemctl("start", UNIT)
-    poll(lambda: node.show("Result")["Result"] == "start-limit-hit", deadline=30, what="start-limit-hit")
-    original = node.bytes(UNIT_PATH)
-    node.host.set_standin(time_scale=0.002)  # the crash was the OOM the recipe fixes
-
-    run = node.cli("oom", "--timeout", "60")
-
-    assert run.returncode == 0, run
-    assert run.result["outcome"] == "remediated", run
-    assert run.result["max_total_num_tokens"] == 195011
-    promise(node, original, changed=True)
-    assert changing(node)[-3:] == ["daemon-reload", f"reset-failed {UNIT}", f"restart {UNIT}"]

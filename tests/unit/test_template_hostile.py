@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from remediate.core import probes
 from remediate.host import templates
 from remediate.host.commit import FileWrite
-from remediate.host.lock import lock_path
 
 EPOCH = 1_764_400_000
 META = " '\"$`\\;&|<>(){}[]*?!#~%^=,\t:@+"
@@ -54,7 +53,7 @@ def _tree(root: Path) -> set[Path]:
 @HYPOTHESIS
 @given(name=NAMES, value=VALUES, unit=NAMES)
 def test_commit_script_writes_hostile_paths_and_runs_nothing(name: str, value: str, unit: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as run:
         root = Path(tmp)
         target = root / "units" / (name + ".service")
         target.parent.mkdir()
@@ -68,6 +67,8 @@ def test_commit_script_writes_hostile_paths_and_runs_nothing(name: str, value: s
             epoch=EPOCH,
             restart=False,
             analyze=False,
+            log_path=f"{run}/commit.log",  # the lock directory's commit log and commit lock, outside root
+            commit_lock=f"{run}/lock.commit",
         )
         code, out, err = _bash(script, "-s", cwd=root)
         assert code == 0, err
@@ -113,7 +114,8 @@ def test_probe_and_lock_scripts_quote_every_value(unit: str, extra: str) -> None
         journal_lines=50,
         journal_since=extra,
     )
-    lock = templates.render("lock.sh.j2", lock_path=lock_path(unit), lock_wait=3)
+    raw_lock = f"/run/remediate/{unit}.lock"  # lock_path() refuses such names; the template must quote anyway
+    lock = templates.render("lock.sh.j2", lock_path=raw_lock, lock_wait=3)
     assert _bash(probe, "-n")[0] == 0
     assert _bash(lock, "-n")[0] == 0
     [assignment] = re.findall(r"^unit=(.*)$", probe, re.MULTILINE)
@@ -123,4 +125,4 @@ def test_probe_and_lock_scripts_quote_every_value(unit: str, extra: str) -> None
     [journal] = [line for line in probe.split("\n") if line.startswith("journalctl ")]
     assert shlex.split(journal.split(" 2>")[0])[-2:] == ["--since", extra]
     [taken] = re.findall(r"^lock=(.*)$", lock, re.MULTILINE)
-    assert shlex.split(taken) == [lock_path(unit)]
+    assert shlex.split(taken) == [raw_lock]

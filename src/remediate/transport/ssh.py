@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
@@ -46,6 +45,7 @@ from tenacity import (
 from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
 from remediate.transport.base import HttpResponse, SSHOptions, parse_http
+from remediate.transport.channels import Hold, drain
 from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
 from remediate.transport.known_hosts import KnownHosts, read_known_hosts
 
@@ -174,7 +174,7 @@ class SSHTransport:
             nxt = hop.gateway
             hop = nxt if isinstance(nxt, Connection) else None
         self._opened = False
-        self._holds: list[_Hold] = []
+        self._holds: list[Hold] = []
 
     @property
     def address(self) -> tuple[str, str, int]:
@@ -289,7 +289,7 @@ class SSHTransport:
                 if stdin is not None:
                     chan.sendall(stdin.encode("utf-8"))
                 chan.shutdown_write()
-                out, err = _drain(chan, self.host, COMMAND_TIMEOUT_S if timeout is None else timeout)
+                out, err = drain(chan, self.host, COMMAND_TIMEOUT_S if timeout is None else timeout)
                 exited = chan.recv_exit_status()
                 if exited == -1 and not transport.is_active():
                     raise ConnectionLost(self.host, "connection lost while a command ran")
@@ -307,7 +307,7 @@ class SSHTransport:
         """Keep ``command`` running on its own channel for the duration of the context; closing the
         channel (or losing the connection) ends it, so a lock it holds can never outlive this process.
         After :meth:`reconnect` the command runs again on the new connection (the lock is taken back)."""
-        held = _Hold(command, ready, timeout)
+        held = Hold(command, ready, timeout)
         self._start_hold(held, timeout)
         self._holds.append(held)
         try:
@@ -317,7 +317,7 @@ class SSHTransport:
             if held.chan is not None:
                 held.chan.close()
 
-    def _start_hold(self, held: _Hold, timeout: float) -> None:
+    def _start_hold(self, held: Hold, timeout: float) -> None:
         marker = held.ready.encode() + b"\n"
         with _translate_errors(self.host):
             chan = self._active().open_session(timeout=self.options.connect_timeout)
@@ -436,35 +436,3 @@ class SSHTransport:
     def close(self) -> None:
         self._conn.close()
         self._opened = False
-
-
-@dataclass
-class _Hold:
-    """A command kept running for a context (``SSHTransport.hold``), restarted after a reconnect."""
-
-    command: str
-    ready: str
-    timeout: float
-    chan: paramiko.Channel | None = None
-
-
-def _drain(chan: paramiko.Channel, host: str, timeout: float | None) -> tuple[bytes, bytes]:
-    """Read stdout and stderr until the command exits; data precedes exit-status on the channel."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    out: list[bytes] = []
-    err: list[bytes] = []
-    while True:
-        got = False
-        while chan.recv_ready():
-            out.append(chan.recv(65536))
-            got = True
-        while chan.recv_stderr_ready():
-            err.append(chan.recv_stderr(65536))
-            got = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            break
-        if deadline is not None and time.monotonic() > deadline:
-            raise ConnectionLost(host, f"remote command timed out after {timeout:.0f}s")
-        if not got:
-            chan.status_event.wait(0.01)
-    return b"".join(out), b"".join(err)
