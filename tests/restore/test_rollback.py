@@ -129,7 +129,7 @@ def test_prune_keeps_exactly_n_and_the_protected_ones(
     assert len(host.run("sh", "-c", f"ls {UNIT_PATH}.bak*").stdout.split()) == 6  # dry run deleted nothing
 
     code, doc = remediate(sandbox_fleet, host, "backups", "--prune", "--keep", "2", cwd=tmp_path)
-    assert code == 0 and sorted(doc["results"][0]["deleted"]) == sorted(would)
+    assert code == 0 and sorted(doc["results"][0]["deleted"]) == sorted(would), doc["results"][0].get("error")
     left = sorted(host.run("sh", "-c", f"ls {UNIT_PATH}.bak*").stdout.split())
     assert left == sorted(
         [f"{UNIT_PATH}.bak.oom.1764400104", f"{UNIT_PATH}.bak.oom.1764400103", f"{UNIT_PATH}.bak.oom.1764400000"]
