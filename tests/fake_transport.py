@@ -82,6 +82,8 @@ class FakeTransport:
     holding: int = 0
     opened: int = 0
     closed: int = 0
+    reconnects: int = 0
+    reconnect_error: TransportError | None = None
     open_error: TransportError | None = None
     _rules: list[_Rule] = field(default_factory=list)
     _http: dict[str, deque[HttpReply]] = field(default_factory=dict)
@@ -196,6 +198,11 @@ class FakeTransport:
             return data
 
         yield HttpStream(recv, lambda: now[0], 0.0)
+
+    def reconnect(self, within: float) -> None:
+        self.reconnects += 1
+        if self.reconnect_error is not None:
+            raise self.reconnect_error
 
     def close(self) -> None:
         self.closed += 1

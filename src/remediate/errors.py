@@ -7,12 +7,15 @@
     │  └─ OwnedElsewhereError          the value lives in another file (EnvironmentFile=, $VAR)
     ├─ TransportError         exit 3
     │  ├─ ConnectError                 DNS / refused / timeout: retryable
+    │  │  └─ ConnectionLost            the connection died (or a command timed out) while a command ran
     │  ├─ AuthError                    authentication, sudo password, host-key mismatch: never retried
     │  └─ CommandError                 a remote action exited non-zero; carries the CommandResult
     └─ RemediationError       exit 1   applied, but the host did not become healthy / verify failed
        ├─ ConflictError                the unit changed under us, or another run holds the lock
        │  └─ LockHeldError             another run holds the unit's lock
        ├─ RefusedError                 the crash evidence contradicts the OOM recipe; nothing was changed
+       ├─ CommitError                  the commit script failed; says which files hold the new bytes
+       ├─ StateUnknownError            the connection was lost mid-transaction and not re-established
        └─ UnhealthyError               the server failed, crashed or timed out while we waited
 
 Exceptions store data and build their message in ``__str__``. Anything that is not a
@@ -84,6 +87,11 @@ class ConnectError(TransportError):
     """DNS failure, connection refused, timeout: worth retrying."""
 
 
+class ConnectionLost(ConnectError):
+    """The connection died, or a command outlived its timeout, while a command ran: its outcome on the
+    host is unknown (it may have run to its end, part of the way, or not at all)."""
+
+
 class AuthError(TransportError):
     """Authentication, sudo password, or host-key failure: never retried."""
 
@@ -123,6 +131,32 @@ class LockHeldError(ConflictError):
 
 class RefusedError(RemediationError):
     """The unit's latest failure contradicts the OOM recipe (``remediate diagnose`` says why); nothing changed."""
+
+
+class CommitError(RemediationError):
+    """The commit script failed. ``written``: paths that hold the new bytes now (empty: nothing changed,
+    no undo is needed); ``reloaded``/``restarted``: how far systemd got."""
+
+    def __init__(
+        self,
+        host: str,
+        message: str,
+        *,
+        written: tuple[str, ...] = (),
+        backups: tuple[str, ...] = (),
+        reloaded: bool = False,
+        restarted: bool = False,
+    ) -> None:
+        super().__init__(host, message)
+        self.written = written
+        self.backups = backups
+        self.reloaded = reloaded
+        self.restarted = restarted
+
+
+class StateUnknownError(RemediationError):
+    """The connection was lost mid-transaction and could not be re-established in time: what the host
+    holds now is not known. The message says what was done before the cut and that re-running is safe."""
 
 
 class UnhealthyError(RemediationError):

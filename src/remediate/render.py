@@ -195,6 +195,7 @@ def backups_table(console: Console, results: Sequence[HostResult]) -> None:
             when = datetime.fromtimestamp(row["time"], tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
             source = " (mtime)" if row["time_source"] == "mtime" else ""
             mark = "  [red]prune[/red]" if row.get("prune") else ""
+            mark += "  [red]TRUNCATED: not a complete copy, never restored[/red]" if row.get("truncated") else ""
             console.print(
                 f"  {when}{source}  {escape(row['path'])}  {row['size']} B  {row['sha256'][:12]}{mark}", highlight=False
             )

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import UNIT, UNIT_PATH, Node
+from .conftest import UNIT_PATH, Node
 
 pytestmark = pytest.mark.e2e
 
-LOCK = f"/run/lock/remediate-{UNIT}.lock"
+LOCK_DIR = "/run/remediate"  # host/lock.py LOCK_DIR: the lock, the commit lock and commit logs live here
 
 
 def _untouched(node: Node, sha: str) -> None:
     """Nothing beyond the SSH handshake reached the host: no systemctl at all, no lock, same bytes."""
     assert node.audit() == []
-    assert not node.host.path(LOCK).exists()
+    assert node.ls(LOCK_DIR) == [], "no lock taken, no commit log"
     assert node.sha(UNIT_PATH) == sha
     assert node.backups(UNIT_PATH) == []
 

@@ -178,7 +178,6 @@ def test_crash_during_load_fails_fast_with_the_oom_lines_and_rolls_back(incident
     node.host.set_standin(**FAST_KNOBS, failure="crash_during_load")
 
     proc = node.popen("oom", "--wait-timeout", "60")
-    started = time.monotonic()
     poll(
         lambda: any("Capture cuda graph failed" in line for line in node.journal()),
         deadline=30,
@@ -186,12 +185,13 @@ def test_crash_during_load_fails_fast_with_the_oom_lines_and_rolls_back(incident
     )
     node.host.set_standin(**FAST_KNOBS)
     run = node.finish(proc)
-    elapsed = time.monotonic() - started
 
     assert run.returncode == 1, run
     result = run.result
     assert result["outcome"] == "rolled_back", run
-    assert elapsed < 9, f"the crash should fail the wait at once, not after RestartSec (took {elapsed:.1f}s)"
+    # Seen at once as `activating (auto-restart)` — not after RestartSec, when NRestarts would grow (no clock).
+    assert "crashed while loading" in result["error"] and "about to restart it" in result["error"], result["error"]
+    assert "NRestarts" not in result["error"], result["error"]
     assert result["journal"] and "out of memory" in result["journal"][0].lower(), result["journal"]
     assert node.bytes(UNIT_PATH) == original
     assert node.healthy() and node.server_info()["max_total_num_tokens"] == 209007

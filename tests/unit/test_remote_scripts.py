@@ -27,15 +27,22 @@ NEW = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --mem-fract
 REPORT = "@@reloaded\n@@restart 1764400001\n@@restarted inv-2\n@@end\n"
 
 
-def rendered(path: str, *, restart: bool = True) -> str:
-    write = FileWrite(path, OLD, NEW)
+def rendered(path: str, *, restart: bool = True, run_dir: Path | None = None) -> str:
+    return rendered_many([FileWrite(path, OLD, NEW)], restart=restart, run_dir=run_dir)
+
+
+def rendered_many(writes: list[FileWrite], *, restart: bool = False, run_dir: Path | None = None) -> str:
+    """The commit script for ``writes``; its lock directory (commit lock, log) under ``run_dir``."""
+    run = run_dir or Path("/run/remediate")
     return templates.render(
         "commit.sh.j2",
         unit=UNIT,
-        files=[write.render_args()],
+        files=[w.render_args() for w in writes],
         epoch=EPOCH,
         restart=restart,
         analyze=False,
+        log_path=str(run / f"{UNIT}.commit.t0k3n.log"),
+        commit_lock=str(run / f"{UNIT}.lock.commit"),
     )
 
 
@@ -57,17 +64,15 @@ def test_commit_script_is_valid_bash(path: str) -> None:
 @pytest.mark.parametrize("path", [HOSTILE, SPACED], ids=["hostile", "spaced"])
 def test_commit_script_quotes_the_path_in_commands(path: str) -> None:
     script = sent_script(path)
-    assert f"p={shlex.quote(path)}\n" in script
-    assert 'cp -p -- "$p" "$b"\n' in script
-    assert 'mv -f -- "$tmp" "$p"\n' in script
-    assert f"b={shlex.quote(f'{path}.bak.oom.{EPOCH}')}\n" in script
+    assert f"paths=( {shlex.quote(path)} )\n" in script
+    assert 'cp -p -- "${targets[$i]}" "$tmp"\n' in script
+    assert 'mv -f -T -- "${stage[$i]}" "$t"\n' in script
+    assert 'b="$p.bak.${tags[$i]}.$epoch"\n' in script and "tags=( oom )" in script
 
 
 def test_commit_script_path_appears_only_shell_quoted() -> None:
     script = sent_script(HOSTILE)
-    rest = script
-    for quoted in sorted({shlex.quote(HOSTILE), shlex.quote(f"{HOSTILE}.bak.oom.{EPOCH}")}, key=len, reverse=True):
-        rest = rest.replace(quoted, "")
+    rest = script.replace(shlex.quote(HOSTILE), "")
     assert "PWNED" not in rest
 
 
@@ -83,7 +88,7 @@ def _run_locally(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess
     target.parent.mkdir()
     target.write_text(OLD)
     target.chmod(0o640)
-    script = rendered(str(target), restart=False)
+    script = rendered(str(target), restart=False, run_dir=tmp_path / "run")
     completed = subprocess.run(
         ["bash", "-s"], input=script, capture_output=True, text=True, cwd=tmp_path, timeout=30, check=False
     )
@@ -131,9 +136,12 @@ def test_commit_report_is_parsed() -> None:
 
 
 def test_commit_script_takes_no_lock() -> None:
-    """The run holds the unit's lock on its own channel (locked probe.sh.j2); the commit must not take it again."""
+    """The run holds the unit's lock on its own channel (the locked probe.sh.j2); the commit must not wait for
+    it again: it only takes, without waiting, the commit lock that tells the lock holder a commit is running."""
     script = sent_script("/etc/systemd/system/sglang.service")
-    assert "flock" not in script and "remediate-sglang.service.lock" not in script
+    flocks = [line.strip() for line in script.splitlines() if "flock" in line and not line.lstrip().startswith("#")]
+    assert flocks == ['if ! { exec 8>>"$commit_lock" && flock -n 8; } 2>/dev/null; then'], flocks
+    assert "commit_lock=/run/remediate/sglang.service.lock.commit\n" in script
 
 
 def _locked_probe(lock_dir: Path) -> str:

@@ -61,9 +61,10 @@ def remediated_text(text: str = INCIDENT, path: str = PATH, desired: DesiredStat
     return plan.files[0].new_text if plan.files else text
 
 
-def commit_ok(path: str = PATH, invocation: str = "inv-2", *, backup: bool = True) -> str:
+def commit_ok(path: str = PATH, invocation: str = "inv-2", *, backup: bool = True, wrote: bool = True) -> str:
     lines = [f"@@backup 0 {path}.bak.oom.{EPOCH}"] if backup else []
-    lines += ["@@written 0 0123abcd", "@@reloaded", f"@@restart {EPOCH}", f"@@restarted {invocation}", "@@end"]
+    lines += ["@@renamed 0", "@@written 0 0123abcd"] if wrote else []
+    lines += ["@@reloaded", f"@@restart {EPOCH}", f"@@restarted {invocation}", "@@end"]
     return "\n".join(lines) + "\n"
 
 
@@ -113,16 +114,13 @@ def phases(result: HostResult) -> list[str]:
 
 
 def written_texts(script: str) -> dict[str, str]:
-    """The bytes a rendered commit script writes, per target path (decoded from its base64)."""
-    out: dict[str, str] = {}
-    lines = script.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("printf '%s' ") and "| base64 -d" in line:
-            payload = shlex.split(line.split("|", 1)[0])[2]
-            # the target is the `p=<quoted path>` assignment that opens this file's block
-            target = next(ln for ln in reversed(lines[:i]) if ln.startswith("p="))
-            out[shlex.split(target[2:])[0]] = base64.b64decode(payload).decode()
-    return out
+    """The bytes a rendered commit script writes, per target path (decoded from its base64 array)."""
+    arrays = {}
+    for line in script.splitlines():
+        name, eq, value = line.partition("=(")
+        if eq and name in ("paths", "b64s"):
+            arrays[name] = shlex.split(value.rstrip(")"))
+    return {p: base64.b64decode(b).decode() for p, b in zip(arrays["paths"], arrays["b64s"], strict=True)}
 
 
 # -- success -----------------------------------------------------------------------------------
@@ -206,7 +204,7 @@ def test_unchanged_when_already_remediated_and_healthy() -> None:
 
 def test_already_remediated_but_down_is_restarted_without_writes() -> None:
     host = make_host(remediated_text(), active="failed")
-    host.on(COMMIT, commit_ok(backup=False))
+    host.on(COMMIT, commit_ok(backup=False, wrote=False))
     host.on(POLL, state_output(invocation_id="inv-2"))
     host.http("/health", 200)
     host.http("/server_info", info(195011))
@@ -249,19 +247,24 @@ def test_verify_failure_after_write_rolls_back_and_reports_both() -> None:
     host = make_host()
     host.on(
         COMMIT,
-        commit_error(77, f"verify {PATH} has sha256 bad after the write, expected good", commit_ok().split("\n")[0]),
+        commit_error(77, f"verify {PATH} has sha256 bad after the write, expected good", "@@renamed 0\n"),
         commit_error(76, f"conflict {PATH} changed since it was read"),
     )
     result = run(host)
     assert result.outcome == "failed" and result.exit_code == 1
     assert result.error is not None
-    assert "commit failed at verify" in result.error and "the rollback failed too" in result.error
+    assert f"commit failed: {PATH} has sha256 bad after the write" in result.error, result.error
+    assert "the rollback failed too" in result.error and result.error.count("gpu-01: ") == 1, result.error
     assert len(host.scripts("# remediate commit")) == 2
 
 
 def test_need_daemon_reload_after_reload_rolls_back() -> None:
     host = make_host()
-    host.on(COMMIT, commit_error(78, "reload NeedDaemonReload=yes after daemon-reload"), commit_ok(invocation="inv-3"))
+    host.on(
+        COMMIT,
+        commit_error(78, "reload NeedDaemonReload=yes after daemon-reload", "@@renamed 0\n"),
+        commit_ok(invocation="inv-3"),
+    )
     host.on(POLL, state_output(invocation_id="inv-3"))
     host.http("/health", 200)
     host.http("/server_info", info(180000))
@@ -332,7 +335,7 @@ def test_crash_rolls_back_to_the_old_bytes() -> None:
     forward, undo = host.scripts("# remediate commit")
     assert written_texts(forward) == {PATH: remediated_text()}
     assert written_texts(undo) == {PATH: INCIDENT}
-    assert ".bak.oom." in forward and ".bak.oom." not in undo  # the rollback makes no second backup
+    assert "tags=( oom )" in forward and "tags=( '' )" in undo  # the rollback makes no second backup
     assert result.max_total_num_tokens == 180000  # the old server's
 
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import paramiko
 
-from remediate.transport import ssh
+from remediate.transport import ssh, ssh_security
 from remediate.transport.base import SSHOptions
 
 
 def test_the_fast_transport_offers_x25519_and_aes_gcm_first_and_keeps_the_rest() -> None:
     left, right = socket.socketpair()
     try:
-        fast = ssh._fast_transport(left).get_security_options()
+        fast = ssh_security.fast_transport(left).get_security_options()
         default = paramiko.Transport(right).get_security_options()
         assert fast.kex[0] == "curve25519-sha256@libssh.org"
         assert fast.ciphers[:2] == ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
@@ -27,7 +27,7 @@ def test_the_fast_transport_offers_x25519_and_aes_gcm_first_and_keeps_the_rest()
 
 
 def test_preferences_unknown_to_paramiko_are_skipped() -> None:
-    assert ssh._preferred_first(("nope", "b"), ("a", "b", "c")) == ("b", "a", "c")
+    assert ssh_security.preferred_first(("nope", "b"), ("a", "b", "c")) == ("b", "a", "c")
 
 
 def test_every_hop_connects_with_the_fast_transport(tmp_path: Path) -> None:
@@ -35,4 +35,4 @@ def test_every_hop_connects_with_the_fast_transport(tmp_path: Path) -> None:
     config.write_text("Host target\n  HostName 127.0.0.9\n  ProxyJump jump\nHost jump\n  HostName 127.0.0.8\n")
     transport = ssh.SSHTransport("target", SSHOptions(ssh_config=str(config)))
     hops = [transport._conn, transport._conn.gateway]
-    assert all(hop.connect_kwargs["transport_factory"] is ssh._fast_transport for hop in hops)
+    assert all(hop.connect_kwargs["transport_factory"] is ssh_security.fast_transport for hop in hops)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from remediate.core import probes
 from remediate.host import templates
 from remediate.host.commit import FileWrite
-from remediate.host.lock import LOCK_DIR, lock_path
+from remediate.host.lock import LOCK_DIR
 from remediate.host.read import probe_script
 
 EPOCH = 1_764_400_000
@@ -55,7 +55,7 @@ def _tree(root: Path) -> set[Path]:
 @HYPOTHESIS
 @given(name=NAMES, value=VALUES, unit=NAMES)
 def test_commit_script_writes_hostile_paths_and_runs_nothing(name: str, value: str, unit: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as run:
         root = Path(tmp)
         target = root / "units" / (name + ".service")
         target.parent.mkdir()
@@ -69,6 +69,8 @@ def test_commit_script_writes_hostile_paths_and_runs_nothing(name: str, value: s
             epoch=EPOCH,
             restart=False,
             analyze=False,
+            log_path=f"{run}/commit.log",  # the lock directory's commit log and commit lock, outside root
+            commit_lock=f"{run}/lock.commit",
         )
         code, out, err = _bash(script, "-s", cwd=root)
         assert code == 0, err
@@ -125,4 +127,4 @@ def test_probe_and_lock_scripts_quote_every_value(unit: str, extra: str) -> None
     assert shlex.split(journal.split(" 2>")[0])[-2:] == ["--since", extra]
     [taken] = re.findall(r"^lock=(.*)$", lock, re.MULTILINE)
     code, out, _ = _bash(f'unit={assignment}\nlock={taken}\nprintf %s "$lock"', "-s")  # as bash expands it
-    assert code == 0 and out == lock_path(unit)
+    assert code == 0 and out == f"{LOCK_DIR}/{unit}.lock"  # lock_path() refuses such names; the template quotes

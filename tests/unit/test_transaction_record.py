@@ -37,6 +37,7 @@ def test_commit_script_logs_the_change_and_the_backup_to_the_journal(tmp_path: P
     script = templates.render(
         "commit.sh.j2", unit="sglang.service", files=[FileWrite(str(target), OLD, NEW).render_args()],
         epoch=EPOCH, restart=False, analyze=False, journal=" ".join(note.split()).replace("hf_Secret1", "***"),
+        log_path=str(tmp_path / "run" / "commit.log"), commit_lock=str(tmp_path / "run" / "lock.commit"),
     )  # fmt: skip
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     done = subprocess.run(["bash", "-s"], input=script.encode(), capture_output=True, env=env, timeout=30)

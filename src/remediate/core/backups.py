@@ -29,6 +29,7 @@ class Backup:
     sha256: str
     text: str
     seq: int = 0
+    truncated: bool = False  # shorter than a copy can be (a full disk cut a plain `cp` short): never restored
 
     def sort_key(self) -> tuple[float, int, str]:
         return (self.time, self.seq, self.path)
@@ -59,6 +60,18 @@ def make_backup(path: str, *, text: str, sha256: str, size: int, mtime: float) -
         text=text,
         seq=seq,
     )
+
+
+def looks_truncated(size: int, text: str, original_size: int) -> bool:
+    """A backup cut short while it was copied: empty while the file is not, or a whole number of blocks
+    shorter than the file and ending mid-line (what ``cp`` leaves when the disk fills)."""
+    if size == 0:
+        return original_size > 0
+    return size < original_size and size % 4096 == 0 and not text.endswith("\n")
+
+
+def mark_truncated(backup: Backup, original_size: int) -> Backup:
+    return replace(backup, truncated=looks_truncated(backup.size, backup.text, original_size))
 
 
 def newest_first(backups: Sequence[Backup]) -> list[Backup]:
@@ -127,9 +140,13 @@ def choose(backups: Sequence[Backup], to: str) -> list[Backup]:
     if to != "latest":
         for b in backups:
             if b.path == to:
+                if b.truncated:
+                    raise ConfigError(f"{to} is truncated ({b.size} bytes): not a complete copy, refusing it")
                 return [b]
         raise ConfigError(f"{to} is not a backup of this unit (see `remediate backups`)")
-    ordered = newest_first(backups)
+    ordered = newest_first([b for b in backups if not b.truncated])  # a cut-short copy is never "latest"
+    if not ordered:
+        raise ConfigError("every backup next to the unit's files is truncated: none can be restored")
     newest = ordered[0]
     same_txn = [b for b in ordered if b.time == newest.time and b.tag == newest.tag and b.time_source == "name"]
     chosen: dict[str, Backup] = {}
@@ -140,13 +157,15 @@ def choose(backups: Sequence[Backup], to: str) -> list[Backup]:
 
 def select_prune(backups: Sequence[Backup], keep: int, current_sha: Mapping[str, str]) -> list[Backup]:
     """Backups to delete: per original file, all but the ``keep`` newest — never the newest, never one
-    whose bytes equal the current file (the state we run came from it)."""
+    whose bytes equal the current file (the state we run came from it). A truncated backup neither counts
+    as one of the ``keep`` nor is deleted here: it is flagged in the listing for a human to look at."""
     if keep < 1:
         raise ConfigError("--keep must be at least 1")
     doomed: list[Backup] = []
     by_original: dict[str, list[Backup]] = {}
     for b in backups:
-        by_original.setdefault(b.original, []).append(b)
+        if not b.truncated:
+            by_original.setdefault(b.original, []).append(b)
     for original, group in by_original.items():
         ordered = newest_first(group)
         for b in ordered[keep:]:

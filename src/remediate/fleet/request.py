@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediate.core.unitname import normalise_unit
 from remediate.transport.base import SSHOptions
 
 
@@ -30,3 +31,7 @@ class OomRequest:
     auto: bool = False  # --auto: the budget plan of each host chooses fraction, chunk and alloc conf
     margin: float = 0.10  # --auto: headroom kept beyond the diagnosed need
     observations: str | None = None  # the calibration log (None: $XDG_STATE_HOME/remediate/observations.jsonl)
+
+    def __post_init__(self) -> None:
+        if self.unit is not None:
+            object.__setattr__(self, "unit", normalise_unit(self.unit))

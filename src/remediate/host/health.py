@@ -20,10 +20,11 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_ty
 
 from remediate.core.probes import ServiceState, explain_crash, parse_capacity_line, parse_show, tokens_from_info
 from remediate.core.unitfile.report import mask_secrets
-from remediate.errors import UnhealthyError
+from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
 from remediate.transport.base import Transport
 
 _STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
+COMMAND_TIMEOUT_S = 30.0  # each systemctl/journalctl round trip of the wait
 
 
 class _NotReady(Exception):
@@ -42,7 +43,9 @@ class Healthy:
 def journal_since(transport: Transport, unit: str, since_epoch: float | None, lines: int = 400) -> list[str]:
     """Journal lines of the unit since an epoch (or the last ``lines``), secrets masked."""
     since = f" --since @{int(since_epoch)}" if since_epoch else ""
-    result = transport.run(f"journalctl -u {shlex.quote(unit)} -o cat --no-pager -n {lines}{since} 2>/dev/null")
+    result = transport.run(
+        f"journalctl -u {shlex.quote(unit)} -o cat --no-pager -n {lines}{since} 2>/dev/null", timeout=COMMAND_TIMEOUT_S
+    )
     return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
 
 
@@ -50,7 +53,9 @@ def read_state(transport: Transport, unit: str, *, newest_line: bool = True) -> 
     """One round trip: the unit's state and (for the progress line) its newest journal line."""
     quoted = shlex.quote(unit)
     journal = f"journalctl -u {quoted} -o cat --no-pager -n 1 2>/dev/null" if newest_line else "true"
-    result = transport.run(f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; {journal}")
+    result = transport.run(
+        f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; {journal}", timeout=COMMAND_TIMEOUT_S
+    )
     show, _, tail = result.stdout.partition("@@journal\n")
     return ServiceState(unit=unit, properties=parse_show(show)), mask_secrets(tail.strip())
 
@@ -121,7 +126,10 @@ def wait_healthy(
     newest = ""
 
     def fail(message: str) -> UnhealthyError:
-        lines = journal_since(transport, unit, restart_epoch)
+        try:
+            lines = journal_since(transport, unit, restart_epoch)
+        except TransportError:
+            lines = []  # the verdict stands without the journal
         return UnhealthyError(transport.host, message, journal=explain_crash(lines))
 
     def check_state(elapsed: float, *, newest_line: bool = True) -> None:
@@ -153,6 +161,25 @@ def wait_healthy(
             ours_at = time.monotonic()
 
     def attempt() -> Healthy:
+        try:
+            return poll_once()
+        except ConnectionLost as cut:
+            # The server keeps loading whatever the connection does: reconnect (within what is left of
+            # --timeout) and keep waiting; the baselines (NRestarts, MainPID, InvocationID) still hold.
+            left = timeout - (time.monotonic() - start)
+            try:
+                transport.reconnect(max(left, 1.0))
+            except RemediateError as exc:
+                raise StateUnknownError(
+                    transport.host,
+                    f"the connection was lost while waiting for the server ({cut.message}) and could not be "
+                    f"re-established ({getattr(exc, 'message', exc)}): the new unit is written and {unit} was "
+                    "restarted; whether the server came up is unknown. Re-running `remediate oom` is safe "
+                    "(it reads what the host holds; `remediate status` shows it)",
+                ) from exc
+            raise _NotReady(f"reconnected after a lost connection ({cut.message})") from None
+
+    def poll_once() -> Healthy:
         nonlocal polls
         polls += 1
         elapsed = time.monotonic() - start

@@ -1,10 +1,15 @@
 """The unit's lock on the host, held for a whole run so that concurrent runs serialise.
 
 ``templates/probe.sh.j2`` (with ``lock_wait``) detects the unit when none was given, takes ``flock`` on
-``/run/lock/remediate-<unit>.lock``, reads everything needed to plan, and then keeps the lock in that small
-process on its own SSH channel until the channel closes: the detection, the lock and the read are one round
-trip. ``templates/prune.sh.j2`` takes the same lock for its own short transaction. Both exit
-:data:`LOCK_HELD_EXIT` when another run holds it.
+``/run/remediate/<unit>.service.lock``, reads everything needed to plan, and then keeps the lock in that
+small process on its own SSH channel until the channel closes — and, if a commit script of the run is still
+running on the host (the connection was cut), until that script is done: the detection, the lock and the
+read are one round trip. ``templates/prune.sh.j2`` takes the same lock for its own short transaction. Both
+exit :data:`LOCK_HELD_EXIT` when another run holds it, :data:`LOCK_BROKEN_EXIT` when the lock cannot be used.
+
+The directory is root's own (created 0700, refused when anyone else could write it): a world-writable
+``/run/lock`` would let any user pre-create and hold the lock and block root's runs. The name comes from
+the normalised unit name, so ``sglang`` and ``sglang.service`` take one lock.
 """
 
 from __future__ import annotations
@@ -17,20 +22,32 @@ from dataclasses import dataclass
 
 from remediate.core import probes
 from remediate.core.probes import ProbeResult
-from remediate.errors import CommandError, LockHeldError, TransportError
+from remediate.core.unitname import normalise_unit
+from remediate.errors import CommandError, LockHeldError, RemediationError, TransportError
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, host_outcome, new_result
 from remediate.host.read import probe_script, resolve_unit
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
-LOCK_DIR = "/run/lock"
+LOCK_DIR = "/run/remediate"
 LOCK_HELD_EXIT = 75  # EX_TEMPFAIL: flock -w timed out (templates/_flock.sh.j2)
 READ_TIMEOUT_S = 60  # the read itself, once the lock is taken
+LOCK_BROKEN_EXIT = 73  # EX_CANTCREAT: the lock directory or file is unusable (templates/_flock.sh.j2)
 
 
 def lock_path(unit: str) -> str:
-    return f"{LOCK_DIR}/remediate-{unit}.lock"
+    return f"{LOCK_DIR}/{normalise_unit(unit)}.lock"
+
+
+def commit_lock_path(unit: str) -> str:
+    """Held by a running commit script; the lock holder waits for it before it releases the unit's lock."""
+    return lock_path(unit) + ".commit"
+
+
+def commit_log_path(unit: str, token: str) -> str:
+    """Where a commit script writes its report on the host (read back after a reconnect)."""
+    return f"{LOCK_DIR}/{normalise_unit(unit)}.commit.{token}.log"
 
 
 @dataclass(frozen=True)
@@ -42,12 +59,22 @@ class Held:
     found: ProbeResult | None = None
 
 
+def _why(exc: CommandError) -> str:
+    """The lock script's own reason (``@@error lock… REASON``), else its last line of stderr, else its exit."""
+    lines = [line for line in exc.result.stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("@@error "):
+            return line.split(" ", 2)[-1]
+    return lines[-1] if lines else f"exit {exc.result.exited}"
+
+
 @contextmanager
 def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines: int = 0) -> Iterator[ProbeResult]:
     """Detect the unit (unless given), take its lock and read it, in one round trip; keep the lock until the
     block ends — read, plan, commit, wait, verify, undo — so concurrent runs serialise: the next one waits
     (≤ ``wait`` s) and then reads what this one left, or fails clearly. The lock lives in a process tied to
     this SSH channel: it cannot outlive this run. No unit, or several: ConfigError, no lock taken."""
+    unit = normalise_unit(unit) if unit else None
     script = probe_script(unit, journal_lines=journal_lines, lock_dir=LOCK_DIR, lock_wait=int(wait))
     with ExitStack() as held:
         try:
@@ -57,8 +84,9 @@ def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines
         except CommandError as exc:
             if exc.result.exited == LOCK_HELD_EXIT:
                 raise LockHeldError(transport.host) from None
-            tail = (exc.result.stderr.strip().splitlines() or [""])[-1]
-            raise TransportError(transport.host, f"probe failed (exit {exc.result.exited}): {tail}") from exc
+            if exc.result.exited == LOCK_BROKEN_EXIT:
+                raise RemediationError(transport.host, f"cannot take the unit's lock: {_why(exc)}") from exc
+            raise TransportError(transport.host, f"probe failed (exit {exc.result.exited}): {_why(exc)}") from exc
         yield resolve_unit(transport, probes.parse_probe(text, unit), unit)
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from remediate.core.observation import Observation
 from remediate.core.unitfile.edit import DesiredState
+from remediate.core.unitname import normalise_unit
 
 LOCK_WAIT_S = 30
 """Seconds a run waits for another run's lock on the same unit before it fails with LockHeldError."""
@@ -38,3 +39,7 @@ class RunOptions:
     force: bool = False  # apply the recipe even when the crash evidence contradicts it
     probe_tokens: int | None = None  # once healthy, one prefill of exactly this many tokens must succeed
     auto: BudgetOptions | None = None  # `oom --auto`: the budget plan chooses fraction, chunk and alloc conf
+
+    def __post_init__(self) -> None:
+        if self.unit is not None:  # an inventory's `unit:` too; `sglang` and `sglang.service` are one unit
+            object.__setattr__(self, "unit", normalise_unit(self.unit))

@@ -18,6 +18,7 @@ from remediate.core.backups import (
     Backup,
     choose,
     make_backup,
+    mark_truncated,
     newest_first,
     select_prune,
     settings_diff,
@@ -60,7 +61,7 @@ def list_backups(transport: Transport, found: ProbeResult) -> list[Backup]:
     for remote in listed.values():
         backup = make_backup(remote.path, text=remote.text, sha256=remote.sha256, size=remote.size, mtime=remote.mtime)
         if backup is not None and backup.original in found.files:
-            backups.append(backup)
+            backups.append(mark_truncated(backup, found.files[backup.original].size))
     return newest_first(backups)
 
 
@@ -95,6 +96,7 @@ def backups_host(
                     "identical_to_current": b.sha256 == current_sha.get(b.original),
                     "changes": settings_diff(current, restored),
                     "prune": b in doomed,
+                    "truncated": b.truncated,
                 }
             )
         result.extra = {"backups": rows}

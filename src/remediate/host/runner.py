@@ -17,11 +17,11 @@ from remediate.core.probes import ProbeResult, tokens_from_info
 from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.core.unitfile.sources import refuse_template_edit
-from remediate.errors import RefusedError, RemediationError
+from remediate.errors import RefusedError, RemediationError, UnhealthyError
 from remediate.host.bench import probe_prefill
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
-from remediate.host.health import Healthy, fetch_server_info, fetch_tokens
+from remediate.host.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
@@ -93,11 +93,26 @@ def _already_healthy(
     when it answers with other values (edited and reloaded, never restarted), so it must restart."""
     state = found.state
     assert state is not None
-    if state.active_state != "active" or found.needs_daemon_reload:
+    if state.active_state not in ("active", "activating") or found.needs_daemon_reload:
         return None, False
-    info, _ = fetch_server_info(transport, *endpoint_of(found, options))
+    endpoint = endpoint_of(found, options)
+    info, _ = fetch_server_info(transport, *endpoint)
     if info is None:
-        return None, False
+        # Still loading — e.g. a run killed during its wait left this server starting: wait for it (a real
+        # load is minutes) instead of restarting it; a crash or a timeout means it needs the restart.
+        try:
+            info = wait_healthy(
+                transport,
+                state.unit,
+                endpoint,
+                timeout=options.timeout,
+                restart_epoch=None,
+                invocation_id=state.invocation_id or None,
+            ).info
+        except UnhealthyError:
+            return None, False
+        if info is None:
+            return None, False
     try:
         verify_server_args(result.host, info, plan)
     except RemediationError as exc:

@@ -11,7 +11,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from remediate.core.unitfile.report import mask_data
-from remediate.errors import ConfigError, ConflictError, RemediateError, RemediationError, UnhealthyError
+from remediate.errors import (
+    CommitError,
+    ConfigError,
+    ConflictError,
+    RemediateError,
+    RemediationError,
+    StateUnknownError,
+    UnhealthyError,
+)
 from remediate.host.commit import CommitReport, FileWrite, commit
 from remediate.host.health import Healthy, wait_healthy
 from remediate.host.options import RunOptions
@@ -57,23 +65,48 @@ def transact(
         _record(result, unit, success, changes, writes)
     except ConflictError:
         raise  # nothing was written
+    except StateUnknownError as exc:
+        _record(result, unit, "unknown", changes, writes, error=str(exc))
+        raise  # the host cannot be reached to undo anything; the message says what is known
+    except CommitError as exc:
+        result.backups = list(exc.backups)
+        result.backup = result.backups[0] if result.backups else None
+        if not exc.written:
+            raise  # nothing was written: nothing to undo, no rollback phase
+        _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
     except RemediationError as exc:
         if isinstance(exc, UnhealthyError):
             result.journal = exc.journal
-        if not options.rollback or not writes:
-            _record(result, unit, "failed", changes, writes, error=str(exc))
-            raise
-        result.error = str(exc)
-        try:
-            with timer.phase("rollback"):
-                _undo(transport, unit, writes, endpoint, options, result)
-        except RemediateError as undo_exc:
-            _record(result, unit, "failed", changes, writes, error=str(undo_exc))
-            raise
-        result.outcome = "rolled_back"
-        result.error = f"{exc}; {undo_note}"
-        result.exit_code = 1
-        _record(result, unit, "rolled_back", changes, writes, error=result.error)
+        _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
+
+
+def _roll_back(
+    transport: Transport,
+    unit: str,
+    writes: list[FileWrite],
+    endpoint: tuple[str, int],
+    options: RunOptions,
+    result: HostResult,
+    timer: Timer,
+    exc: RemediationError,
+    undo_note: str,
+    changes: str,
+) -> None:
+    """Undo a commit that wrote something (unless ``--no-rollback``); outcome ``rolled_back``."""
+    if not options.rollback or not writes:
+        _record(result, unit, "failed", changes, writes, error=str(exc))
+        raise exc
+    result.error = str(exc)
+    try:
+        with timer.phase("rollback"):
+            _undo(transport, unit, writes, endpoint, options, result)
+    except RemediateError as undo_exc:
+        _record(result, unit, "failed", changes, writes, error=str(undo_exc))
+        raise
+    result.outcome = "rolled_back"
+    result.error = f"{exc}; {undo_note}"
+    result.exit_code = 1
+    _record(result, unit, "rolled_back", changes, writes, error=result.error)
 
 
 def _record(
@@ -126,7 +159,11 @@ def _undo(
     options: RunOptions,
     result: HostResult,
 ) -> None:
-    """Restore the pre-change bytes the same atomic way, restart, and wait for the old server."""
+    """Restore the pre-change bytes the same atomic way, restart, and wait for the old server.
+
+    Every file is in the undo: the script compares each one against the hash it should have now — the new
+    bytes (renamed by the commit: restored) or still the old ones (a commit that failed part-way: left as
+    is) — so an undo after a partial commit restores exactly what was renamed."""
     undo = [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
     try:
         note = f"remediate undo {unit}: the previous bytes of {', '.join(w.path for w in writes)} put back"
@@ -134,6 +171,7 @@ def _undo(
         result.max_total_num_tokens = _wait(transport, unit, endpoint, options, report).tokens
     except RemediateError as exc:
         result.outcome = "failed"
-        raise RemediationError(
-            result.host, f"{result.error or 'remediation failed'}; the rollback failed too: {exc}"
-        ) from exc
+        first = result.error or "remediation failed"
+        first = first.removeprefix(f"{result.host}: ").removeprefix(f"{transport.host}: ")
+        detail = str(getattr(exc, "message", exc))
+        raise RemediationError(result.host, f"{first}; the rollback failed too: {detail}") from exc

@@ -9,7 +9,7 @@ from typing import Protocol
 from remediate.models import CommandResult
 from remediate.transport.http1 import HttpStream
 
-__all__ = ["CommandResult", "HttpResponse", "SSHOptions", "Transport"]
+__all__ = ["CommandResult", "HttpResponse", "SSHOptions", "Transport", "parse_http"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,21 @@ class Transport(Protocol):
         """Send a request and read the answer as it arrives, each piece with its arrival time."""
         ...
 
+    def reconnect(self, within: float) -> None:
+        """After a lost connection: connect again (capped backoff, for at most ``within`` seconds) and take
+        back every ``hold`` still open (the unit's lock). ConnectError when it cannot."""
+        ...
+
     def close(self) -> None:
         """Close the connection."""
         ...
+
+
+def parse_http(raw: bytes) -> HttpResponse:
+    """An HTTP/1.0 response as read off a channel: status line and body (``status=None`` if unparsable)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split()
+    if len(parts) < 2 or not parts[1].isdigit():
+        return HttpResponse(status=None, body=raw, error=f"bad HTTP response: {status_line!r}")
+    return HttpResponse(status=int(parts[1]), body=body)

@@ -1,4 +1,4 @@
-"""SSH transport: the only module that imports fabric and paramiko.
+"""SSH transport: with ssh_security.py (algorithms, host keys), the only modules that import fabric and paramiko.
 
 Fabric resolves the target (``[user@]host[:port]``, ssh_config aliases, ``IdentityFile``, ``ProxyJump``)
 but hard-codes ``AutoAddPolicy`` and never loads known_hosts (fabric#1804, #2071). We load the
@@ -7,9 +7,9 @@ set ``RejectPolicy`` -- or, only when asked, an accept-new policy that records u
 OpenSSH's ``StrictHostKeyChecking=accept-new``. A changed key is always refused (paramiko raises
 ``BadHostKeyException`` for a known host whatever the policy).
 
-Commands run on one paramiko session channel each over a single connection per host; HTTP probes
-of the server go through a ``direct-tcpip`` channel of the same connection, so the remote host
-needs no curl and the server may listen on 127.0.0.1 only.
+Commands run on one session channel each over one connection per host (keepalives on); HTTP probes go
+through ``direct-tcpip`` channels of it (no curl needed; the server may listen on 127.0.0.1 only). A
+dying connection is ``ConnectionLost`` everywhere; ``reconnect`` connects again and re-takes the holds.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import shlex
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import paramiko
 from fabric import Config, Connection
+from paramiko.hostkeys import InvalidHostKey
 from paramiko.ssh_exception import (
     AuthenticationException,
     BadHostKeyException,
@@ -33,53 +33,28 @@ from paramiko.ssh_exception import (
     PasswordRequiredException,
     SSHException,
 )
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_random_exponential,
+)
 
-from remediate.errors import AuthError, CommandError, ConnectError, TransportError
+from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
-from remediate.transport.base import HttpResponse, SSHOptions
+from remediate.transport.base import HttpResponse, SSHOptions, parse_http
+from remediate.transport.channels import Hold, drain
 from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
+from remediate.transport.ssh_security import NOT_KNOWN, REVOKED, HostKeyPolicy, fast_transport, load_keys
 
 # paramiko logs refused direct-tcpip channels (normal while a model loads) as errors; our callers get
 # them as data. A NullHandler keeps Python's last-resort handler from printing them on stderr.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "password for")
-
-# Offered first, in this order, when paramiko has them (the rest follow in paramiko's own order, so a server
-# that lacks these still negotiates): X25519 is the cheapest secure key exchange paramiko does, and AES-GCM
-# authenticates as it encrypts (one pass, AES-NI) where AES-CTR needs a separate HMAC. See docs/PERFORMANCE.md.
-PREFERRED_KEX = ("curve25519-sha256@libssh.org", "curve25519-sha256")
-PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
-
-
-def _preferred_first(preferred: tuple[str, ...], offered: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(a for a in preferred if a in offered) + tuple(a for a in offered if a not in preferred)
-
-
-def _fast_transport(sock: object, disabled_algorithms: dict[str, list[str]] | None = None) -> paramiko.Transport:
-    """paramiko's Transport with the fastest secure algorithms offered first (SSHClient's transport_factory);
-    host-key verification is untouched (the client's known_hosts and policy)."""
-    transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)  # type: ignore[arg-type]
-    security = transport.get_security_options()
-    security.kex = _preferred_first(PREFERRED_KEX, tuple(security.kex))
-    security.ciphers = _preferred_first(PREFERRED_CIPHERS, tuple(security.ciphers))
-    return transport
-
-
-class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """Record an unknown key (never a changed one) in the known_hosts file, like ssh's accept-new."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._lock = threading.Lock()
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        with self._lock:
-            client.get_host_keys().add(hostname, key.get_name(), key)
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            with self._path.open("a", encoding="utf-8") as fh:
-                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+KEEPALIVE_S = 10  # SSH keepalive: a dead peer is noticed while a long command or the health wait runs
+COMMAND_TIMEOUT_S = 600.0  # a command given no timeout of its own: nothing waits forever
 
 
 @contextmanager
@@ -99,18 +74,27 @@ def _translate_errors(host: str) -> Iterator[None]:
         raise ConnectError(host, f"connection refused ({exc.strerror or exc})") from exc
     except socket.gaierror as exc:
         raise ConnectError(host, f"cannot resolve host: {exc.strerror}") from exc
+    except InvalidHostKey as exc:
+        raise AuthError(host, f"unreadable known_hosts line: {exc.line!r}") from exc
+    except EOFError as exc:
+        raise ConnectionLost(host, "connection lost (EOF from the server)") from exc
     except TimeoutError as exc:
         raise ConnectError(host, "connection timed out") from exc
     except ConnectionError as exc:
         raise ConnectError(host, f"connection failed: {exc}") from exc
     except SSHException as exc:
         text = str(exc)
-        if "not found in known_hosts" in text:
+        if REVOKED in text:
+            raise AuthError(host, f"{text}: refusing to connect") from exc
+        if NOT_KNOWN in text:
+            hint = text.partition(NOT_KNOWN)[2]
             raise AuthError(
                 host,
                 "unknown host key (not in known_hosts); verify it and add it, "
-                "or pass --accept-new-host-key to record it",
+                f"or pass --accept-new-host-key to record it{hint}",
             ) from exc
+        if "session not active" in text.lower() or "connection lost" in text.lower():
+            raise ConnectionLost(host, f"connection lost ({text})") from exc
         raise ConnectError(host, f"SSH error: {text}") from exc
     except OSError as exc:
         raise ConnectError(host, f"connection failed: {exc}") from exc
@@ -150,10 +134,11 @@ class SSHTransport:
             self._secure(hop)
             if identity := self.options.identity:
                 hop.connect_kwargs.setdefault("key_filename", [identity])
-            hop.connect_kwargs.setdefault("transport_factory", _fast_transport)
+            hop.connect_kwargs.setdefault("transport_factory", fast_transport)
             nxt = hop.gateway
             hop = nxt if isinstance(nxt, Connection) else None
         self._opened = False
+        self._holds: list[Hold] = []
 
     @property
     def address(self) -> tuple[str, str, int]:
@@ -176,14 +161,8 @@ class SSHTransport:
         else:
             files = [Path("~/.ssh/known_hosts").expanduser()]
             files += [Path(p) for p in ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")]
-        keys = client.get_host_keys()
-        for path in files:
-            if path.is_file():
-                keys.load(str(path))
-        policy: paramiko.MissingHostKeyPolicy = (
-            _AcceptNewPolicy(files[0]) if self.options.accept_new_host_key else paramiko.RejectPolicy()
-        )
-        client.set_missing_host_key_policy(policy)
+        record = files[0] if self.options.accept_new_host_key else None
+        client.set_missing_host_key_policy(HostKeyPolicy(record, load_keys(client.get_host_keys(), files)))
 
     def open(self) -> None:
         """Connect and authenticate (host key verified). Idempotent."""
@@ -202,7 +181,7 @@ class SSHTransport:
                 self._connect_once()
         self._opened = True
         if self.options.sudo:
-            probe = self.run("true")
+            probe = self.run("true", timeout=self.options.connect_timeout + 20)
             if not probe.ok:
                 raise self._sudo_error(probe)
 
@@ -210,9 +189,32 @@ class SSHTransport:
         try:
             with _translate_errors(self.host):
                 self._conn.open()
+                transport = self._conn.client.get_transport()
+                if transport is not None:
+                    transport.set_keepalive(KEEPALIVE_S)
         except ConnectError:
             self._conn.close()  # a half-open client must not be reused by the next attempt
             raise
+
+    def reconnect(self, within: float) -> None:
+        """Connect again after a lost connection — capped backoff, for at most ``within`` seconds — and take
+        back every hold still open (the unit's lock: on the host it is released only once the old holder
+        and any commit script of this run are done). Auth and host-key failures are final at once."""
+        self._conn.close()
+        self._opened = False
+        deadline = time.monotonic() + max(within, 1.0)
+        retrying = Retrying(
+            retry=retry_if_exception_type(ConnectError),
+            wait=wait_random_exponential(multiplier=0.2, max=2.0),
+            stop=stop_before_delay(max(within, 1.0)),
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                self._connect_once()
+        self._opened = True
+        for held in list(self._holds):
+            self._start_hold(held, max(deadline - time.monotonic(), 0.0) + held.timeout)
 
     def _sudo_error(self, result: CommandResult) -> TransportError:
         text = result.stderr.lower()
@@ -229,23 +231,32 @@ class SSHTransport:
             return "sudo -n -- bash -c " + shlex.quote(command)
         return command
 
-    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
-        """Run ``command`` through the login shell (as root via ``sudo -n`` with --sudo)."""
+    def _active(self) -> paramiko.Transport:
         if not self._opened:
             self.open()
-        wrapped = self._wrap(command)
-        transport = self._conn.client.get_transport()
+        transport: paramiko.Transport | None = self._conn.client.get_transport()
         if transport is None or not transport.is_active():
-            raise ConnectError(self.host, "connection lost")
+            raise ConnectionLost(self.host, "connection lost")
+        return transport
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
+        """Run ``command`` through the login shell (as root via ``sudo -n`` with --sudo).
+
+        ConnectionLost when the connection dies (or ``timeout`` passes) before the command's exit status
+        arrives: the command may then have run, in part or to its end."""
+        wrapped = self._wrap(command)
         with _translate_errors(self.host):
+            transport = self._active()
             chan = transport.open_session(timeout=self.options.connect_timeout)
             try:
                 chan.exec_command(wrapped)
                 if stdin is not None:
                     chan.sendall(stdin.encode("utf-8"))
                 chan.shutdown_write()
-                out, err = _drain(chan, self.host, timeout)
+                out, err = drain(chan, self.host, COMMAND_TIMEOUT_S if timeout is None else timeout)
                 exited = chan.recv_exit_status()
+                if exited == -1 and not transport.is_active():
+                    raise ConnectionLost(self.host, "connection lost while a command ran")
             finally:
                 chan.close()
         return CommandResult(
@@ -258,48 +269,60 @@ class SSHTransport:
     @contextmanager
     def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[str]:
         """Keep ``command`` running on its own channel for the duration of the context; closing the
-        channel (or losing the connection) ends it, so a lock it holds can never outlive this process."""
-        if not self._opened:
-            self.open()
-        transport = self._conn.client.get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(self.host, "connection lost")
-        marker = ready.encode() + b"\n"
+        channel (or losing the connection) ends it, so a lock it holds can never outlive this process.
+        After :meth:`reconnect` the command runs again on the new connection (the lock is taken back)."""
+        held = Hold(command, ready, timeout)
+        self._start_hold(held, timeout)
+        self._holds.append(held)
+        try:
+            yield held.output
+        finally:
+            self._holds.remove(held)
+            if held.chan is not None:
+                held.chan.close()
+
+    def _start_hold(self, held: Hold, timeout: float) -> None:
+        marker = held.ready.encode() + b"\n"
         with _translate_errors(self.host):
-            chan = transport.open_session(timeout=self.options.connect_timeout)
+            chan = self._active().open_session(timeout=self.options.connect_timeout)
+        held.chan = chan
         try:
             with _translate_errors(self.host):
-                chan.exec_command(self._wrap(command))
+                chan.exec_command(self._wrap(held.command))
                 chan.settimeout(0.1)
                 seen = b""
                 deadline = time.monotonic() + timeout
                 while not (seen.startswith(marker) or b"\n" + marker in seen):
                     if chan.exit_status_ready() and not chan.recv_ready():
                         err = chan.recv_stderr(65536) if chan.recv_stderr_ready() else b""
-                        result = CommandResult(command, chan.recv_exit_status(), seen.decode(), err.decode())
+                        status = chan.recv_exit_status()
+                        if status == -1:
+                            raise ConnectionLost(self.host, f"connection lost before {held.ready!r}")
+                        result = CommandResult(held.command, status, seen.decode(), err.decode())
                         raise CommandError(self.host, "hold", result)
                     if time.monotonic() > deadline:
-                        raise ConnectError(self.host, f"no {ready!r} from the host within {timeout:.0f}s")
+                        raise ConnectError(self.host, f"no {held.ready!r} from the host within {timeout:.0f}s")
                     try:
                         seen += chan.recv(65536)
                     except TimeoutError:
                         continue
-            yield seen.decode("utf-8", "replace")
-        finally:
+            held.output = seen.decode("utf-8", "replace")
+        except BaseException:
             chan.close()
+            raise
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
-        """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections."""
-        if not self._opened:
-            self.open()
-        transport = self._conn.client.get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(self.host, "connection lost")
+        """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections.
+
+        ConnectionLost when the SSH connection itself is gone (the caller may reconnect)."""
+        with _translate_errors(self.host):
+            transport = self._active()
         try:
             chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
         except ChannelException as exc:
             return HttpResponse(status=None, body=b"", error=f"{host}:{port}: {exc.text}")
-        except SSHException as exc:
+        except (EOFError, SSHException, OSError) as exc:
+            self._lost_if_dead(transport, exc)
             return HttpResponse(status=None, body=b"", error=str(exc))
         try:
             chan.settimeout(timeout)
@@ -313,11 +336,18 @@ class SSHTransport:
                 chunks.append(data)
         except TimeoutError:
             return HttpResponse(status=None, body=b"", error=f"{host}:{port}{path}: timed out")
-        except (SSHException, OSError) as exc:
+        except (EOFError, SSHException, OSError) as exc:
+            self._lost_if_dead(transport, exc)
             return HttpResponse(status=None, body=b"", error=f"{host}:{port}{path}: {exc}")
         finally:
             chan.close()
-        return _parse_http(b"".join(chunks))
+        if not chunks:
+            self._lost_if_dead(transport, None)
+        return parse_http(b"".join(chunks))
+
+    def _lost_if_dead(self, transport: paramiko.Transport, exc: BaseException | None) -> None:
+        if not transport.is_active():
+            raise ConnectionLost(self.host, f"connection lost ({exc or 'during an HTTP request'})") from exc
 
     @contextmanager
     def http_stream(
@@ -326,18 +356,16 @@ class SSHTransport:
         """Send a request through a direct-tcpip channel and read the answer as it arrives; ``status`` is None
         while the port refuses connections. Arrival times are ``time.perf_counter()``; ``timeout`` bounds
         each wait for more bytes."""
-        if not self._opened:
-            self.open()
-        transport = self._conn.client.get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(self.host, "connection lost")
+        with _translate_errors(self.host):
+            transport = self._active()
         clock = time.perf_counter
         try:
             chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
         except ChannelException as exc:
             yield HttpStream(lambda: b"", clock, clock(), error=f"{host}:{port}: {exc.text}")
             return
-        except SSHException as exc:
+        except (EOFError, SSHException, OSError) as exc:
+            self._lost_if_dead(transport, exc)
             yield HttpStream(lambda: b"", clock, clock(), error=str(exc))
             return
         where = f"{host}:{port}{path}"
@@ -373,34 +401,3 @@ class SSHTransport:
     def close(self) -> None:
         self._conn.close()
         self._opened = False
-
-
-def _drain(chan: paramiko.Channel, host: str, timeout: float | None) -> tuple[bytes, bytes]:
-    """Read stdout and stderr until the command exits; data precedes exit-status on the channel."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    out: list[bytes] = []
-    err: list[bytes] = []
-    while True:
-        got = False
-        while chan.recv_ready():
-            out.append(chan.recv(65536))
-            got = True
-        while chan.recv_stderr_ready():
-            err.append(chan.recv_stderr(65536))
-            got = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            break
-        if deadline is not None and time.monotonic() > deadline:
-            raise ConnectError(host, f"remote command timed out after {timeout:.0f}s")
-        if not got:
-            chan.status_event.wait(0.01)
-    return b"".join(out), b"".join(err)
-
-
-def _parse_http(raw: bytes) -> HttpResponse:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-    parts = status_line.split()
-    if len(parts) < 2 or not parts[1].isdigit():
-        return HttpResponse(status=None, body=raw, error=f"bad HTTP response: {status_line!r}")
-    return HttpResponse(status=int(parts[1]), body=body)

@@ -1,0 +1,43 @@
+"""Session-channel helpers of transport/ssh.py that need no paramiko import: a held command's record and
+the drain of a command's output. ``chan`` is a paramiko Channel."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from remediate.errors import ConnectionLost
+
+
+@dataclass
+class Hold:
+    """A command kept running for a context (``SSHTransport.hold``), restarted after a reconnect."""
+
+    command: str
+    ready: str
+    timeout: float
+    chan: Any = None  # the paramiko Channel it runs on now
+    output: str = ""  # what it printed up to and including ``ready`` (the locked read, for the probe)
+
+
+def drain(chan: Any, host: str, timeout: float | None) -> tuple[bytes, bytes]:
+    """Read stdout and stderr until the command exits; data precedes exit-status on the channel."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out: list[bytes] = []
+    err: list[bytes] = []
+    while True:
+        got = False
+        while chan.recv_ready():
+            out.append(chan.recv(65536))
+            got = True
+        while chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(65536))
+            got = True
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            raise ConnectionLost(host, f"remote command timed out after {timeout:.0f}s")
+        if not got:
+            chan.status_event.wait(0.01)
+    return b"".join(out), b"".join(err)

@@ -1,0 +1,244 @@
+"""templates/commit.sh.j2 and the locked probe.sh.j2 run for real (bash, coreutils, flock) on real files in tmp_path.
+
+Faults that cannot be made real here (a rename or copy failing half-way) come from a one-command shim on
+PATH; the sandbox e2e matrix (tests/e2e/test_faults.py) makes the rest real: full disk, read-only dirs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_remote_scripts import EPOCH, NEW, OLD, UNIT, rendered_many
+
+from remediate.host.commit import FileWrite
+from remediate.host.lock import LOCK_BROKEN_EXIT, LOCK_HELD_EXIT
+from remediate.host.read import probe_script
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("bash", "flock", "sha256sum", "base64", "mktemp", "sync", "readlink")),
+    reason="needs bash and coreutils/util-linux",
+)
+
+ENV_OLD = "MEM=0.94\n"
+ENV_NEW = "MEM=0.93\n"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def two_files(tmp_path: Path) -> tuple[Path, Path]:
+    unit = tmp_path / "system" / UNIT
+    env = tmp_path / "default" / "sglang"
+    for path, text in ((unit, OLD), (env, ENV_OLD)):
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+        path.chmod(0o640)
+    return unit, env
+
+
+def forward(unit: Path, env: Path) -> list[FileWrite]:
+    return [FileWrite(str(unit), OLD, NEW), FileWrite(str(env), ENV_OLD, ENV_NEW)]
+
+
+def undo_of(writes: list[FileWrite]) -> list[FileWrite]:
+    return [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
+
+
+def shim(tmp_path: Path, tool: str, body: str) -> dict[str, str]:
+    """PATH with ``tool`` replaced by a script (``$REAL`` is the real one)."""
+    bindir = tmp_path / "shim"
+    bindir.mkdir(exist_ok=True)
+    real = shutil.which(tool)
+    (bindir / tool).write_text(f"#!/bin/bash\nREAL={real}\n{body}\n")
+    (bindir / tool).chmod(0o755)
+    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def run(script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60, env=env)
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+# -- 1. several files: stage all, rename all; an undo restores exactly what was renamed -----------------
+
+
+def test_a_rename_failing_between_two_files_is_undone_exactly(tmp_path: Path) -> None:
+    unit, env = two_files(tmp_path)
+    writes = forward(unit, env)
+    fail_second = shim(
+        tmp_path,
+        "mv",
+        f'case "$*" in *{env}) echo "mv: cannot move: Input/output error" >&2; exit 1;; esac\nexec "$REAL" "$@"',
+    )
+    failed = run(rendered_many(writes, run_dir=tmp_path / "run"), fail_second)
+    assert failed.returncode != 0
+    assert "@@renamed 0\n" in failed.stdout and "@@renamed 1" not in failed.stdout
+    assert unit.read_text() == NEW and env.read_text() == ENV_OLD  # the state the undo must handle
+
+    undone = run(rendered_many(undo_of(writes), run_dir=tmp_path / "run"))
+    assert undone.returncode == 0, undone.stdout  # not 76: the env file is checked against its old bytes
+    assert unit.read_text() == OLD and env.read_text() == ENV_OLD
+    assert "@@renamed 0\n" in undone.stdout and "@@already 1\n" in undone.stdout
+    assert unit.stat().st_mode & 0o777 == 0o640
+
+
+def test_staging_that_fails_in_the_second_directory_writes_nothing(tmp_path: Path) -> None:
+    unit, env = two_files(tmp_path)
+    no_space = shim(
+        tmp_path,
+        "mktemp",
+        f'case "$*" in *{env.parent}/.remediate.*) echo "mktemp: No space left on device" >&2; exit 1;; esac\n'
+        'exec "$REAL" "$@"',
+    )
+    failed = run(rendered_many(forward(unit, env), run_dir=tmp_path / "run"), no_space)
+    assert failed.returncode != 0 and "@@renamed" not in failed.stdout
+    assert "@@failed staging of the new" in failed.stdout and "No space left on device" in failed.stdout
+    assert unit.read_text() == OLD and env.read_text() == ENV_OLD
+    # Complete backups of both files exist; no temp file is left in either directory.
+    assert names(unit.parent) == sorted([UNIT, f"{UNIT}.bak.oom.{EPOCH}"])
+    assert names(env.parent) == sorted(["sglang", f"sglang.bak.oom.{EPOCH}"])
+
+
+# -- 2. backups are complete or absent -----------------------------------------------------------------
+
+
+def test_a_backup_cut_short_by_a_full_disk_leaves_no_partial_backup_and_writes_nothing(tmp_path: Path) -> None:
+    unit, env = two_files(tmp_path)
+    half = shim(
+        tmp_path,
+        "cp",
+        'src="${@: -2:1}"; dst="${@: -1}"; head -c 7 "$src" > "$dst"\n'
+        'echo "cp: error writing $dst: No space left on device" >&2; exit 1',
+    )
+    failed = run(rendered_many(forward(unit, env), run_dir=tmp_path / "run"), half)
+    assert failed.returncode != 0
+    assert "No space left on device" in failed.stdout and "@@backup" not in failed.stdout
+    assert names(unit.parent) == [UNIT], "no truncated UNIT.bak.oom.<epoch>, no temp file"
+    assert unit.read_text() == OLD and env.read_text() == ENV_OLD
+
+
+# -- 3. a script cut while it is being sent runs nothing -----------------------------------------------
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.4, 0.6, 0.8, 0.95, 0.995])
+def test_a_script_cut_mid_send_runs_nothing(tmp_path: Path, fraction: float) -> None:
+    unit, env = two_files(tmp_path)
+    script = rendered_many(forward(unit, env), run_dir=tmp_path / "run")
+    cut = run(script[: int(len(script) * fraction)])
+    assert cut.returncode != 0
+    assert unit.read_text() == OLD and env.read_text() == ENV_OLD
+    assert names(unit.parent) == [UNIT] and names(env.parent) == ["sglang"], "no backup, no temp file"
+
+
+def test_the_script_finishes_when_its_connection_is_gone(tmp_path: Path) -> None:
+    """Its stdout closed before it starts (the SSH channel died): it still runs to its end, and its report
+    is in the log the caller reads after a reconnect. (A script writing to the dead pipe dies of SIGPIPE.)"""
+    unit, env = two_files(tmp_path)
+    proc = subprocess.Popen(["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None and proc.stdin is not None
+    proc.stdout.close()
+    proc.stdin.write(rendered_many(forward(unit, env), run_dir=tmp_path / "run").encode())
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    assert unit.read_text() == NEW and env.read_text() == ENV_NEW
+    log = (tmp_path / "run" / f"{UNIT}.commit.t0k3n.log").read_text()
+    assert "@@renamed 0\n@@written 0" in log and log.endswith("@@end\n@@exit 0\n")
+
+
+# -- 4. symlinks are written through -------------------------------------------------------------------
+
+
+def test_a_symlinked_unit_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
+    real = tmp_path / "srv" / "units" / UNIT
+    real.parent.mkdir(parents=True)
+    real.write_text(OLD)
+    real.chmod(0o640)
+    link = tmp_path / "system" / UNIT
+    link.parent.mkdir()
+    link.symlink_to(os.path.relpath(real, link.parent))
+    done = run(rendered_many([FileWrite(str(link), OLD, NEW)], run_dir=tmp_path / "run"))
+    assert done.returncode == 0, done.stdout
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert real.read_text() == NEW and real.stat().st_mode & 0o777 == 0o640
+    backup = link.with_name(f"{UNIT}.bak.oom.{EPOCH}")
+    assert not backup.is_symlink() and backup.read_text() == OLD
+    assert names(real.parent) == [UNIT]
+
+
+# -- 5. the lock: root's own directory, failures that are not "held" say what they are ----------------
+
+
+def lock_script(lock: Path, wait: int = 1) -> str:
+    """The locked read (probe.sh.j2 with lock_wait) for a unit whose lock file is ``lock``."""
+    return probe_script(lock.name.removesuffix(".lock"), lock_dir=str(lock.parent), lock_wait=wait)
+
+
+def test_a_world_writable_lock_directory_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "lock"
+    shared.mkdir()
+    shared.chmod(0o1777)  # /run/lock: anyone could pre-create and hold the lock
+    got = subprocess.run(
+        ["bash", "-c", lock_script(shared / "x.lock")], stdin=subprocess.DEVNULL, capture_output=True, text=True
+    )
+    assert got.returncode == LOCK_BROKEN_EXIT
+    assert "only it can write: refusing" in got.stderr and "another remediation" not in got.stderr
+
+
+def test_an_unusable_lock_directory_is_reported_as_such_not_as_held(tmp_path: Path) -> None:
+    blocker = tmp_path / "notadir"
+    blocker.write_text("")
+    got = subprocess.run(
+        ["bash", "-c", lock_script(blocker / "x.lock")], stdin=subprocess.DEVNULL, capture_output=True, text=True
+    )
+    assert got.returncode == LOCK_BROKEN_EXIT and "cannot create the lock directory" in got.stderr
+
+
+def test_the_lock_directory_is_created_private(tmp_path: Path) -> None:
+    lock = tmp_path / "run" / "remediate" / "x.lock"
+    got = subprocess.run(["bash", "-c", lock_script(lock)], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert lock.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_lock_holder_keeps_the_lock_until_a_running_commit_is_done(tmp_path: Path) -> None:
+    lock = tmp_path / "run" / "x.lock"
+    holder = subprocess.Popen(
+        ["bash", "-c", lock_script(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    commit = None
+    try:
+        assert holder.stdout is not None
+        seen = [holder.stdout.readline() for _ in range(3)]  # @@now, @@analyze, then the lock is taken
+        while seen[-1] not in ("@@locked\n", ""):
+            seen.append(holder.stdout.readline())
+        assert seen[-1] == "@@locked\n", seen
+        # A commit script of this run holds the commit lock (as commit.sh.j2 does) while it runs.
+        commit = subprocess.Popen(["flock", "-n", f"{lock}.commit", "cat"], stdin=subprocess.PIPE)
+        assert holder.stdin is not None
+        holder.stdin.close()  # the connection is cut
+        with pytest.raises(subprocess.TimeoutExpired):
+            holder.wait(timeout=1.5)
+        second = subprocess.run(
+            ["bash", "-c", lock_script(lock)], stdin=subprocess.DEVNULL, capture_output=True, text=True
+        )
+        assert second.returncode == LOCK_HELD_EXIT  # nobody else gets in mid-commit
+        assert commit.stdin is not None
+        commit.stdin.close()  # the commit script ends
+        assert commit.wait(timeout=10) == 0
+        assert holder.wait(timeout=10) == 0
+    finally:
+        for proc in (holder, commit):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
