@@ -32,7 +32,7 @@ from remediate.core.sweep import (
     skip_reason,
 )
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
-from remediate.host.health import fetch_server_info, journal_since, read_state
+from remediate.host.health import fetch_json, fetch_server_info, journal_since, read_state
 from remediate.host.options import RunOptions
 from remediate.host.read import endpoint_of, probe, resolve_unit
 from remediate.transport.base import Transport
@@ -83,16 +83,7 @@ def bench_host(
 
 
 def _get_json(transport: Transport, host: str, port: int, *paths: str) -> dict[str, Any] | None:
-    for path in paths:
-        response = transport.http_get(host, port, path)
-        if response.status == 200:
-            try:
-                data = json.loads(response.body)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                return data
-    return None
+    return fetch_json(transport, host, port, *paths)[0]
 
 
 def _sweep(

@@ -62,7 +62,12 @@ def read_state(transport: Transport, unit: str, *, newest_line: bool = True) -> 
 
 def fetch_server_info(transport: Transport, host: str, port: int) -> tuple[dict[str, Any] | None, str]:
     """The server's info document: ``/server_info`` (sglang ≥ 0.5.6), else ``/get_server_info``."""
-    for path in ("/server_info", "/get_server_info"):
+    return fetch_json(transport, host, port, "/server_info", "/get_server_info")
+
+
+def fetch_json(transport: Transport, host: str, port: int, *paths: str) -> tuple[dict[str, Any] | None, str]:
+    """The first of ``paths`` that answers 200 with a JSON object, and which one it was (else None, "")."""
+    for path in paths:
         response = transport.http_get(host, port, path)
         if response.status == 200:
             try:
