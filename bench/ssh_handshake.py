@@ -17,15 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from remediate.transport import ssh  # noqa: E402
+from remediate.transport import ssh, ssh_security  # noqa: E402
 from remediate.transport.base import SSHOptions  # noqa: E402
 from sandbox import Sandbox  # noqa: E402
 from sandbox.host import free_address_block  # noqa: E402
 
 VARIANTS = {
     "paramiko default": ((), ()),
-    "remediate": (ssh.PREFERRED_KEX, ssh.PREFERRED_CIPHERS),
-    "x25519 + aes-ctr": (ssh.PREFERRED_KEX, ()),
+    "remediate": (ssh_security.PREFERRED_KEX, ssh_security.PREFERRED_CIPHERS),
+    "x25519 + aes-ctr": (ssh_security.PREFERRED_KEX, ()),
 }
 
 
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
             samples: dict[str, list[tuple[float, float, str]]] = {v: [] for v in VARIANTS}
             for _ in range(n):  # interleaved, so machine load hits every variant alike
                 for variant, (kex, ciphers) in VARIANTS.items():
-                    ssh.PREFERRED_KEX, ssh.PREFERRED_CIPHERS = kex, ciphers
+                    ssh_security.PREFERRED_KEX, ssh_security.PREFERRED_CIPHERS = kex, ciphers
                     samples[variant].append(connect_once(fleet, name))
         finally:
             fleet.stop()
