@@ -55,7 +55,8 @@ def list_backups(transport: Transport, found: ProbeResult) -> list[Backup]:
     script = templates.render("backups.sh.j2", files=unit_files(found))
     result = transport.run("bash -s", stdin=script, timeout=60)
     if "@@end" not in result.stdout:
-        raise TransportError(transport.host, f"listing backups failed: {result.stderr.strip()}")
+        why = result.stderr.strip() or "its output ended early"
+        raise TransportError(transport.host, f"listing backups failed (exit {result.exited}): {why}")
     listed = probes.parse_probe(result.stdout, None).files
     backups = []
     for remote in listed.values():

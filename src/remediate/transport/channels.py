@@ -22,7 +22,10 @@ class Hold:
 
 
 def drain(chan: Any, host: str, timeout: float | None) -> tuple[bytes, bytes]:
-    """Read stdout and stderr until the command exits; data precedes exit-status on the channel."""
+    """Read stdout and stderr until the command has exited AND its output has ended (EOF or close).
+
+    The exit status may arrive while output is still in flight (seen on real sshd: a listing cut mid-line
+    with exit 0), so the exit status alone never ends the read."""
     deadline = None if timeout is None else time.monotonic() + timeout
     out: list[bytes] = []
     err: list[bytes] = []
@@ -34,7 +37,8 @@ def drain(chan: Any, host: str, timeout: float | None) -> tuple[bytes, bytes]:
         while chan.recv_stderr_ready():
             err.append(chan.recv_stderr(65536))
             got = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+        ended = chan.eof_received or chan.closed
+        if chan.exit_status_ready() and ended and not chan.recv_ready() and not chan.recv_stderr_ready():
             break
         if deadline is not None and time.monotonic() > deadline:
             raise ConnectionLost(host, f"remote command timed out after {timeout:.0f}s")
