@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Kind = Literal[
     "cuda_oom_runtime",
@@ -15,16 +15,7 @@ Kind = Literal[
     "tp_memory_unbalanced",
     "crash_loop",
 ]
-KINDS: tuple[Kind, ...] = (
-    "cuda_oom_runtime",
-    "cuda_oom_graph_capture",
-    "kv_pool_too_small_at_startup",
-    "kv_pool_exhausted",
-    "req_slots_exhausted",
-    "cuda_error_oom",
-    "tp_memory_unbalanced",
-    "crash_loop",
-)
+KINDS: tuple[Kind, ...] = get_args(Kind)  # every kind, in the order above
 LOADING_NOTE = "while loading weights"  # a runtime-kind OOM whose traceback is in the weight loader
 Phase = Literal["prefill", "decode", "graph_capture", "unknown"]
 
