@@ -26,6 +26,7 @@ fourth contender, so a change is measured paired with what it replaces.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import re
@@ -262,9 +263,12 @@ def main() -> int:
         "--baseline-src", type=Path, help="also run remediate from this src/ directory (contender 'baseline')"
     )
     args = parser.parse_args()
+    # As installed from a wheel (pip compiles bytecode), not as an editable tree that compiles every start.
+    compileall.compile_dir(REPO / "src", quiet=1)
     global BASELINE_SRC
     if args.baseline_src:
         BASELINE_SRC = args.baseline_src.resolve()
+        compileall.compile_dir(BASELINE_SRC, quiet=1)
     sizes = [int(s) for s in args.hosts.split(",") if s.strip()]
     contenders = [c for c in args.contenders.split(",") if c] + (["baseline"] if args.baseline_src else [])
     reason = Sandbox.unavailable_reason()

@@ -3,11 +3,14 @@ layers below it. A behaviour check on ``sys.modules`` in a fresh interpreter, no
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 INCIDENT = Path(__file__).resolve().parents[2] / "examples" / "incident" / "sglang.service"
 HEAVY = ("paramiko", "fabric", "invoke", "rich", "jinja2", "yaml", "remediate.api", "remediate.transport")
@@ -67,3 +70,21 @@ def test_bench_help_shows_the_sweep_defaults_it_reads_on_first_use() -> None:
 
     shown = " ".join(CliRunner().invoke(cli, ["bench", "--help"]).output.split())
     assert f"[default: ({DEFAULT_CONTEXTS})]" in shown and f"[default: ({DEFAULT_GEN}); x>=1]" in shown
+
+
+def test_the_api_package_loads_a_function_s_modules_on_first_use() -> None:
+    """`remediate oom` loads the change path only: not bench's, plan's or diagnose's modules."""
+    modules = _modules_after("from remediate import api\napi.remediate_oom_request")
+    assert "remediate.api.change" in modules
+    assert not {"remediate.api.read", "remediate.host.bench", "remediate.fleet.budget"} & modules
+
+
+def test_every_api_name_resolves_and_is_listed() -> None:
+    from remediate import api
+
+    assert sorted(api.__all__) == sorted(api._HOMES)
+    for name in api.__all__:
+        assert getattr(api, name) is getattr(importlib.import_module(f"remediate.api.{api._HOMES[name]}"), name)
+    assert set(api.__all__) <= set(dir(api))
+    with pytest.raises(AttributeError, match="no_such"):
+        api.no_such  # noqa: B018

@@ -10,6 +10,7 @@ import pytest
 import tenacity.nap
 from fake_transport import FakeTransport, state_output
 
+from remediate.core.probes import ServiceState
 from remediate.errors import UnhealthyError
 from remediate.host.health import MAX_GAP_S, STATE_EVERY_S, wait_healthy
 
@@ -100,3 +101,40 @@ def test_an_activating_unit_is_looked_at_again_when_the_server_answers(naps: lis
     host.http("/server_info", INFO)
     assert _wait(host) == 195011
     assert len(host.ran(POLL)) == 2
+
+
+def _restarted(active: str = "active", sub: str = "running", result: str = "success") -> ServiceState:
+    """The state the commit script read right after its restart (its ``@@state`` lines)."""
+    props = {"ActiveState": active, "SubState": sub, "Result": result, "NRestarts": "0", "MainPID": "4242"}
+    return ServiceState(unit=UNIT, properties={**props, "InvocationID": "inv-2"})
+
+
+def test_the_commits_state_read_is_the_first_one_so_the_wait_starts_with_a_poll(naps: list[float]) -> None:
+    host = _host(refused=3)
+    healthy = wait_healthy(
+        host,
+        UNIT,
+        ("127.0.0.1", 30000),
+        timeout=3600,
+        restart_epoch=None,
+        invocation_id="inv-2",
+        initial_state=_restarted(),
+    )
+    assert healthy.tokens == 195011
+    assert host.ran(POLL) == []  # the restart's own read stands: a running server answering is ours
+    assert [c.path for c in host.http_calls][:4] == ["/health"] * 4
+
+
+def test_a_unit_that_failed_right_after_the_restart_fails_the_wait_at_once(naps: list[float]) -> None:
+    host = _host(refused=3)
+    with pytest.raises(UnhealthyError, match="failed"):
+        wait_healthy(
+            host,
+            UNIT,
+            ("127.0.0.1", 30000),
+            timeout=3600,
+            restart_epoch=None,
+            invocation_id="inv-2",
+            initial_state=_restarted("failed", "failed", "exit-code"),
+        )
+    assert host.http_calls == [] and naps == []

@@ -254,3 +254,11 @@ def test_probe_reads_every_file_its_one_systemctl_show_names(tmp_path: Path) -> 
     assert set(found.files) == {str(frag), str(dropin), str(loaded), str(on_disk), f"{tmp_path}/gone.env"}
     assert found.files[str(loaded)].text == "B=2\n" and not found.files[f"{tmp_path}/gone.env"].exists
     assert done.stdout.count("@@file ") == 5  # each once
+
+
+def test_the_state_after_the_restart_is_parsed_for_the_health_wait() -> None:
+    state = "@@state ActiveState=active\n@@state MainPID=4242\n@@state Environment=A=b=c\n"
+    host = FakeTransport("gpu-01").on(r"# remediate commit", REPORT.replace("@@end\n", state + "@@end\n"))
+    report = commit.commit(host, UNIT, [FileWrite("/etc/systemd/system/x.service", OLD, NEW)], epoch=EPOCH)
+    assert report.invocation_id == "inv-2"
+    assert report.state == {"ActiveState": "active", "MainPID": "4242", "Environment": "A=b=c"}

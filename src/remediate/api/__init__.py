@@ -6,14 +6,39 @@
 
 Every function returns one :class:`~remediate.models.HostResult` per selected host (inventory
 order) inside a :class:`RolloutResult`; a failing host never raises, it is a result.
+
+The names are imported from their modules on first use (PEP 562): `remediate oom` then loads the change
+path only, not `bench`'s or `plan`'s modules, and its first connection starts sooner (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
 
-from remediate.api.change import remediate_oom, remediate_oom_request, rollback
-from remediate.api.hosts import RolloutResult, TransportFactory, exit_code, for_each_host, run_on_hosts
-from remediate.api.local import EditResult, edit_unit_file
-from remediate.api.read import backups, bench, diagnose, plan, status
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from remediate.api.change import remediate_oom, remediate_oom_request, rollback
+    from remediate.api.hosts import RolloutResult, TransportFactory, exit_code, for_each_host, run_on_hosts
+    from remediate.api.local import EditResult, edit_unit_file
+    from remediate.api.read import backups, bench, diagnose, plan, status
+
+_HOMES = {
+    "remediate_oom": "change",
+    "remediate_oom_request": "change",
+    "rollback": "change",
+    "RolloutResult": "hosts",
+    "TransportFactory": "hosts",
+    "exit_code": "hosts",
+    "for_each_host": "hosts",
+    "run_on_hosts": "hosts",
+    "EditResult": "local",
+    "edit_unit_file": "local",
+    "backups": "read",
+    "bench": "read",
+    "diagnose": "read",
+    "plan": "read",
+    "status": "read",
+}
 
 __all__ = [
     "EditResult",
@@ -32,3 +57,16 @@ __all__ = [
     "run_on_hosts",
     "status",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -7,9 +7,8 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from remediate.api.hosts import RolloutResult, TransportFactory, _roll_out
+from remediate.api.hosts import ConnectAhead, RolloutResult, TransportFactory, _roll_out
 from remediate.errors import ConfigError
-from remediate.fleet import budget as fleet_budget
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import (
     build_strategy,
@@ -34,20 +33,27 @@ def remediate_oom_request(
     inventory, hosts = resolve_hosts(request.targets, request.inventory)
     strategy = build_strategy(request.strategy, inventory)
     per_host = {h.name: run_options_for(h, request) for h in hosts}  # validate all input before touching any host
-    return _roll_out(
-        hosts,
-        inventory,
-        strategy,
-        request.ssh,
-        fleet_budget.oom_job(request, per_host, progress),  # --auto planning; healthy ends are recorded
-        dry_run=request.dry_run,
-        progress=progress,
-        confirm=confirm,
-        transport_factory=transport_factory,
-        stop_when=stop_when,
-        retry_dir=retry_dir,
-        retry_file=request.retry_file,
-    )
+    ahead = ConnectAhead(transport_factory).start(hosts, strategy, request.ssh)
+    try:
+        # Imported once the first batch's handshakes are under way: the transaction's modules load meanwhile.
+        from remediate.fleet import budget as fleet_budget
+
+        return _roll_out(
+            hosts,
+            inventory,
+            strategy,
+            request.ssh,
+            fleet_budget.oom_job(request, per_host, progress),  # --auto planning; healthy ends are recorded
+            dry_run=request.dry_run,
+            progress=progress,
+            confirm=confirm,
+            transport_factory=ahead,
+            stop_when=stop_when,
+            retry_dir=retry_dir,
+            retry_file=request.retry_file,
+        )
+    finally:
+        ahead.close()
 
 
 def remediate_oom(
@@ -148,6 +154,8 @@ def rollback(
         )
         for h in hosts
     }
+    from remediate.fleet import budget as fleet_budget  # the transaction's modules, as in remediate_oom_request
+
     return _roll_out(
         hosts,
         inventory_obj,

@@ -9,7 +9,7 @@ from typing import Any
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet.inventory import HostEntry, Inventory
 from remediate.fleet.retry import write_retry_file
-from remediate.fleet.rollout import Rollout, Strategy
+from remediate.fleet.rollout import Rollout, Strategy, plan_batches
 from remediate.fleet.settings import (
     resolve_hosts,
     ssh_for,
@@ -83,6 +83,36 @@ def run_on_hosts(
         stop_when=stop_when,
     )
     return rollout.run(), rollout
+
+
+class ConnectAhead:
+    """The first batch's connections, started before the per-host job exists: their handshakes overlap the
+    import of the transaction's modules (the job's). A factory: each host's work takes its transport once;
+    hosts beyond the first batch connect when their turn comes. :meth:`close` closes what was never taken."""
+
+    def __init__(self, factory: TransportFactory | None) -> None:
+        self._factory = factory or _default_transport
+        self._ready: dict[str, Transport] = {}
+
+    def start(self, hosts: Sequence[HostEntry], strategy: Strategy, ssh: SSHOptions) -> ConnectAhead:
+        sizes = plan_batches(len(hosts), strategy)
+        for entry in hosts[: min(sizes[0], max(strategy.forks, 1))] if sizes else []:
+            try:
+                transport = self._factory(entry, ssh_for(entry, ssh))
+            except ConfigError:
+                continue  # the host's work reports it, as it would without the head start
+            opener = getattr(transport, "open_ahead", None)  # the SSH transport's; others connect in open()
+            if opener is not None:
+                opener()
+            self._ready[entry.name] = transport
+        return self
+
+    def __call__(self, entry: HostEntry, options: SSHOptions) -> Transport:
+        return self._ready.pop(entry.name, None) or self._factory(entry, options)
+
+    def close(self) -> None:
+        while self._ready:
+            self._ready.popitem()[1].close()
 
 
 def _safely(entry: HostEntry, fn: Callable[[], HostResult]) -> HostResult:

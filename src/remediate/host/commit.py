@@ -61,6 +61,7 @@ class CommitReport:
     reloaded: bool = False
     restart_epoch: float | None = None
     invocation_id: str | None = None
+    state: dict[str, str] = field(default_factory=dict)  # `systemctl show` right after the restart
     analyze: list[str] = field(default_factory=list)
     resumed: bool = False  # the connection was cut and the report was read back after a reconnect
 
@@ -185,6 +186,10 @@ def _report(host: str, writes: list[FileWrite], result: CommandResult) -> Commit
             report.restart_epoch = float(rest)
         elif head == "@@restarted":
             report.invocation_id = rest.strip() or None
+        elif head == "@@state":
+            key, sep, value = rest.partition("=")
+            if sep and key:
+                report.state[key] = value
         elif head == "@@analyze":
             report.analyze.append(rest)
         elif head == "@@error":

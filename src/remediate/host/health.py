@@ -87,14 +87,15 @@ def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None
     return tokens_from_info(info), path
 
 
-FIRST_GAP_S = 0.05  # the first poll comes right after the restart returns; then the gaps grow ×1.5 …
+FIRST_GAP_S = 0.02  # the first poll comes right after the restart returns; then the gaps grow ×1.3 …
+GAP_GROWTH = 1.3  # (a server that is up in 0.3 s is seen at once; 1 s gaps are reached after ~3 s)
 MAX_GAP_S = 1.0  # … to at most 1 s: a server that answers is noticed within a second
 STATE_EVERY_S = 5.0  # while the port stays closed, `systemctl show` runs every 0.5 s at first, at most every 5 s
 
 
 def _gap(attempt: int, max_gap: float) -> float:
     """The pause after poll ``attempt`` (1-based): capped exponential backoff."""
-    return min(max_gap, FIRST_GAP_S * 1.5 ** (attempt - 1))
+    return min(max_gap, FIRST_GAP_S * GAP_GROWTH ** (attempt - 1))
 
 
 def _state_due(since_last: float, waited: float) -> bool:
@@ -113,6 +114,7 @@ def wait_healthy(
     invocation_id: str | None = None,
     on_progress: Callable[[str, float, str], None] | None = None,
     max_backoff: float = MAX_GAP_S,
+    initial_state: ServiceState | None = None,
 ) -> Healthy:
     """Poll until healthy; raise UnhealthyError on failure, crash loop, or timeout.
 
@@ -120,7 +122,9 @@ def wait_healthy(
     the unit's state (``systemctl show`` + the newest journal line, one command) is read on the first poll
     and then on a schedule that thins out while the server loads (:func:`_state_due`), and once more when it
     answers unless a read under a second old saw the unit active with our InvocationID and a MainPID, so a
-    crash, a systemd restart or another server on the port is never taken for the new server."""
+    crash, a systemd restart or another server on the port is never taken for the new server.
+    ``initial_state``: the unit's state read right after the restart (the commit script's): it is the first
+    state read, so the wait begins with a /health poll."""
     host, port = endpoint
     start = time.monotonic()
     baseline: dict[str, int] = {}
@@ -138,10 +142,14 @@ def wait_healthy(
         return UnhealthyError(transport.host, message, journal=explain_crash(lines))
 
     def check_state(elapsed: float, *, newest_line: bool = True) -> None:
-        nonlocal state_read_at, ours_at, newest
+        nonlocal newest
+        state, newest = read_state(transport, unit, newest_line=newest_line)
+        judge(state, elapsed)
+
+    def judge(state: ServiceState, elapsed: float) -> None:
+        nonlocal state_read_at, ours_at
         state_read_at = waited
         ours_at = None
-        state, newest = read_state(transport, unit, newest_line=newest_line)
         if state.active_state == "failed":
             raise fail(f"{unit} failed (Result={state.result}) while waiting for the server")
         # With Restart=on-failure a crash shows as `activating (auto-restart)`, not `failed`, and
@@ -164,6 +172,9 @@ def wait_healthy(
             raise fail(f"{unit} is {state.active_state} ({state.get('SubState')}) while waiting for the server")
         if state.active_state == "active" and state.main_pid and (not invocation_id or state.invocation_id):
             ours_at = time.monotonic()
+
+    if initial_state is not None and initial_state.properties:
+        judge(initial_state, 0.0)
 
     def attempt() -> Healthy:
         try:

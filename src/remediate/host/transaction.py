@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from remediate.core.probes import ServiceState
 from remediate.core.unitfile.report import mask_data
 from remediate.errors import (
     CommitError,
@@ -148,6 +149,7 @@ def _wait(
         restart_epoch=report.restart_epoch,
         invocation_id=report.invocation_id,
         on_progress=on_progress,
+        initial_state=ServiceState(unit=unit, properties=report.state) if report.state else None,
     )
 
 

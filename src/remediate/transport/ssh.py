@@ -19,7 +19,7 @@ import shlex
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import paramiko
@@ -33,16 +33,11 @@ from paramiko.ssh_exception import (
     PasswordRequiredException,
     SSHException,
 )
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_before_delay,
-    wait_random_exponential,
-)
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_before_delay, wait_random_exponential
 
 from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
+from remediate.transport.ahead import Ahead
 from remediate.transport.base import HttpResponse, SSHOptions, parse_http
 from remediate.transport.channels import Hold, drain
 from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
@@ -139,6 +134,7 @@ class SSHTransport:
             hop = nxt if isinstance(nxt, Connection) else None
         self._opened = False
         self._holds: list[Hold] = []
+        self._ahead: Ahead | None = None
 
     @property
     def address(self) -> tuple[str, str, int]:
@@ -164,8 +160,22 @@ class SSHTransport:
         record = files[0] if self.options.accept_new_host_key else None
         client.set_missing_host_key_policy(HostKeyPolicy(record, load_keys(client.get_host_keys(), files)))
 
+    def open_ahead(self) -> None:
+        """Start connecting in the background (transport/ahead.py); :meth:`open` waits for it."""
+        if not self._opened and self._ahead is None:
+            self._ahead = Ahead(self._open_now, f"connect-{self.host}")
+
+    def _join_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.join()
+
     def open(self) -> None:
         """Connect and authenticate (host key verified). Idempotent."""
+        self._join_ahead()
+        self._open_now()
+
+    def _open_now(self) -> None:
         if self._opened:
             return
         # A refused or reset connection (sshd restarting, MaxStartups under a fleet's fan-out) is retried,
@@ -399,5 +409,7 @@ class SSHTransport:
         return HttpResponse(status=stream.status, body=data)
 
     def close(self) -> None:
+        with suppress(Exception):  # its error belongs to open(), which was never called
+            self._join_ahead()  # a connection still being made is closed too, not left behind
         self._conn.close()
         self._opened = False
