@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import UNIT, UNIT_PATH, Node
-from .test_faults import changing, promise
+from sandbox.units import incident_unit
+
+from .conftest import UNIT, UNIT_PATH, Node, poll
+from .test_faults import FIRED, GO, REACHED, _clear_markers, changing, promise
 
 pytestmark = pytest.mark.e2e
 
@@ -62,3 +64,115 @@ def test_healthy_then_crashes_under_the_probe_rolls_back_to_the_old_server(incid
     info = node.server_info()
     assert info["mem_fraction_static"] == 0.94 and info["max_total_num_tokens"] == OLD_TOKENS
     assert node.show("ActiveState")["ActiveState"] == "active"
+
+
+# -- a crash loop that ends in start-limit-hit ------------------------------------------------------------
+
+# The incident's unit with a start limit systemd reaches in a few seconds: at most 2 starts in 60 s, a
+# restart 100 ms after each crash (the incident's RestartSec=10 against systemd's default 5 starts in 10 s
+# never gets there). The third start is refused: "Start request repeated too quickly", ActiveState=failed.
+# What `systemctl show` says then, on systemd 252: Result=exit-code, not start-limit-hit. systemd keeps a
+# unit's first failure result (service_enter_dead() only replaces Result=success), so Result=start-limit-hit
+# is only shown when the refused start follows a clean exit; after a crash loop the journal line is the sign.
+_LIMIT = "StartLimitIntervalSec=60\nStartLimitBurst=2\n"
+
+
+def _crash_loop_unit(node: Node) -> str:
+    text = incident_unit(node.host.address, node.port)
+    assert "[Service]" in text and "RestartSec=10\n" in text and "Restart=on-failure\n" in text
+    return text.replace("[Service]\n", f"{_LIMIT}\n[Service]\n", 1).replace("RestartSec=10\n", "RestartSec=100ms\n")
+
+
+def _result(node: Node) -> str:
+    return node.show("Result")["Result"]
+
+
+def gave_up(node: Node) -> bool:
+    """systemd stopped restarting the unit: its start limit was hit (the journal's words, and failed)."""
+    hit = any("Start request repeated too quickly" in line for line in node.journal())
+    return hit and node.show("ActiveState")["ActiveState"] == "failed"
+
+
+def test_a_unit_already_in_start_limit_hit_is_reset_and_remediated(node: Node) -> None:
+    """The incident's end state: the old config crash-looped on an OOM (graph capture at 0.94) until systemd
+    gave up. A plain restart is refused there; the commit's reset-failed clears it and the fix comes up."""
+    node.host.set_standin(time_scale=0.002, failure="crash_during_load", failure_match="--mem-fraction-static 0.94")
+    node.install(_crash_loop_unit(node), start=False)
+    node.host.systemctl("start", UNIT)
+    poll(lambda: gave_up(node), deadline=60, what="systemd to give up (start limit)", every=0.1)
+    state = node.show("ActiveState", "Result", "NRestarts")
+    assert state == {"ActiveState": "failed", "Result": "exit-code", "NRestarts": "2"}, state
+    refused = node.host.systemctl("start", UNIT)  # what a tool without reset-failed would meet
+    assert refused.returncode != 0 and node.show("ActiveState")["ActiveState"] == "failed", refused
+    original = node.bytes(UNIT_PATH)
+
+    run = node.cli("oom", "--wait-timeout", "60")
+
+    assert run.returncode == 0, run
+    result = run.result
+    assert result["outcome"] == "remediated", run
+    assert result["max_total_num_tokens"] == NEW_TOKENS
+    promise(node, original, changed=True)
+    (backup,) = node.backups(UNIT_PATH)
+    assert result["backup"] == backup and node.bytes(backup) == original
+    assert changing(node)[-3:] == ["daemon-reload", f"reset-failed {UNIT}", f"restart {UNIT}"]
+    node.wait_healthy()
+    assert node.show("ActiveState", "Result") == {"ActiveState": "active", "Result": "success"}
+    assert node.server_info()["max_total_num_tokens"] == NEW_TOKENS
+
+
+def _pause_the_waits_first_state_read(node: Node) -> None:
+    """/usr/local/sbin/systemctl: the first `systemctl show … NRestarts …` after the commit's restart (the
+    health wait's state read) waits until the test writes GO — so the new server's crash loop reaches the
+    start limit during the wait, deterministically — then runs the audited systemctl."""
+    script = (
+        "#!/bin/bash\n"
+        'case "$*" in\n'
+        "  restart\\ *) : > /run/fault.restarted ;;\n"
+        "  show\\ *NRestarts*)\n"
+        f"    if [ -e /run/fault.restarted ] && mkdir {FIRED} 2>/dev/null; then\n"
+        f"      : > {REACHED}; while [ ! -e {GO} ]; do sleep 0.02; done\n"
+        "    fi ;;\n"
+        "esac\n"
+        'exec /usr/local/bin/systemctl "$@"\n'
+    )
+    node.host.write("/usr/local/sbin/systemctl", script, mode=0o755)
+
+
+def test_a_new_unit_that_crash_loops_into_start_limit_hit_is_rolled_back(node: Node) -> None:
+    """The new config dies at once on every start (exit_at_once, matched on its --chunked-prefill-size 4096):
+    systemd restarts it until the start limit, all during the wait. The run names the start limit, puts the
+    old bytes back, and the undo's reset-failed lets the old unit start: the old server is healthy again."""
+    _clear_markers(node)
+    node.host.run("/bin/rm", "-f", "/run/fault.restarted")
+    node.host.set_standin(time_scale=0.002, failure="exit_at_once", failure_match="--chunked-prefill-size 4096")
+    node.install(_crash_loop_unit(node))
+    original = node.bytes(UNIT_PATH)
+    _pause_the_waits_first_state_read(node)
+    try:
+        proc = node.popen("oom", "--wait-timeout", "60")
+        poll(lambda: node.host.path(REACHED).exists(), deadline=60, what="the wait's first state read")
+        poll(lambda: gave_up(node), deadline=60, what="systemd to give up (start limit)", every=0.1)
+        node.host.write(GO, "")
+        run = node.finish(proc)
+    finally:
+        node.host.path("/usr/local/sbin/systemctl").unlink(missing_ok=True)
+        _clear_markers(node)
+        node.host.run("/bin/rm", "-f", "/run/fault.restarted")
+
+    assert run.returncode == 1, run
+    result = run.result
+    assert result["outcome"] == "rolled_back", run
+    error = result["error"]
+    assert "crash-looped until systemd's start limit" in error and "rolled back" in error, error
+    _one_host_once(error, node)
+    assert any("No CUDA GPUs are available" in line for line in result["journal"]), result["journal"]
+    promise(node, original, changed=False)
+    (backup,) = node.backups(UNIT_PATH)
+    assert result["backup"] == backup and node.bytes(backup) == original
+    audit = changing(node)
+    assert audit.count(f"reset-failed {UNIT}") == 2 and audit.count(f"restart {UNIT}") == 2, audit
+    node.wait_healthy()
+    assert node.show("ActiveState", "Result") == {"ActiveState": "active", "Result": "success"}
+    info = node.server_info()
+    assert info["mem_fraction_static"] == 0.94 and info["max_total_num_tokens"] == OLD_TOKENS
