@@ -93,15 +93,32 @@ def gave_up(node: Node) -> bool:
     return hit and node.show("ActiveState")["ActiveState"] == "failed"
 
 
-def test_a_unit_already_in_start_limit_hit_is_reset_and_remediated(node: Node) -> None:
-    """The incident's end state: the old config crash-looped on an OOM (graph capture at 0.94) until systemd
-    gave up. A plain restart is refused there; the commit's reset-failed clears it and the fix comes up."""
+def _crash_looped(node: Node) -> None:
+    """The incident's end state: the old config crash-loops on an OOM (graph capture at 0.94) until systemd
+    gives up. systemd 252 keeps the crash's Result=exit-code; the journal says the start limit was hit."""
     node.host.set_standin(time_scale=0.002, failure="crash_during_load", failure_match="--mem-fraction-static 0.94")
     node.install(_crash_loop_unit(node), start=False)
     node.host.systemctl("start", UNIT)
     poll(lambda: gave_up(node), deadline=60, what="systemd to give up (start limit)", every=0.1)
     state = node.show("ActiveState", "Result", "NRestarts")
     assert state == {"ActiveState": "failed", "Result": "exit-code", "NRestarts": "2"}, state
+
+
+def _restarted_too_often(node: Node) -> None:
+    """Result=start-limit-hit as systemd 252 shows it: a healthy server (Result=success) restarted by hand
+    (or by a watchdog) more often than StartLimitBurst allows: the third start in 60 s is refused."""
+    node.install(_crash_loop_unit(node))  # start 1
+    assert node.host.systemctl("restart", UNIT).returncode == 0  # start 2
+    node.host.systemctl("restart", UNIT)  # start 3: refused
+    poll(lambda: _result(node) == "start-limit-hit", deadline=60, what="Result=start-limit-hit", every=0.1)
+    assert node.show("ActiveState")["ActiveState"] == "failed"
+
+
+@pytest.mark.parametrize("how", ["crash-loop", "restarted-too-often"])
+def test_a_unit_already_in_start_limit_hit_is_reset_and_remediated(node: Node, how: str) -> None:
+    """remediate meets a unit systemd has given up on; a plain start is refused there; the commit's
+    reset-failed clears the start limit and the fix comes up."""
+    (_crash_looped if how == "crash-loop" else _restarted_too_often)(node)
     refused = node.host.systemctl("start", UNIT)  # what a tool without reset-failed would meet
     assert refused.returncode != 0 and node.show("ActiveState")["ActiveState"] == "failed", refused
     original = node.bytes(UNIT_PATH)
@@ -176,3 +193,30 @@ def test_a_new_unit_that_crash_loops_into_start_limit_hit_is_rolled_back(node: N
     assert node.show("ActiveState", "Result") == {"ActiveState": "active", "Result": "success"}
     info = node.server_info()
     assert info["mem_fraction_static"] == 0.94 and info["max_total_num_tokens"] == OLD_TOKENS
+
+
+def test_when_neither_config_can_start_the_run_says_exactly_what_the_host_holds(node: Node) -> None:
+    """The fault is not the config's: every start of the server dies (exit_at_once matched on --model-path). The
+    new unit crash-loops, the undo puts the old bytes back and restarts them, the old server dies too: exit 1,
+    outcome failed, and the message says the previous bytes are back, the unit was restarted on them, and the
+    old server did not come up either. The unit ends on the old bytes; systemd gives up on it (start limit)."""
+    node.install(_crash_loop_unit(node))
+    original = node.bytes(UNIT_PATH)
+    node.host.set_standin(time_scale=0.002, failure="exit_at_once", failure_match="--model-path")
+
+    run = node.cli("oom", "--wait-timeout", "60")
+
+    assert run.returncode == 1, run
+    result = run.result
+    assert result["outcome"] == "failed", run
+    error = result["error"]
+    assert "the rollback failed too" in error, error
+    assert f"the previous bytes of {UNIT_PATH} are back and {UNIT} was restarted on them" in error, error
+    assert "the old server did not come up either" in error, error
+    _one_host_once(error, node)
+    promise(node, original, changed=False)
+    (backup,) = node.backups(UNIT_PATH)
+    assert result["backup"] == backup and node.bytes(backup) == original
+    audit = changing(node)
+    assert audit.count(f"reset-failed {UNIT}") == 2 and audit.count(f"restart {UNIT}") == 2, audit
+    poll(lambda: gave_up(node), deadline=60, what="systemd to give up on the old unit too", every=0.1)
