@@ -174,6 +174,18 @@ def test_explain_crash_limit() -> None:
     assert probes.explain_crash(lines, limit=12) == lines[:12]
 
 
+def test_explain_crash_keeps_systemds_start_limit_line_past_the_limit() -> None:
+    """A crash loop of OOM tracebacks fills the 12 lines with OOM text; the line saying systemd gave up
+    restarting the unit must survive (on systemd 252 Result= keeps the crash's exit-code: it is the only sign)."""
+    lines = [f"torch.OutOfMemoryError: CUDA out of memory #{i}" for i in range(30)]
+    lines += ["sglang.service: Start request repeated too quickly.", "sglang.service: Failed with result 'exit-code'."]
+    picked = probes.explain_crash(lines, limit=12)
+    assert len(picked) == 12 and picked[:11] == lines[:11]
+    assert picked[-1] == "sglang.service: Start request repeated too quickly."
+    assert probes.gave_up_restarting(picked) and not probes.gave_up_restarting(lines[:30])
+    assert probes.gave_up_restarting(["sglang.service: Failed with result 'start-limit-hit'."])
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

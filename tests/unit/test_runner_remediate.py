@@ -347,6 +347,20 @@ def test_rollback_that_fails_too() -> None:
     result = run(host)
     assert result.outcome == "failed" and result.exit_code == 1
     assert result.error is not None and "the rollback failed too" in result.error
+    # the undo's commit held, its wait did not: the message says what the host holds
+    assert f"the previous bytes of {PATH} are back and {UNIT} was restarted on them" in result.error
+    assert "the old server did not come up either" in result.error
+
+
+def test_rollback_whose_commit_fails_does_not_claim_the_old_bytes_are_back() -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok(invocation="inv-2"), commit_error(1, "systemctl daemon-reload: injected"))
+    host.on(POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
+    host.http("/health", None)
+    result = run(host)
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert result.error is not None and "the rollback failed too" in result.error, result.error
+    assert "are back" not in result.error and "did not come up either" not in result.error, result.error
 
 
 def test_min_tokens_below_rolls_back() -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
+from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet.inventory import HostEntry, Inventory
 from remediate.fleet.retry import write_retry_file
 from remediate.fleet.rollout import Rollout, Strategy, plan_batches
@@ -47,11 +47,14 @@ class RolloutResult:
 
 
 def exit_code(results: Sequence[HostResult]) -> int:
-    """0 all ok; 3 when every failure is unreachable/auth; 2 when every failure is bad input; else 1."""
+    """0 all ok; 70 when any host hit a bug (internal error); 3 when every failure is unreachable/auth; 2 when
+    every failure is bad input; else 1."""
     failed = [r for r in results if not r.ok]
     if not failed:
         return EXIT_OK
     codes = {r.exit_code for r in failed}
+    if EXIT_BUG in codes:
+        return EXIT_BUG
     if codes == {EXIT_UNREACHABLE}:
         return EXIT_UNREACHABLE
     if codes == {EXIT_BAD_INPUT}:

@@ -332,15 +332,29 @@ def parse_capacity_line(lines: list[str]) -> int | None:
     return None
 
 
+# systemd's words when it stops restarting a crash-looping unit (the start limit): never cut from the lines.
+GAVE_UP_RE = re.compile(r"Start request repeated too quickly|start-limit-hit")
+
+
 def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
-    """Journal lines that explain a failure: OOM lines first, then crash lines, then the tail."""
+    """Journal lines that explain a failure: OOM lines first, then crash lines, then the tail; systemd's
+    start-limit line (it gave up restarting the unit) is kept even when more lines than ``limit`` explain it."""
     oom = [line for line in lines if OOM_RE.search(line)]
     crash = [line for line in lines if CRASH_RE.search(line) and line not in oom]
     picked: list[str] = []
     for line in oom + crash + lines[-5:]:
         if line not in picked:
             picked.append(line)
-    return picked[:limit]
+    kept = picked[:limit]
+    gave_up = next((line for line in reversed(lines) if GAVE_UP_RE.search(line)), None)
+    if gave_up is not None and gave_up not in kept and kept:
+        kept[-1] = gave_up
+    return kept
+
+
+def gave_up_restarting(lines: list[str]) -> bool:
+    """Whether these journal lines say systemd stopped restarting the unit (its start limit was hit)."""
+    return any(GAVE_UP_RE.search(line) for line in lines)
 
 
 def server_endpoint(argv: tuple[str, ...] | list[str]) -> tuple[str, int]:

@@ -8,25 +8,36 @@ Semantics (documented in the README):
 - ``max_failures`` (``N`` or ``P%`` of all hosts, default 0) counts failed, rolled-back and unreachable
   hosts over the whole rollout; once it is *exceeded* no new host starts, in-flight hosts finish
   (rolling back per their own policy), and the rest are ``not_attempted``;
-- Ctrl-C: no new hosts start; in-flight ones finish; the report still prints.
+- Ctrl-C: no new hosts start; in-flight ones finish; the report still prints;
+- a worker that raises something that is not a RemediateError (a bug, or a library exception that escaped
+  translation) fails only its host: ``internal error: <type>: <message>``, exit 70, counted as a failure;
+  the other hosts' results and the retry file are kept, and the traceback goes to the log (the logger
+  ``remediate.fleet.rollout`` and the state directory's ``internal-errors.log``), not to the terminal.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from remediate.errors import ConfigError
+from remediate.errors import EXIT_BUG, ConfigError
+from remediate.host.state import ensure_dir, state_dir
 from remediate.models import HostResult
 
 T = TypeVar("T")
 _SPEC = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
+INTERNAL_ERRORS = "internal-errors.log"
+
+log = logging.getLogger(__name__)
+log.addHandler(logging.NullHandler())  # no traceback on the terminal unless the caller configures logging
 
 
 @dataclass(frozen=True)
@@ -146,7 +157,7 @@ class Rollout(Generic[T]):
                         done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
                         for future in done:
                             i = running.pop(future)
-                            results[i] = result = future.result()
+                            results[i] = result = self._collect(future, i)
                             if not result.ok:
                                 failures += 1
                                 if is_canary:
@@ -166,7 +177,7 @@ class Rollout(Generic[T]):
                 self.interrupted = True
                 self._halt(stop, "interrupted (Ctrl-C): in-flight hosts finish, no new host starts")
                 for future, i in list(running.items()):
-                    results[i] = future.result()
+                    results[i] = self._collect(future, i)
                 running.clear()
         out: list[HostResult] = []
         for i, host in enumerate(self.hosts):
@@ -183,6 +194,13 @@ class Rollout(Generic[T]):
                 )
         return out
 
+    def _collect(self, future: Future[HostResult], i: int) -> HostResult:
+        """The host's result; an exception that escaped its worker becomes that host's failed result."""
+        try:
+            return future.result()
+        except Exception as exc:  # noqa: BLE001 - a worker's bug must not lose the other hosts' results
+            return internal_error(self.name_of(self.hosts[i]), exc)
+
     def _halt(self, stop: threading.Event, reason: str) -> None:
         if not stop.is_set():
             self.halted = reason
@@ -192,6 +210,30 @@ class Rollout(Generic[T]):
     def _event(self, text: str) -> None:
         if self.on_event:
             self.on_event(text)
+
+
+def internal_error(host: str, exc: BaseException, *, clock: Callable[[], float] = time.time) -> HostResult:
+    """A failed HostResult for an exception that is not a RemediateError (a bug): the error names its type
+    and message, exit 70; the traceback is logged and appended to the state directory's internal-errors.log."""
+    text = "".join(traceback.format_exception(exc))
+    log.error("%s: internal error (a bug)\n%s", host, text.rstrip())
+    error = f"internal error: {type(exc).__name__}: {exc}"
+    where = _append_traceback(host, text, clock)
+    error += f" (a bug; the traceback is in {where})" if where else " (a bug)"
+    now = clock()
+    return HostResult(host=host, outcome="failed", error=error, exit_code=EXIT_BUG, started_at=now, finished_at=now)
+
+
+def _append_traceback(host: str, text: str, clock: Callable[[], float]) -> str | None:
+    """Append ``text`` under a header line to ``internal-errors.log``; its path, or None if it cannot be."""
+    try:
+        path = ensure_dir(state_dir()) / INTERNAL_ERRORS
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
+        with path.open("a", encoding="utf-8") as out:
+            out.write(f"--- {stamp} {host}\n{text}")
+    except (ConfigError, OSError):
+        return None
+    return str(path)
 
 
 def now_stamp(clock: Callable[[], float] = time.time) -> str:

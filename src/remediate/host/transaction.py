@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from remediate.core.probes import ServiceState
+from remediate.core.probes import ServiceState, gave_up_restarting
 from remediate.core.unitfile.report import mask_data
 from remediate.errors import (
     CommitError,
@@ -77,8 +77,22 @@ def transact(
         _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
     except RemediationError as exc:
         if isinstance(exc, UnhealthyError):
+            exc = _name_a_crash_loop(exc)
             result.journal = exc.journal
         _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
+
+
+def _name_a_crash_loop(exc: UnhealthyError) -> UnhealthyError:
+    """A wait that failed because systemd gave up restarting the new server says so. systemd 252 keeps the
+    first crash's Result (exit-code, signal) and shows start-limit-hit only after a clean exit, so the
+    journal's "Start request repeated too quickly" is what tells a crash loop from one crash."""
+    if "start limit" in exc.message or not gave_up_restarting(exc.journal):
+        return exc
+    message = (
+        f"{exc.message}: the new server crash-looped until systemd's start limit (StartLimitBurst) stopped "
+        "restarting it"
+    )
+    return UnhealthyError(exc.host, message, journal=exc.journal)
 
 
 def _roll_back(
@@ -167,13 +181,24 @@ def _undo(
     bytes (renamed by the commit: restored) or still the old ones (a commit that failed part-way: left as
     is) — so an undo after a partial commit restores exactly what was renamed."""
     undo = [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
+    first = (result.error or "remediation failed").removeprefix(f"{result.host}: ").removeprefix(f"{transport.host}: ")
+    paths = ", ".join(w.path for w in writes)
     try:
-        note = f"remediate undo {unit}: the previous bytes of {', '.join(w.path for w in writes)} put back"
+        note = f"remediate undo {unit}: the previous bytes of {paths} put back"
         report = commit(transport, unit, undo, epoch=int(time.time()), journal=note)
-        result.max_total_num_tokens = _wait(transport, unit, endpoint, options, report).tokens
     except RemediateError as exc:
         result.outcome = "failed"
-        first = result.error or "remediation failed"
-        first = first.removeprefix(f"{result.host}: ").removeprefix(f"{transport.host}: ")
         detail = str(getattr(exc, "message", exc))
         raise RemediationError(result.host, f"{first}; the rollback failed too: {detail}") from exc
+    try:
+        result.max_total_num_tokens = _wait(transport, unit, endpoint, options, report).tokens
+    except RemediateError as exc:
+        # The undo's commit held: the previous bytes are on disk and the unit was reset and restarted on them.
+        # What is left is the old server itself not coming up (the same fault may hit both configurations).
+        result.outcome = "failed"
+        detail = str(getattr(exc, "message", exc))
+        raise RemediationError(
+            result.host,
+            f"{first}; the rollback failed too: the previous bytes of {paths} are back and {unit} was restarted on "
+            f"them, but the old server did not come up either: {detail}",
+        ) from exc
