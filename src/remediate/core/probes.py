@@ -357,9 +357,10 @@ def gave_up_restarting(lines: list[str]) -> bool:
     return any(GAVE_UP_RE.search(line) for line in lines)
 
 
-def server_endpoint(argv: tuple[str, ...] | list[str]) -> tuple[str, int]:
-    """Where the sglang server listens, as seen from its host (``0.0.0.0`` means loopback)."""
-    host, port = "127.0.0.1", 30000
+def server_endpoint(argv: tuple[str, ...] | list[str], default_port: int = 30000) -> tuple[str, int]:
+    """Where the sglang server listens, as seen from its host (``0.0.0.0`` means loopback); ``default_port``
+    when the command line names no port."""
+    host, port = "127.0.0.1", default_port
     for i, word in enumerate(argv):
         for name in ("--host", "--port"):
             value: str | None = None

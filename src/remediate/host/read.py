@@ -112,12 +112,15 @@ def sources_from_probe(found: ProbeResult) -> UnitSources:
 
 
 def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
-    """Where the server listens as seen from the host: its ``--host``/``--port`` (``--server-port`` wins).
+    """Where the server listens as seen from the host: its ``--host``/``--port``; the host's ``server_port``
+    setting (inventory) only when the command line names no port — the unit's own flag is where the server
+    really listens (an inventory default of 30000 must not send the health wait to the wrong port).
 
     Read from ``systemctl show``'s argv, or — where that still holds ``$VAR``/``${VAR}`` (systemd expands
     them only at exec) — from the unit's command line expanded as systemd does (``$SGLANG_ARGS`` from an
     EnvironmentFile=)."""
     assert found.state is not None
+    fallback = options.server_port or 30000
     for argv in found.state.exec_argvs:
         if any("sglang" in word for word in argv):
             if any("$" in word for word in argv):
@@ -125,10 +128,8 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
                     argv = tuple(server_args(sources_from_probe(found)))
                 except ConfigError:
                     pass
-            host, port = probes.server_endpoint(argv)
-            return host, options.server_port or port
-    host, port = probes.server_endpoint(())  # no sglang ExecStart: sglang's own defaults
-    return host, options.server_port or port
+            return probes.server_endpoint(argv, fallback)
+    return probes.server_endpoint((), fallback)  # no sglang ExecStart: sglang's own defaults
 
 
 def run_read_only(
