@@ -49,7 +49,7 @@ THIRD_PARTY_HOMES = {
     "click": CLI_MODULES,
     "rich": {"remediate.render", "remediate.render_bench", "remediate.render_evidence", *CLI_MODULES},
     "fabric": {"remediate.transport.ssh"},
-    "paramiko": {"remediate.transport.ssh", "remediate.transport.ssh_security"},
+    "paramiko": {"remediate.transport.ssh", "remediate.transport.ssh_errors", "remediate.transport.ssh_security"},
     "invoke": {"remediate.transport.ssh"},
     "jinja2": {"remediate.host.templates"},
 }

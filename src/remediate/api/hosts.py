@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
@@ -16,7 +17,7 @@ from remediate.fleet.settings import (
 )
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions, Transport
-from remediate.transport.ssh import SSHTransport
+from remediate.transport.preconnect import Preconnect, resolve
 
 TransportFactory = Callable[[HostEntry, SSHOptions], Transport]
 """Opens a host's one connection: ``(inventory entry, resolved SSH options) -> Transport``. Every remote
@@ -63,8 +64,18 @@ def exit_code(results: Sequence[HostResult]) -> int:
 
 
 def _default_transport(entry: HostEntry, options: SSHOptions) -> Transport:
+    # Imported on first use: ConnectAhead starts the first TCP connections before paramiko's import (~0.3 s).
+    from remediate.transport.ssh import SSHTransport
+
     # host, user and port go separately: Fabric's "user@host:port" shorthand cannot carry an IPv6 port
     return SSHTransport(entry.address, options, label=entry.name)
+
+
+def _ssh_config_files(options: SSHOptions) -> list[Path]:
+    """The files Fabric reads: --ssh-config alone, else the user's and the system's."""
+    if options.ssh_config:
+        return [Path(options.ssh_config)]
+    return [Path("~/.ssh/config"), Path("/etc/ssh/ssh_config")]
 
 
 def run_on_hosts(
@@ -95,15 +106,25 @@ class ConnectAhead:
 
     def __init__(self, factory: TransportFactory | None) -> None:
         self._factory = factory or _default_transport
+        self._ssh = factory is None
         self._ready: dict[str, Transport] = {}
 
     def start(self, hosts: Sequence[HostEntry], strategy: Strategy, ssh: SSHOptions) -> ConnectAhead:
+        """Over SSH, first the TCP connections (transport/preconnect.py), then the transports (paramiko is
+        imported meanwhile), each handed its socket and told to connect in the background."""
         sizes = plan_batches(len(hosts), strategy)
+        first: list[tuple[HostEntry, SSHOptions, Preconnect | None]] = []
         for entry in hosts[: min(sizes[0], max(strategy.forks, 1))] if sizes else []:
             try:
-                transport = self._factory(entry, ssh_for(entry, ssh))
+                options = ssh_for(entry, ssh)
             except ConfigError:
                 continue  # the host's work reports it, as it would without the head start
+            where = resolve(entry.address, options.port, _ssh_config_files(options)) if self._ssh else None
+            first.append((entry, options, Preconnect(where, options.connect_timeout) if where else None))
+        for entry, options, pre in first:
+            transport = self._factory(entry, options)
+            if pre is not None:
+                transport.preconnected(pre)  # type: ignore[attr-defined]  # the SSH transport's
             opener = getattr(transport, "open_ahead", None)  # the SSH transport's; others connect in open()
             if opener is not None:
                 opener()

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from remediate.errors import ConfigError
+
+if TYPE_CHECKING:
+    import yaml
 
 HOST_KEYS = (
     "user",
@@ -164,11 +166,20 @@ class Inventory:
         return None
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A SafeLoader that remembers the line of every mapping key."""
+@cache
+def _line_loader() -> type[yaml.SafeLoader]:
+    """A SafeLoader that remembers the line of every mapping key (yaml is imported when a file is read: a run
+    on plain addresses never loads it)."""
+    import yaml
+
+    class LineLoader(yaml.SafeLoader):
+        pass
+
+    LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    return LineLoader
 
 
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     mapping = _LineDict()
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -185,9 +196,6 @@ class _LineDict(dict[Any, Any]):
         super().__init__()
         self.lines: dict[Any, int] = {}
         self.line = 0
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _line(mapping: Any, key: Any) -> str:
@@ -209,8 +217,10 @@ def load_inventory(path: str | Path) -> Inventory:
 
 
 def parse_inventory(text: str, source: str = "inventory.yaml") -> Inventory:
+    import yaml
+
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_line_loader())  # noqa: S506 - a SafeLoader subclass
     except ConfigError as exc:
         raise ConfigError(exc.message, source=source) from None
     except yaml.YAMLError as exc:
@@ -383,4 +393,6 @@ def dump_inventory(inv: Inventory, names: list[str]) -> str:
     document["hosts"] = hosts
     if inv.rollout:
         document["rollout"] = inv.rollout
+    import yaml
+
     return yaml.safe_dump(document, sort_keys=False)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -24,13 +23,8 @@ from pathlib import Path
 
 import paramiko
 from fabric import Config, Connection
-from paramiko.hostkeys import InvalidHostKey
 from paramiko.ssh_exception import (
-    AuthenticationException,
-    BadHostKeyException,
     ChannelException,
-    NoValidConnectionsError,
-    PasswordRequiredException,
     SSHException,
 )
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_before_delay, wait_random_exponential
@@ -41,7 +35,9 @@ from remediate.transport.ahead import Ahead
 from remediate.transport.base import HttpResponse, SSHOptions, parse_http
 from remediate.transport.channels import Hold, drain
 from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
-from remediate.transport.ssh_security import NOT_KNOWN, REVOKED, HostKeyPolicy, fast_transport, load_keys
+from remediate.transport.preconnect import Preconnect
+from remediate.transport.ssh_errors import translate_errors
+from remediate.transport.ssh_security import HostKeyPolicy, fast_transport, load_keys
 
 # paramiko logs refused direct-tcpip channels (normal while a model loads) as errors; our callers get
 # them as data. A NullHandler keeps Python's last-resort handler from printing them on stderr.
@@ -50,49 +46,6 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 _SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "password for")
 KEEPALIVE_S = 10  # SSH keepalive: a dead peer is noticed while a long command or the health wait runs
 COMMAND_TIMEOUT_S = 600.0  # a command given no timeout of its own: nothing waits forever
-
-
-@contextmanager
-def _translate_errors(host: str) -> Iterator[None]:
-    """Map paramiko/socket exceptions onto remediate's tree (the only place that catches them)."""
-    try:
-        yield
-    except BadHostKeyException as exc:
-        raise AuthError(
-            host,
-            f"host key mismatch (got {exc.key.get_name()} {exc.key.get_fingerprint().hex()}); "
-            "refusing to connect: the host may have been reinstalled or this may be an attack",
-        ) from exc
-    except (AuthenticationException, PasswordRequiredException) as exc:
-        raise AuthError(host, f"authentication failed: {exc}") from exc
-    except NoValidConnectionsError as exc:
-        raise ConnectError(host, f"connection refused ({exc.strerror or exc})") from exc
-    except socket.gaierror as exc:
-        raise ConnectError(host, f"cannot resolve host: {exc.strerror}") from exc
-    except InvalidHostKey as exc:
-        raise AuthError(host, f"unreadable known_hosts line: {exc.line!r}") from exc
-    except EOFError as exc:
-        raise ConnectionLost(host, "connection lost (EOF from the server)") from exc
-    except TimeoutError as exc:
-        raise ConnectError(host, "connection timed out") from exc
-    except ConnectionError as exc:
-        raise ConnectError(host, f"connection failed: {exc}") from exc
-    except SSHException as exc:
-        text = str(exc)
-        if REVOKED in text:
-            raise AuthError(host, f"{text}: refusing to connect") from exc
-        if NOT_KNOWN in text:
-            hint = text.partition(NOT_KNOWN)[2]
-            raise AuthError(
-                host,
-                "unknown host key (not in known_hosts); verify it and add it, "
-                f"or pass --accept-new-host-key to record it{hint}",
-            ) from exc
-        if "session not active" in text.lower() or "connection lost" in text.lower():
-            raise ConnectionLost(host, f"connection lost ({text})") from exc
-        raise ConnectError(host, f"SSH error: {text}") from exc
-    except OSError as exc:
-        raise ConnectError(host, f"connection failed: {exc}") from exc
 
 
 class SSHTransport:
@@ -135,6 +88,7 @@ class SSHTransport:
         self._opened = False
         self._holds: list[Hold] = []
         self._ahead: Ahead | None = None
+        self._pre: Preconnect | None = None
 
     @property
     def address(self) -> tuple[str, str, int]:
@@ -195,9 +149,19 @@ class SSHTransport:
             if not probe.ok:
                 raise self._sudo_error(probe)
 
+    def preconnected(self, pre: Preconnect) -> None:
+        """A TCP connection already under way (transport/preconnect.py), for the first connect to adopt."""
+        self._pre = pre
+
     def _connect_once(self) -> None:
+        pre, self._pre = self._pre, None
+        if pre is not None:  # adopted only where Fabric resolved this host to, and without a gateway
+            sock = pre.take(str(self._conn.host), int(self._conn.port)) if self._conn.gateway is None else None
+            pre.close()
+            if sock is not None:
+                self._conn.connect_kwargs["sock"] = sock
         try:
-            with _translate_errors(self.host):
+            with translate_errors(self.host):
                 self._conn.open()
                 transport = self._conn.client.get_transport()
                 if transport is not None:
@@ -205,6 +169,8 @@ class SSHTransport:
         except ConnectError:
             self._conn.close()  # a half-open client must not be reused by the next attempt
             raise
+        finally:
+            self._conn.connect_kwargs.pop("sock", None)  # a retry connects anew
 
     def reconnect(self, within: float) -> None:
         """Connect again after a lost connection — capped backoff, for at most ``within`` seconds — and take
@@ -255,7 +221,7 @@ class SSHTransport:
         ConnectionLost when the connection dies (or ``timeout`` passes) before the command's exit status
         arrives: the command may then have run, in part or to its end."""
         wrapped = self._wrap(command)
-        with _translate_errors(self.host):
+        with translate_errors(self.host):
             transport = self._active()
             chan = transport.open_session(timeout=self.options.connect_timeout)
             try:
@@ -293,11 +259,11 @@ class SSHTransport:
 
     def _start_hold(self, held: Hold, timeout: float) -> None:
         marker = held.ready.encode() + b"\n"
-        with _translate_errors(self.host):
+        with translate_errors(self.host):
             chan = self._active().open_session(timeout=self.options.connect_timeout)
         held.chan = chan
         try:
-            with _translate_errors(self.host):
+            with translate_errors(self.host):
                 chan.exec_command(self._wrap(held.command))
                 chan.settimeout(0.1)
                 seen = b""
@@ -325,7 +291,7 @@ class SSHTransport:
         """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections.
 
         ConnectionLost when the SSH connection itself is gone (the caller may reconnect)."""
-        with _translate_errors(self.host):
+        with translate_errors(self.host):
             transport = self._active()
         try:
             chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
@@ -366,7 +332,7 @@ class SSHTransport:
         """Send a request through a direct-tcpip channel and read the answer as it arrives; ``status`` is None
         while the port refuses connections. Arrival times are ``time.perf_counter()``; ``timeout`` bounds
         each wait for more bytes."""
-        with _translate_errors(self.host):
+        with translate_errors(self.host):
             transport = self._active()
         clock = time.perf_counter
         try:
