@@ -13,6 +13,7 @@ import atexit
 import errno
 import fcntl
 import ipaddress
+import itertools
 import os
 import shlex
 import shutil
@@ -140,6 +141,9 @@ def _raise_inotify_limit() -> None:
         pass
 
 
+_MACHINE_SERIAL = itertools.count()
+
+
 class SandboxHost:
     """One sandbox host: a booted systemd 252 in an nspawn container."""
 
@@ -153,7 +157,9 @@ class SandboxHost:
         self.pristine = self.dir / "pristine"
         self.root_mount = self.dir / "root"
         self.host_key = self.dir / "ssh_host_ed25519_key"
-        self.machine = f"sbx-{os.getpid()}-{name}"[:64]
+        # Unique per host object, not per process name: two fleets of one test run may both have a `gpu-0`
+        # (a fleet that fails to start stops its hosts by cgroup: it must never reach another fleet's).
+        self.machine = f"sbx-{os.getpid()}-{next(_MACHINE_SERIAL)}-{name}"[:64]
         self.cgroup = cgroups.group_name(self.machine)
         self.machine_id = ""
         self.pid = 0  # the container's PID 1 (systemd), as seen from the machine
@@ -473,7 +479,9 @@ class SandboxHost:
             "journalctl --rotate >/dev/null 2>&1; journalctl --vacuum-files=1 >/dev/null 2>&1; "
             f": > {AUDIT_LOG}; systemctl daemon-reload && systemctl reset-failed"
         )
-        self.run("/bin/sh", "-c", script, check=True)
+        done = self.run("/bin/sh", "-c", script)
+        if done.returncode != 0:
+            raise SandboxError(f"{self.name}: reset failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
         self.journal_cursor = self._cursor()
 
 
