@@ -111,28 +111,8 @@ def test_probe_succeeds_after_the_fix(bench_node: Node) -> None:
     assert again.result["probe"]["ok"] is True
 
 
-def test_probe_without_headroom_rolls_back(bench_node: Node) -> None:
-    node = bench_node
-    before = node.sha(UNIT_PATH)
-    # 0.95 with chunking off leaves 0.08 GB for a 32k prefill's 896 MiB activation spike (the stand-in's model)
-    run = node.cli(
-        "oom",
-        "--mem-fraction-static",
-        "0.95",
-        "--chunked-prefill-size",
-        "-1",
-        "--probe",
-        "32768",
-        "--wait-timeout",
-        "60",
-    )
-    assert run.returncode == 1, run
-    result = run.result
-    assert result["outcome"] == "rolled_back", run
-    assert "the probe prefill of 32,768 tokens failed" in result["error"]
-    assert any("torch.OutOfMemoryError" in line for line in result["journal"]), result["journal"]
-    assert node.sha(UNIT_PATH) == before
-    assert node.server_info()["mem_fraction_static"] == 0.94
+# A probe that crashes the new server (0.95 without chunking) and the rollback to the old one: the fault cell
+# tests/e2e/test_faults_crash.py::test_healthy_then_crashes_under_the_probe_rolls_back_to_the_old_server.
 
 
 def test_bad_input_exits_2_before_any_host(bench_node: Node) -> None:

@@ -109,18 +109,18 @@ def _restarted(active: str = "active", sub: str = "running", result: str = "succ
     return ServiceState(unit=UNIT, properties={**props, "InvocationID": "inv-2"})
 
 
+def _wait_after(host: FakeTransport, restarted: ServiceState) -> int:
+    """The wait as the transaction runs it: with the commit script's state read right after the restart."""
+    healthy = wait_healthy(
+        host, UNIT, ("127.0.0.1", 30000), timeout=3600, restart_epoch=None, invocation_id="inv-2",
+        initial_state=restarted,
+    )  # fmt: skip
+    return healthy.tokens
+
+
 def test_the_commits_state_read_is_the_first_one_so_the_wait_starts_with_a_poll(naps: list[float]) -> None:
     host = _host(refused=3)
-    healthy = wait_healthy(
-        host,
-        UNIT,
-        ("127.0.0.1", 30000),
-        timeout=3600,
-        restart_epoch=None,
-        invocation_id="inv-2",
-        initial_state=_restarted(),
-    )
-    assert healthy.tokens == 195011
+    assert _wait_after(host, _restarted()) == 195011
     assert host.ran(POLL) == []  # the restart's own read stands: a running server answering is ours
     assert [c.path for c in host.http_calls][:4] == ["/health"] * 4
 
@@ -128,13 +128,5 @@ def test_the_commits_state_read_is_the_first_one_so_the_wait_starts_with_a_poll(
 def test_a_unit_that_failed_right_after_the_restart_fails_the_wait_at_once(naps: list[float]) -> None:
     host = _host(refused=3)
     with pytest.raises(UnhealthyError, match="failed"):
-        wait_healthy(
-            host,
-            UNIT,
-            ("127.0.0.1", 30000),
-            timeout=3600,
-            restart_epoch=None,
-            invocation_id="inv-2",
-            initial_state=_restarted("failed", "failed", "exit-code"),
-        )
+        _wait_after(host, _restarted("failed", "failed", "exit-code"))
     assert host.http_calls == [] and naps == []
