@@ -13,6 +13,7 @@ from fake_transport import FakeTransport, state_output
 from remediate.core.probes import ServiceState
 from remediate.errors import UnhealthyError
 from remediate.host.health import MAX_GAP_S, STATE_EVERY_S, wait_healthy
+from remediate.transport.base import HttpResponse
 
 UNIT = "sglang.service"
 POLL = r"\Asystemctl show"
@@ -130,3 +131,25 @@ def test_a_unit_that_failed_right_after_the_restart_fails_the_wait_at_once(naps:
     with pytest.raises(UnhealthyError, match="failed"):
         _wait_after(host, _restarted("failed", "failed", "exit-code"))
     assert host.http_calls == [] and naps == []
+
+
+def test_a_poll_that_is_not_refused_is_named_in_the_progress(naps: list[float]) -> None:
+    """Every failed poll read "port closed", a timeout or a wrong port included: the wrong-port bug hid behind it."""
+    host = _host(refused=0)
+    host.http("/health", None)
+    seen: list[str] = []
+    real = host.http_get
+
+    def timed_out(addr: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
+        got = real(addr, port, path, timeout=timeout)
+        return (
+            HttpResponse(status=None, body=b"", error=f"{addr}:{port}{path}: timed out") if got.status is None else got
+        )
+
+    host.http_get = timed_out  # type: ignore[method-assign]
+    with pytest.raises(UnhealthyError):
+        wait_healthy(
+            host, UNIT, ("127.0.0.1", 30000), timeout=0.05, restart_epoch=None, invocation_id="inv-2",
+            on_progress=lambda phase, _elapsed, _line: seen.append(phase),
+        )  # fmt: skip
+    assert seen and seen[0] == "loading (no answer on 127.0.0.1:30000: 127.0.0.1:30000/health: timed out)"

@@ -201,7 +201,9 @@ def wait_healthy(
         elapsed = time.monotonic() - start
         health = transport.http_get(host, port, "/health")
         if health.status is None:
-            phase = "loading (port closed)"
+            # A refused port is the loading server; anything else (a timeout, no route) is named as it is.
+            refused = not health.error or any(w in health.error.lower() for w in ("connect failed", "refused"))
+            phase = "loading (port closed)" if refused else f"loading (no answer on {host}:{port}: {health.error})"
         elif health.status != 200:
             phase = f"warming up (/health {health.status})"
         else:
