@@ -18,7 +18,14 @@ from typing import Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_before_delay
 
-from remediate.core.probes import ServiceState, explain_crash, parse_capacity_line, parse_show, tokens_from_info
+from remediate.core.probes import (
+    ServiceState,
+    explain_crash,
+    gave_up_restarting,
+    parse_capacity_line,
+    parse_show,
+    tokens_from_info,
+)
 from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
 from remediate.transport.base import Transport
@@ -139,7 +146,12 @@ def wait_healthy(
             lines = journal_since(transport, unit, restart_epoch)
         except TransportError:
             lines = []  # the verdict stands without the journal
-        return UnhealthyError(transport.host, message, journal=explain_crash(lines))
+        journal = explain_crash(lines)
+        # systemd 252 keeps the first crash's Result (exit-code, signal) and shows start-limit-hit only after a
+        # clean exit: the journal's "Start request repeated too quickly" is what tells a crash loop from a crash.
+        if gave_up_restarting(journal):
+            message += ": the server crash-looped until systemd's start limit (StartLimitBurst) stopped restarting it"
+        return UnhealthyError(transport.host, message, journal=journal)
 
     def check_state(elapsed: float, *, newest_line: bool = True) -> None:
         nonlocal newest

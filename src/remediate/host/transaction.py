@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from remediate.core.probes import ServiceState, gave_up_restarting
+from remediate.core.probes import ServiceState
 from remediate.core.unitfile.report import mask_data
 from remediate.errors import (
     CommitError,
@@ -77,22 +77,8 @@ def transact(
         _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
     except RemediationError as exc:
         if isinstance(exc, UnhealthyError):
-            exc = _name_a_crash_loop(exc)
             result.journal = exc.journal
         _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
-
-
-def _name_a_crash_loop(exc: UnhealthyError) -> UnhealthyError:
-    """A wait that failed because systemd gave up restarting the new server says so. systemd 252 keeps the
-    first crash's Result (exit-code, signal) and shows start-limit-hit only after a clean exit, so the
-    journal's "Start request repeated too quickly" is what tells a crash loop from one crash."""
-    if "start limit" in exc.message or not gave_up_restarting(exc.journal):
-        return exc
-    message = (
-        f"{exc.message}: the new server crash-looped until systemd's start limit (StartLimitBurst) stopped "
-        "restarting it"
-    )
-    return UnhealthyError(exc.host, message, journal=exc.journal)
 
 
 def _roll_back(
