@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import test_runner_remediate as runner
-from fake_transport import state_output
+from fake_transport import FakeTransport, state_output
 
 from remediate.host import templates
 from remediate.host.commit import FileWrite, commit
+from remediate.models import HostResult
 
 EPOCH = 1_764_400_000
 OLD = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --mem-fraction-static 0.94\n"
@@ -60,13 +61,18 @@ def _records(state: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (state / "transactions.jsonl").read_text().splitlines()]
 
 
-def test_remediation_is_recorded_in_the_state_dir(_state_dir: Path) -> None:
+def _remediated_run() -> tuple[FakeTransport, HostResult]:
+    """One healthy `oom` run on a scripted host: the host (what it was sent) and the result."""
     host = runner.make_host()
     host.on(runner.COMMIT, runner.commit_ok())
     host.on(runner.POLL, state_output(invocation_id="inv-2"))
     host.http("/health", 200)
     host.http("/server_info", runner.info(206635))
-    result = runner.run(host)
+    return host, runner.run(host)
+
+
+def test_remediation_is_recorded_in_the_state_dir(_state_dir: Path) -> None:
+    host, result = _remediated_run()
     assert result.outcome == "remediated", result.error
     committed, done = _records(_state_dir)
     assert committed["event"] == "committed" and done["event"] == "remediated"
@@ -100,11 +106,6 @@ def test_an_unwritable_state_dir_is_a_warning(monkeypatch: pytest.MonkeyPatch, t
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("REMEDIATE_STATE_DIR", str(blocker / "state"))
-    host = runner.make_host()
-    host.on(runner.COMMIT, runner.commit_ok())
-    host.on(runner.POLL, state_output(invocation_id="inv-2"))
-    host.http("/health", 200)
-    host.http("/server_info", runner.info(206635))
-    result = runner.run(host)
+    host, result = _remediated_run()
     assert result.outcome == "remediated"
     assert any("transaction record not written" in w for w in result.warnings)
