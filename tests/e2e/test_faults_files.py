@@ -79,6 +79,10 @@ def test_symlink_swap_in_a_service_writable_directory_is_refused(attacker: Node)
     assert node.host.read(OWNED_ENV) == env_text and node.host.read("/etc/systemd/system/sglang.service") == unit
     assert not [n for n in node.ls(OWNED_DIR) if n != "sglang.env"], "no backup and no temp file was made there"
     assert not [line for line in node.audit() if line.split(" ", 1)[0] in ("daemon-reload", "restart")]
+    assert "commit" not in [p["name"] for p in run.result.get("phases", [])], "refused at plan time, by the read"
+
+    planned = node.cli("oom", "--dry-run")  # the locked read's check: a dry run says so too
+    assert planned.returncode == 2 and f"{OWNED_DIR} is owned by uid {SERVICE_UID}" in planned.result["error"]
 
 
 def test_a_planted_symlink_backup_is_flagged_ignored_by_latest_and_refused_by_path(node: Node) -> None:

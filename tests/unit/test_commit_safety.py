@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,11 @@ from fake_transport import FakeTransport
 from test_commit_script import ENV_OLD, names, run, shim, two_files
 from test_remote_scripts import EPOCH, NEW, OLD, UNIT, rendered_many
 
+from remediate.core import probes
 from remediate.errors import EXIT_BAD_INPUT, UnsafePathError
 from remediate.host import commit
 from remediate.host.commit import UNSAFE_EXIT, FileWrite
+from remediate.host.read import probe_script
 from remediate.models import CommandResult
 
 SERVICE_UID = 1001  # the service account: not root, owns nothing we trust
@@ -143,3 +146,29 @@ def test_an_unsafe_refusal_is_a_config_error_naming_the_directory() -> None:
         commit.commit(host, UNIT, [FileWrite("/opt/sglang/sglang.env", OLD, NEW)], epoch=EPOCH)
     assert caught.value.exit_code == EXIT_BAD_INPUT
     assert str(caught.value).startswith("gpu-01: refused, nothing written: /opt/sglang is owned by uid 1001")
+
+
+# -- the locked read reports it first: the run is refused at plan time (--dry-run too) -------------------
+
+
+def test_the_locked_read_reports_an_unsafe_directory_and_the_plan_refuses_it(tmp_path: Path) -> None:
+    unit, env = two_files(tmp_path)
+    os.chown(env.parent, SERVICE_UID, SERVICE_UID)
+    systemctl = shim(
+        tmp_path, "systemctl", f'echo "FragmentPath={unit}"\necho "EnvironmentFiles={env} (ignore_errors=no)"'
+    )
+    script = probe_script(UNIT, lock_dir=str(tmp_path / "run"), lock_wait=3)
+    done = subprocess.run(
+        ["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=systemctl, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    found = probes.parse_probe(done.stdout, UNIT)
+    assert found.files[str(unit)].unsafe == "" and found.files[str(unit)].text == OLD
+    assert found.files[str(env)].unsafe == (
+        f"{env.parent} is owned by uid {SERVICE_UID}, not root: chown root:root {env.parent} && chmod go-w "
+        f"{env.parent}, or move the file to a root-owned directory"
+    )
+    assert found.files[str(env)].text == ENV_OLD
+    probes.refuse_unsafe(found, [str(unit)], "gpu-01")  # a write of the unit alone is fine
+    with pytest.raises(UnsafePathError, match=f"^gpu-01: refused, nothing written: {env.parent} is owned by uid"):
+        probes.refuse_unsafe(found, [str(unit), str(env)], "gpu-01")

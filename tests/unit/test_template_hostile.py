@@ -144,7 +144,14 @@ PAYLOADS = (
 )
 HOSTILE = st.tuples(st.sampled_from(PAYLOADS), NAMES).map(lambda pair: pair[1] + pair[0])
 TEMPLATE_DIR = templates._template_dir()
-COVERED = {"commit.sh.j2", "backups.sh.j2", "prune.sh.j2", "probe.sh.j2", "_flock.sh.j2"}  # _flock via probe, prune
+COVERED = {
+    "commit.sh.j2",
+    "backups.sh.j2",
+    "prune.sh.j2",
+    "probe.sh.j2",
+    "_flock.sh.j2",
+    "_safedir.sh.j2",
+}  # macros via the others
 # systemd and the GPU tools as scripts that answer and touch nothing (the scratch host has neither).
 _TOOL_SHIMS = {
     "systemctl": 'case "$*" in *NeedDaemonReload*) echo no;; esac',

@@ -181,6 +181,7 @@ def _rollback_locked(
             if b.text != found.files[b.original].text
         ]
         refuse_template_edit(unit, [w.path for w in writes])
+        probes.refuse_unsafe(found, [w.path for w in writes], transport.host)
         result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
         result.summary += settings_diff(current, after) if writes else []
         result.diff = "".join(unified_diff(w.path, w.old_text, w.new_text) for w in writes)
