@@ -113,11 +113,11 @@ def test_staging_that_fails_in_the_second_directory_writes_nothing(tmp_path: Pat
 
 def test_a_backup_cut_short_by_a_full_disk_leaves_no_partial_backup_and_writes_nothing(tmp_path: Path) -> None:
     unit, env = two_files(tmp_path)
-    half = shim(
+    half = shim(  # the backup's copy is `cat FILE` into the temp file's fd
         tmp_path,
-        "cp",
-        'src="${@: -2:1}"; dst="${@: -1}"; head -c 7 "$src" > "$dst"\n'
-        'echo "cp: error writing $dst: No space left on device" >&2; exit 1',
+        "cat",
+        'case "${@: -1}" in *.log) exec "$REAL" "$@";; esac\n'
+        'head -c 7 -- "${@: -1}"\necho "cat: write error: No space left on device" >&2; exit 1',
     )
     failed = run(rendered_many(forward(unit, env), run_dir=tmp_path / "run"), half)
     assert failed.returncode != 0

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediate.errors import UnsafePathError
+
 SHOW_PROPERTIES = (
     "FragmentPath",
     "DropInPaths",
@@ -61,6 +63,7 @@ class RemoteFile:
     gid: int = -1
     size: int = 0
     mtime: float = 0.0
+    unsafe: str = ""  # the locked read's directory check: why root must not write here, and what to do
 
 
 @dataclass(frozen=True)
@@ -213,12 +216,15 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     sections: dict[str, list[str]] = {}
     notes: dict[str, str] = {}
 
+    unsafe = ""
+
     def flush_file() -> None:
+        nonlocal unsafe
         if not current:
             return
         path = current["path"]
         if current.get("exists") != "1":
-            files[path] = RemoteFile(path=path, exists=False)
+            files[path] = RemoteFile(path=path, exists=False, unsafe=unsafe)
         else:
             raw = base64.b64decode("".join(b64))
             files[path] = RemoteFile(
@@ -231,7 +237,9 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 gid=int(current.get("gid", "-1")),
                 size=int(current.get("size", "0")),
                 mtime=float(current.get("mtime", "0")),
+                unsafe=unsafe,
             )
+        unsafe = ""
 
     for line in text.split("\n"):  # not splitlines(): a path may hold \x1c, \x85 …
         if line.startswith("@@"):
@@ -253,6 +261,8 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 unloaded = tuple(rest.split())
             elif head == "file":
                 current = parse_file_header(rest)
+            elif head == "unsafe":
+                unsafe = rest  # about the @@file that follows
             elif head in EVIDENCE_SECTIONS:
                 sections.setdefault(head, [])
                 if rest.strip():
@@ -281,6 +291,15 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
 
 _HEADER_KEY = re.compile(r"(?:^| )(path|exists|sha256|mode|uid|gid|size|mtime)=")
 _FIXED_KEY = re.compile(r"(exists|sha256|mode|uid|gid|size|mtime)=(\S*) ")
+
+
+def refuse_unsafe(found: ProbeResult, paths: list[str], host: str) -> None:
+    """Refuse to write a file whose directories another user can change (the probe's check);
+    nothing has been written yet. templates/commit.sh.j2 checks again right before it writes."""
+    for path in paths:
+        remote = found.files.get(path)
+        if remote is not None and remote.unsafe:
+            raise UnsafePathError(f"refused, nothing written: {remote.unsafe}", source=host)
 
 
 def parse_file_header(rest: str) -> dict[str, str]:

@@ -16,7 +16,14 @@ import shlex
 from dataclasses import dataclass, field
 
 from remediate.core.unitfile.report import display_text
-from remediate.errors import CommitError, ConflictError, ConnectionLost, RemediateError, StateUnknownError
+from remediate.errors import (
+    CommitError,
+    ConflictError,
+    ConnectionLost,
+    RemediateError,
+    StateUnknownError,
+    UnsafePathError,
+)
 from remediate.host import templates
 from remediate.host.lock import commit_lock_path, commit_log_path, lock_path
 from remediate.models import CommandResult
@@ -25,6 +32,7 @@ from remediate.transport.base import Transport
 COMMIT_TIMEOUT_S = 450  # the script's own limits: daemon-reload 90 s, reset-failed 30 s, restart 300 s, copies
 RESUME_WITHIN_S = 60.0  # how long a commit cut by a lost connection tries to reconnect
 CONFLICT_EXIT = 76  # a file changed since it was read: nothing written
+UNSAFE_EXIT = 79  # a directory another user can change, or a name swapped under the script (@@error unsafe)
 
 
 def _sha256(text: str) -> str:
@@ -203,6 +211,8 @@ def _report(host: str, writes: list[FileWrite], result: CommandResult) -> Commit
     why = errors[-1] if errors else (plain[-1] if plain else f"exit status {result.exited}")
     if result.exited == CONFLICT_EXIT:
         raise ConflictError(host, f"aborted, nothing written: {why}")
+    if result.exited == UNSAFE_EXIT and not report.written:
+        raise UnsafePathError(f"refused, nothing written: {why}", source=host)
     where = f" during the {failed_step}" if failed_step and not errors else ""
     if report.written:
         done = f"{', '.join(report.written)} now hold{'s' if len(report.written) == 1 else ''} the new bytes"
