@@ -64,12 +64,16 @@ def parse_since(value: str | None, lines: int = DEFAULT_LINES) -> tuple[int | No
 
 
 # ServerArgs reprs and tracebacks print secrets as ``api_key='…'`` (not the env/flag forms mask_secrets knows).
-_SECRET_KWARG = re.compile(r"(?i)(\b\w*(?:api_key|token|secret|password)\w*=)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
+# The name is checked apart from the regex: ``\w*(?:token)\w*=`` backtracks over every "token" in a long word.
+_SECRET_KWARG = re.compile(r"\b(\w+=)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
+_SECRET_KWARG_NAME = re.compile(r"api_key|token|secret|password", re.IGNORECASE)
 
 
 def masked(line: str) -> str:
     """A journal line as it may be shown or stored: secrets replaced by ``***``."""
-    return _SECRET_KWARG.sub(lambda m: m.group(1) + MASK, mask_secrets(line))
+    return _SECRET_KWARG.sub(
+        lambda m: m.group(1) + MASK if _SECRET_KWARG_NAME.search(m.group(1)) else m.group(0), mask_secrets(line)
+    )
 
 
 def _finding_dict(finding: Finding) -> dict[str, object]:
