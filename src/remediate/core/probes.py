@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediate.core.diagnosis.lines import message_text
+
 SHOW_PROPERTIES = (
     "FragmentPath",
     "DropInPaths",
@@ -326,7 +328,7 @@ def tokens_from_info(data: dict[str, Any]) -> int | None:
 def parse_capacity_line(lines: list[str]) -> int | None:
     """The newest ``max_total_num_tokens=`` journal line's value, if any."""
     for line in reversed(lines):
-        match = CAPACITY_RE.search(line)
+        match = CAPACITY_RE.match(message_text(line))  # at the message's start: never a logged request's text
         if match:
             return int(match.group(1))
     return None
