@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from functools import lru_cache
 
 MASK = "***"
 
@@ -25,6 +26,7 @@ _SECRET_NAME = re.compile(
 )
 # The settings we edit: never inside a masked value.
 _PROTECTED = re.compile(r"--mem-fraction-static|--chunked-prefill-size|PYTORCH_CUDA_ALLOC_CONF")
+_PROTECTED_MIN = len("--mem-fraction-static")
 # A quoted assignment whose text reads like a shell script (``bash -c "HF_TOKEN=x exec python3 …"``): its
 # value ends at the first blank, not at the closing quote.
 _SCRIPT = re.compile(r"[ \t](?:-|exec[ \t]|[A-Za-z_][A-Za-z0-9_]*=)|[;&|]")
@@ -94,6 +96,11 @@ class _Text:
             return pos
 
 
+@lru_cache(maxsize=1024)
+def _is_secret_name(name: str) -> bool:
+    return _SECRET_NAME.search(name) is not None
+
+
 def _masked(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return f"{value[0]}{MASK}{value[0]}"
@@ -118,7 +125,7 @@ def _assignment_end(index: _Text, name_start: int, start: int) -> int:
                 return close
             return min(index.word_end(start, eol), close)
     end = index.word_end(start, eol)
-    scheme = _SCHEME_VALUE.match(text, start, eol)
+    scheme = _SCHEME_VALUE.match(text, start, eol) if text[start : start + 1] in ("B", "b") else None
     if scheme is not None and scheme.end("word") == end:
         end = scheme.end()  # AUTH_HEADER=Bearer <token>: the token is part of the value
     return end
@@ -128,7 +135,7 @@ def _span(index: _Text, m: re.Match[str]) -> tuple[int, int] | None:
     """The span of the secret value ``m`` found, or None when it is not a secret."""
     text = index.text
     if m.group("name") is not None:
-        if _SECRET_NAME.search(m.group("name")) is None:
+        if not _is_secret_name(m.group("name")):
             return None
         return m.end(), _assignment_end(index, m.start("name"), m.end())
     if m.group("sep") is not None:
@@ -146,7 +153,7 @@ def _span(index: _Text, m: re.Match[str]) -> tuple[int, int] | None:
 
 def _unprotected(text: str, start: int, end: int) -> int:
     """``end``, moved back before any setting we edit (and the blanks before it)."""
-    hit = _PROTECTED.search(text, start, end)
+    hit = _PROTECTED.search(text, start, end) if end - start >= _PROTECTED_MIN else None
     if hit is None:
         return end
     end = hit.start()
