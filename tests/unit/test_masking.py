@@ -94,7 +94,9 @@ _SAFE = st.lists(st.sampled_from(["exec", "python3", "-m", "sglang.launch_server
 # Shell-ish text with the characters that steer masking: quotes, escapes, '=', '@', '://', blanks, operators.
 _PIECES = [*"aZ09_=-@:/ \t'\"\\;&|()", "TOKEN=", "--api-key ", "http://u:p@", "Bearer ", "\n"]
 _NOISY = st.lists(st.sampled_from(_PIECES), max_size=30).map("".join)
-_FLAG = st.sampled_from(["--mem-fraction-static", "--chunked-prefill-size", "PYTORCH_CUDA_ALLOC_CONF="])
+_FLAG = st.sampled_from(
+    ["--mem-fraction-static", "--chunked-prefill-size", "--mem-frac", "--chunked-prefill", "PYTORCH_CUDA_ALLOC_CONF="]
+)
 _VALUE = st.sampled_from(
     ["0.94", "0.93", "4096", "8192", "-1", "expandable_segments:True", "expandable_segments:False"]
 )

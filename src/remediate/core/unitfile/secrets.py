@@ -24,9 +24,9 @@ _SECRET_NAME = re.compile(
     r"|(?:^|_)PASS(?:$|_)|AUTH|HEADER|CREDENTIAL|COOKIE)",
     re.IGNORECASE,
 )
-# The settings we edit: never inside a masked value.
-_PROTECTED = re.compile(r"--mem-fraction-static|--chunked-prefill-size|PYTORCH_CUDA_ALLOC_CONF")
-_PROTECTED_MIN = len("--mem-fraction-static")
+# The settings we edit, argparse's abbreviations too (``--mem-frac``): never inside a masked value.
+_PROTECTED = re.compile(r"--(?:mem|chunk)[A-Za-z-]*|PYTORCH_CUDA_ALLOC_CONF")
+_PROTECTED_MIN = len("--mem")
 # A quoted assignment whose text reads like a shell script (``bash -c "HF_TOKEN=x exec python3 …"``): its
 # value ends at the first blank, not at the closing quote.
 _SCRIPT = re.compile(r"[ \t](?:-|exec[ \t]|[A-Za-z_][A-Za-z0-9_]*=)|[;&|]")
