@@ -4,10 +4,14 @@ bench/masking.py (tests/bench), never asserted here."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remediate.cli import cli
 from remediate.core.unitfile.report import unified_diff
 from remediate.core.unitfile.secrets import mask_secrets
 
@@ -142,3 +146,19 @@ def test_a_changed_flag_still_differs_after_masking(before: str, flag: str, old:
     line_old = f"{before} {flag}{sep}{old} {after}"
     line_new = f"{before} {flag}{sep}{new} {after}"
     assert (mask_secrets(line_old) == mask_secrets(line_new)) == (old == new)
+
+
+def test_remediate_edit_shows_the_quoted_bash_c_change_with_only_the_token_masked(tmp_path: Path) -> None:
+    """The printed dry-run diff of `remediate edit` (the same report `oom --dry-run` prints per host)."""
+    unit = tmp_path / "sglang.service"
+    script = "HF_TOKEN=hf_Quoted8 exec python3 -m sglang.launch_server --mem-fraction-static 0.94"
+    unit.write_text(f'[Service]\nExecStart=/bin/bash -c "{script}"\n')
+    result = CliRunner().invoke(cli, ["edit", str(unit)])
+    assert result.exit_code == 0, result.output
+    assert "hf_Quoted8" not in result.output
+    assert '-ExecStart=/bin/bash -c "HF_TOKEN=*** exec python3 -m sglang.launch_server --mem-fraction-static 0.94"' in (
+        result.stdout
+    )
+    assert '+ExecStart=/bin/bash -c "HF_TOKEN=*** exec python3 -m sglang.launch_server --mem-fraction-static 0.93' in (
+        result.stdout
+    )
