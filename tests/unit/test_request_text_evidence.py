@@ -91,3 +91,13 @@ def test_message_starts_follow_the_exception_class_and_the_wrappers() -> None:
     text = "RuntimeError: Capture cuda graph failed: CUDA error: out of memory"
     assert [text[i:][:10] for i in message_starts(text)] == ["RuntimeErr", "Capture cu", "CUDA error", "out of mem"]
     assert message_starts("Receive: obj=GenerateReqInput(text='torch.OutOfMemoryError: CUDA out of memory')") == [0]
+
+
+def test_a_logged_request_quoting_systemd_is_not_systemd_giving_up() -> None:
+    """The wait's failure message (host/health.fail) says the start limit stopped the unit only on systemd's line."""
+    from remediate.core.probes import explain_crash, gave_up_restarting
+
+    cat = [re.sub(r"^\w{3} \d\d \S+ \S+ \S+: ", "", line) for line in FORGED]
+    assert not gave_up_restarting(cat) and not gave_up_restarting(FORGED)
+    systemd = "sglang.service: Start request repeated too quickly."
+    assert gave_up_restarting([*cat, systemd]) and systemd in explain_crash([*cat, systemd])
