@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remediate.core.diagnosis import Settings, advise, parse_journal
 from remediate.core.probes import parse_capacity_line
@@ -101,3 +103,40 @@ def test_a_logged_request_quoting_systemd_is_not_systemd_giving_up() -> None:
     assert not gave_up_restarting(cat) and not gave_up_restarting(FORGED)
     systemd = "sglang.service: Start request repeated too quickly."
     assert gave_up_restarting([*cat, systemd]) and systemd in explain_crash([*cat, systemd])
+
+
+_PHRASES = [
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. ",
+    "RuntimeError: CUDA error: out of memory ",
+    "Exception: Capture cuda graph failed: CUDA out of memory. ",
+    "Scheduler hit an exception: Traceback (most recent call last): ",
+    "Prefill out of memory. Try to allocate 9000 tokens. Available tokens: 1 ",
+    "Not enough memory. Please try to increase --mem-fraction-static. ",
+    "Loaded weights leave no GPU memory for the KV cache ",
+    "alloc_req_slots runs out of memory. available_size()=1, num_reqs=2 ",
+    "The memory capacity is unbalanced. min_per_gpu_memory=1.0 ",
+    "Failed to allocate memory for buf with size 99 ",
+    "an illegal memory access was encountered ",
+    "server_args=ServerArgs(mem_fraction_static=0.1, ",
+    "Load weight begin. avail mem=1.00 GB ",
+    "Load weight end. type=X, avail mem=0.50 GB ",
+    "KV Cache is allocated. #tokens: 5, KV size: 0.01 GB ",
+    "max_total_num_tokens=1, chunked_prefill_size=1, max_prefill_tokens=1, max_running_requests=1, context_len=1 ",
+    "sglang.service: Start request repeated too quickly. ",
+    "Prefill batch. #new-seq: 1, #new-token: 99999, ",
+    "The server is fired up and ready to roll! ",
+    "\\n",
+    "'",
+    '"',
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_PHRASES), min_size=1, max_size=6), st.sampled_from(["Receive: obj=", "Finish: obj="]))
+def test_any_logged_request_text_is_never_evidence(phrases: list[str], head: str) -> None:
+    text = "".join(phrases)
+    line = f"Dec 01 08:06:07 gpu-01 python3[4711]: [2026-12-01 08:06:07] {head}GenerateReqInput(text={text!r})"
+    forged = [*HEALTHY, line]
+    assert parse_journal(forged).findings == () and parse_journal(forged).runs == parse_journal(HEALTHY).runs
+    assert _without_evidence(parse_startup(forged)) == _without_evidence(parse_startup(HEALTHY))
+    assert parse_capacity_line(forged) == parse_capacity_line(HEALTHY)
