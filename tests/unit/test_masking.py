@@ -29,6 +29,14 @@ from remediate.core.unitfile.secrets import mask_secrets
             "sh -c 'API_KEY=***; exec python3 --chunked-prefill-size 8192'",
         ),
         ('Environment="DB_PASSWORD=p4ss word" B=1', 'Environment="DB_PASSWORD=***" B=1'),
+        ('Environment="DB_PASSWORD=p4ss -word x=y"', 'Environment="DB_PASSWORD=***"'),  # not a script: all of it
+        ("docker run -e 'HF_TOKEN=a b' img", "docker run -e 'HF_TOKEN=***' img"),
+        ("bash -lc 'HF_TOKEN=a exec python3'", "bash -lc 'HF_TOKEN=*** exec python3'"),
+        # not a -c script, yet the edited flag stays visible
+        (
+            'ssh h "HF_TOKEN=x exec python3 --mem-fraction-static 0.94"',
+            'ssh h "HF_TOKEN=*** --mem-fraction-static 0.94"',
+        ),
         # systemd.exec(5): SetCredential=ID:VALUE
         ("SetCredential=hf-token:hf_abc123", "SetCredential=***"),
         ("SetCredentialEncrypted=db:k6iUCUh0RdCdlTBaVxXR", "SetCredentialEncrypted=***"),

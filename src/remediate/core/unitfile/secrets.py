@@ -27,9 +27,9 @@ _SECRET_NAME = re.compile(
 # The settings we edit, argparse's abbreviations too (``--mem-frac``): never inside a masked value.
 _PROTECTED = re.compile(r"--(?:mem|chunk)[A-Za-z-]*|PYTORCH_CUDA_ALLOC_CONF")
 _PROTECTED_MIN = len("--mem")
-# A quoted assignment whose text reads like a shell script (``bash -c "HF_TOKEN=x exec python3 …"``): its
-# value ends at the first blank, not at the closing quote.
-_SCRIPT = re.compile(r"[ \t](?:-|exec[ \t]|[A-Za-z_][A-Za-z0-9_]*=)|[;&|]")
+# A quote that opens a shell script (``bash -c "HF_TOKEN=x exec python3 …"``, ``sh -lc '…'``): an assignment
+# at its start ends at the first blank, not at the closing quote (which ends the script).
+_SCRIPT_OPENER = re.compile(r"(?:^|[ \t])-[A-Za-z]*c[ \t]+$")
 
 _CANDIDATE = re.compile(
     # NAME=VALUE: NAME starts a word (after a blank, a quote, '=', a shell operator) or follows docker's
@@ -114,14 +114,14 @@ def _masked(value: str) -> str:
 
 def _assignment_end(index: _Text, name_start: int, start: int) -> int:
     """End of a secret ``NAME=``'s value: a word, or up to the closing quote of a quoted assignment
-    (``Environment="DB_PASSWORD=p4ss word"``) unless that quoted text is a script."""
+    (``Environment="DB_PASSWORD=p4ss word"``, ``docker -e "…"``) unless the quote opens a ``-c`` script."""
     text = index.text
     eol = index.eol(start)
     before = text[name_start - 1] if name_start else ""
     if before and before in "\"'":
         close = index.partner(name_start - 1, before, eol)
         if close is not None:
-            if _SCRIPT.search(text, start, close) is None:
+            if _SCRIPT_OPENER.search(text[max(0, name_start - 17) : name_start - 1]) is None:
                 return close
             return min(index.word_end(start, eol), close)
     end = index.word_end(start, eol)
