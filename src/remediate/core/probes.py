@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediate.core.diagnosis.lines import message_text
 from remediate.errors import UnsafePathError
 
 SHOW_PROPERTIES = (
@@ -345,14 +346,16 @@ def tokens_from_info(data: dict[str, Any]) -> int | None:
 def parse_capacity_line(lines: list[str]) -> int | None:
     """The newest ``max_total_num_tokens=`` journal line's value, if any."""
     for line in reversed(lines):
-        match = CAPACITY_RE.search(line)
+        match = CAPACITY_RE.match(message_text(line))  # at the message's start: never a logged request's text
         if match:
             return int(match.group(1))
     return None
 
 
 # systemd's words when it stops restarting a crash-looping unit (the start limit): never cut from the lines.
-GAVE_UP_RE = re.compile(r"Start request repeated too quickly|start-limit-hit")
+# systemd core/unit.c and service.c, at the start of the unit's message ("sglang.service: …"): a logged
+# request that quotes them is not systemd giving up.
+GAVE_UP_RE = re.compile(r"(?:\S+: )?(?:Start request repeated too quickly|Failed with result 'start-limit-hit')")
 
 
 def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
@@ -365,7 +368,7 @@ def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
         if line not in picked:
             picked.append(line)
     kept = picked[:limit]
-    gave_up = next((line for line in reversed(lines) if GAVE_UP_RE.search(line)), None)
+    gave_up = next((line for line in reversed(lines) if _gave_up(line)), None)
     if gave_up is not None and gave_up not in kept and kept:
         kept[-1] = gave_up
     return kept
@@ -373,7 +376,11 @@ def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
 
 def gave_up_restarting(lines: list[str]) -> bool:
     """Whether these journal lines say systemd stopped restarting the unit (its start limit was hit)."""
-    return any(GAVE_UP_RE.search(line) for line in lines)
+    return any(_gave_up(line) for line in lines)
+
+
+def _gave_up(line: str) -> bool:
+    return GAVE_UP_RE.match(message_text(line)) is not None
 
 
 def server_endpoint(argv: tuple[str, ...] | list[str], default_port: int = 30000) -> tuple[str, int]:
