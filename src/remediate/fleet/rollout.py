@@ -61,14 +61,14 @@ def parse_batch(spec: str | int | Sequence[str | int]) -> tuple[str, ...]:
     if not items:
         raise ConfigError("--batch needs at least one size")
     for item in items:
-        match = _SPEC.match(item)
+        match = _SPEC.fullmatch(item)
         if not match or (not match.group(2) and int(match.group(1)) < 1) or int(match.group(1)) < 1:
             raise ConfigError(f"--batch {item!r}: expected a positive N or P% (e.g. 1,10%,25%)")
     return tuple(item.strip() for item in items)
 
 
 def _size(item: str, total: int) -> int:
-    match = _SPEC.match(item)
+    match = _SPEC.fullmatch(item)
     assert match
     value = int(match.group(1))
     if match.group(2):
@@ -96,7 +96,7 @@ def plan_batches(total: int, strategy: Strategy) -> list[int]:
 
 def failure_budget(spec: str | int, total: int) -> int:
     """How many failures are tolerated: ``N`` or ``P%`` of the hosts (rounded down)."""
-    match = _SPEC.match(str(spec))
+    match = _SPEC.fullmatch(str(spec))
     if not match:
         raise ConfigError(f"--max-failures {spec!r}: expected N or P%")
     value = int(match.group(1))

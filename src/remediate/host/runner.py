@@ -40,11 +40,13 @@ def _fill_plan(result: HostResult, plan: EditPlan) -> None:
     result.changed = plan.is_changed
 
 
-def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -> None:
+def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -> dict[str, str]:
     """The server that answers must run the values we wrote (its resolved ServerArgs are in the info
-    document). Catches a restart that did not take — and another server answering on that port."""
+    document). Catches a restart that did not take — and another server answering on that port.
+    Returns the flags it compared (and found equal)."""
+    checked: dict[str, str] = {}
     if not info:
-        return
+        return checked
     for key, want in flag_values(plan.after).items():
         got = info.get(key)
         if want is None or got is None:
@@ -59,6 +61,8 @@ def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -
                 f"the server reports {key}={got}, but the unit now sets {want}: "
                 "the restart did not take effect, or another server answers on that port",
             )
+        checked[key] = want
+    return checked
 
 
 def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> None:

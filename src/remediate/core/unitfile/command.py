@@ -279,7 +279,7 @@ def find_command(words: Sequence[Token], *, shell: bool, kind: str, ops: Sequenc
     program = basename(words[index].text)
     rest = words[index:]
     result: SglangCommand | None = None
-    if _PYTHON.match(program):
+    if _PYTHON.fullmatch(program):
         result = _python_entry(rest, shell, kind)
     elif program == "sglang" and len(rest) > 1 and rest[1].text == "serve":
         result = SglangCommand(kind, rest[1], _until_separator(rest[2:], shell), shell)
