@@ -71,6 +71,8 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 @click.option("--no-rollback", is_flag=True, allow_from_autoenv=False,
               help="Leave the new state in place when the server does not come back.")  # fmt: skip
 @click.option("--auto", is_flag=True, help="Choose fraction, chunk and alloc conf per host from its evidence (plan).")
+@click.option("--allow-raise", is_flag=True, allow_from_autoenv=False,
+              help="With --auto: allow a fraction above the one that crashed (default: never raised).")  # fmt: skip
 @handle_errors
 def oom(**kw: Any) -> None:
     """Apply the OOM fix to sglang hosts as one verified transaction each.
@@ -104,6 +106,7 @@ def oom(**kw: Any) -> None:
         retry_file=kw["retry_file"],
         lock_timeout=kw["lock_timeout"],
         auto=kw["auto"],
+        allow_raise=kw["allow_raise"],
     )
     with live_progress(kw["as_json"]) as progress:
         confirm = confirm_prompt(kw, progress)
