@@ -10,6 +10,7 @@ from .conftest import UNIT_PATH, Node
 pytestmark = pytest.mark.e2e
 
 ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
+PYTHON = "/opt/sglang/bin/python3"  # the sandbox venv's interpreter (a sh wrapper, sandbox/image.py)
 CONTAINER_PORT = 30000  # inside the container; the shim emulates -p by moving the server to the host port
 
 
@@ -54,3 +55,62 @@ def test_docker_without_a_published_port_fails_early_with_one_line(node: Node) -
     assert f"the server's port {node.port} in the container is not published" in run.stdout + run.stderr, run
     assert node.sha(UNIT_PATH) == before, "nothing may be written"
     assert node.backups(UNIT_PATH) == []
+
+
+def _alloc_line(text: str) -> str:
+    (line,) = [line for line in text.splitlines(keepends=True) if ALLOC in line]
+    return line
+
+
+def test_a_server_reloaded_but_never_restarted_is_drift_and_oom_restarts_it(incident: Node) -> None:
+    node = incident
+    first = node.cli("oom", "--wait-timeout", "30")
+    assert first.returncode == 0 and first.result["outcome"] == "remediated", first
+    remediated = node.host.read(UNIT_PATH)
+    # The server restarted without the alloc conf, then the right unit was put back and reloaded, not restarted.
+    node.install(remediated.replace(_alloc_line(remediated), ""), start=False)
+    assert node.host.systemctl("restart", "sglang.service").returncode == 0
+    node.wait_healthy()
+    node.host.write(UNIT_PATH, remediated, mode=0o640)
+    node.host.systemctl("daemon-reload", check=True)
+    assert ALLOC not in node.server_env()
+    pid = node.show("MainPID")["MainPID"]
+
+    dry = node.cli("oom", "--dry-run")
+
+    assert dry.returncode == 0, dry
+    assert dry.result["outcome"] == "drift", dry
+    assert dry.result["drift"] == [
+        f"the running server's {ALLOC} is unset (/proc/{pid}/environ): it lacks expandable_segments:True"
+    ]
+    assert any(f"`remediate oom {node.host.name}` restarts it" in n for n in dry.result["notes"]), dry
+    assert node.show("MainPID")["MainPID"] == pid, "a dry run restarts nothing"
+
+    run = node.cli("oom", "--wait-timeout", "30")
+
+    assert run.returncode == 0, run
+    assert run.result["outcome"] == "drift", run
+    assert node.host.read(UNIT_PATH) == remediated, "the unit was right: nothing is written"
+    assert node.show("MainPID")["MainPID"] != pid
+    assert node.server_env().get(ALLOC) == "expandable_segments:True"
+    again = node.cli("oom", "--wait-timeout", "30")
+    assert again.returncode == 0 and again.result["outcome"] == "unchanged", again
+
+
+def test_a_server_whose_environment_lacks_the_alloc_conf_is_rolled_back(incident: Node) -> None:
+    """The unit is edited right and the flags arrive, but the allocator variable does not (here: the venv's
+    interpreter is a wrapper that resets it, as an entrypoint script can): only the server's environ shows
+    it, and the change is rolled back instead of reported as remediated."""
+    node = incident
+    original = node.bytes(UNIT_PATH)
+    wrapper = node.host.read(PYTHON)
+    node.host.write(PYTHON, wrapper.replace("exec ", f"unset {ALLOC}\nexec ", 1), mode=0o755)
+
+    run = node.cli("oom", "--wait-timeout", "30")
+
+    assert run.returncode == 1, run
+    assert run.result["outcome"] == "rolled_back", run
+    assert f"the running server's {ALLOC} is unset (/proc/" in run.result["error"], run
+    assert "it lacks expandable_segments:True" in run.result["error"], run
+    assert node.bytes(UNIT_PATH) == original
+    node.wait_healthy()

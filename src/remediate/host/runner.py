@@ -14,13 +14,15 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from remediate.core.probes import ProbeResult, tokens_from_info
+from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
-from remediate.core.unitfile.sources import refuse_template_edit
-from remediate.errors import RefusedError, RemediationError, UnhealthyError
+from remediate.core.unitfile.sources import load_service, refuse_template_edit
+from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
 from remediate.host.bench import probe_prefill
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
+from remediate.host.environ import ServerEnv, read_server_env
 from remediate.host.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
@@ -65,6 +67,41 @@ def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -
     return checked
 
 
+def env_problems(env: ServerEnv | None, wanted: str | None) -> list[str]:
+    """What the running server's allocator environment lacks of ``wanted`` (empty: nothing, or not checkable).
+    Both names are checked where set: torch ≥ 2.9 reads ``PYTORCH_ALLOC_CONF`` first."""
+    if not wanted or env is None:
+        return []
+    problems = []
+    for name in (ALLOC, ALLOC_NEW):
+        if name != ALLOC and name not in env.values:
+            continue
+        missing = missing_options(env.values.get(name), wanted)
+        if missing:
+            got = env.values.get(name)
+            held = "is unset" if got is None else f"is {got!r}"
+            problems.append(f"the running server's {name} {held} ({env.source}): it lacks {','.join(missing)}")
+    return problems
+
+
+def verify_server_env(host: str, env: ServerEnv | None, wanted: str | None) -> None:
+    """After the restart the server's own environment must hold the alloc conf the unit now sets: an
+    ``Environment=`` line systemd could not parse is dropped whole, and only the environ shows it."""
+    problems = env_problems(env, wanted)
+    if problems:
+        raise RemediationError(host, "; ".join(problems) + ": the unit's setting did not reach the server")
+
+
+def _server_env(transport: Transport, unit: str, sources: UnitSources) -> ServerEnv | None:
+    """The sglang process's environment — not for a container: its environment is the engine's to give
+    (``-e``), and the host-side process (the docker client, conmon) never holds it."""
+    try:
+        in_container = load_service(sources).command.in_container
+    except ConfigError:
+        return None
+    return None if in_container else read_server_env(transport, unit)
+
+
 def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> None:
     result.max_total_num_tokens = healthy.tokens
     result.target_tokens = options.target_tokens
@@ -91,14 +128,21 @@ def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> 
 
 
 def _already_healthy(
-    transport: Transport, found: ProbeResult, options: RunOptions, plan: EditPlan, result: HostResult
-) -> tuple[int | None, bool]:
-    """(tokens, stale) for a unit that needs no change: tokens when the running server runs it; stale
-    when it answers with other values (edited and reloaded, never restarted), so it must restart."""
+    transport: Transport,
+    found: ProbeResult,
+    sources: UnitSources,
+    options: RunOptions,
+    plan: EditPlan,
+    result: HostResult,
+    wanted: str | None,
+) -> tuple[int | None, list[str]]:
+    """(tokens, drift) for a unit that needs no change: tokens when the running server runs it; drift
+    (what it lacks) when it answers with other values or lacks the alloc conf (edited and reloaded, never
+    restarted), so it must restart."""
     state = found.state
     assert state is not None
     if state.active_state not in ("active", "activating") or found.needs_daemon_reload:
-        return None, False
+        return None, []
     endpoint = endpoint_of(found, options)
     info, _ = fetch_server_info(transport, *endpoint)
     if info is None:
@@ -114,15 +158,15 @@ def _already_healthy(
                 invocation_id=state.invocation_id or None,
             ).info
         except UnhealthyError:
-            return None, False
+            return None, []
         if info is None:
-            return None, False
+            return None, []
     try:
         verify_server_args(result.host, info, plan)
     except RemediationError as exc:
-        result.notes.append(f"{exc.message}; restarting to apply the unit")
-        return None, True
-    return tokens_from_info(info), False
+        return None, [exc.message]
+    drift = env_problems(_server_env(transport, state.unit, sources), wanted)
+    return (None, drift) if drift else (tokens_from_info(info), [])
 
 
 def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOptions, result: HostResult) -> None:
@@ -196,8 +240,9 @@ def _remediate_locked(
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
         result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
+    drift: list[str] = []
     if not plan.is_changed:
-        tokens, stale = _already_healthy(transport, found, options, plan, result)
+        tokens, drift = _already_healthy(transport, found, sources, options, plan, result, desired.alloc_conf)
         if tokens is not None:
             result.outcome = "unchanged"
             result.max_total_num_tokens = tokens
@@ -207,16 +252,22 @@ def _remediate_locked(
                 info, _ = fetch_server_info(transport, *endpoint_of(found, options))
                 _probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
             return
-        if not stale:
+        if drift:
+            # The unit is right, the running server is not: restart it under the same verified transaction.
+            fix = f"`remediate oom {result.host}` restarts it" if options.dry_run else "restarting it"
+            result.notes.append(f"drift: {'; '.join(drift)}; the unit on disk is right: {fix}")
+            result.extra["drift"] = drift
+        else:
             result.notes.append("the unit is already remediated but the server is not healthy: restarting it")
     if options.dry_run:
         # Nothing was changed: the outcome says so; `changed` and the diff say what a real run would do.
-        result.outcome = "unchanged"
+        result.outcome = "drift" if drift else "unchanged"
         result.extra["dry_run"] = True
         return
 
     def check(healthy: Healthy) -> None:
         verify_server_args(result.host, healthy.info, plan)
+        verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
         verify_tokens(result, healthy, options)
         _probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
@@ -231,7 +282,7 @@ def _remediate_locked(
         epoch=epoch,
         analyze=found.has_systemd_analyze,
         verify=check,
-        success="remediated",
+        success="drift" if drift else "remediated",
         undo_note="rolled back to the previous unit",
     )
 
