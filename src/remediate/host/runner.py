@@ -19,7 +19,6 @@ from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.core.unitfile.sources import load_service, refuse_template_edit
 from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
-from remediate.host.bench import probe_prefill
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
 from remediate.host.environ import ServerEnv, read_server_env
@@ -28,6 +27,7 @@ from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.plan import auto_step
+from remediate.host.prefill import check_probe, run_probe
 from remediate.host.read import endpoint_of, read_unit, run_read_only
 from remediate.host.transaction import transact
 from remediate.models import HostResult, ProgressFn
@@ -201,25 +201,6 @@ def remediate_host(
     return run_locked(transport, options, body, label=label, progress=progress, now=now, journal_lines=GATE_LINES)
 
 
-def _probe(
-    transport: Transport,
-    unit: str,
-    endpoint: tuple[str, int],
-    options: RunOptions,
-    result: HostResult,
-    info: dict[str, Any] | None,
-    timer: Timer,
-    now: Callable[[], float],
-) -> None:
-    """``--probe TOKENS``: the crashing request, once healthy; its failure is a failed health check."""
-    if not options.probe_tokens:
-        return
-    with timer.phase("probe"):
-        result.extra["probe"] = probe_prefill(
-            transport, unit, endpoint, options.probe_tokens, info=info, seed=int(now()), timeout=options.timeout
-        )
-
-
 def _remediate_locked(
     transport: Transport,
     options: RunOptions,
@@ -240,6 +221,7 @@ def _remediate_locked(
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
         result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
+        check_probe(transport, sources, endpoint_of(found, options), options)  # a typo stops here, unwritten
     drift: list[str] = []
     if not plan.is_changed:
         tokens, drift = _already_healthy(transport, found, sources, options, plan, result, desired.alloc_conf)
@@ -250,7 +232,7 @@ def _remediate_locked(
             result.steps = []
             if not options.dry_run:
                 info, _ = fetch_server_info(transport, *endpoint_of(found, options))
-                _probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
+                run_probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
             return
         if drift:
             # The unit is right, the running server is not: restart it under the same verified transaction.
@@ -269,7 +251,7 @@ def _remediate_locked(
         verify_server_args(result.host, healthy.info, plan)
         verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
         verify_tokens(result, healthy, options)
-        _probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
+        run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
     transact(
         transport,
