@@ -118,6 +118,7 @@ class Rollout(Generic[T]):
     confirm: Callable[[str], bool] | None = None
     on_event: Callable[[str], None] | None = None
     halted: str | None = None
+    halt_code: int = 1  # the exit code of hosts not attempted: 2 when a canary refused bad input (nothing written)
     interrupted: bool = False
     batches: list[list[str]] = field(default_factory=list)
     stop_when: Callable[[HostResult], str | None] | None = None
@@ -161,6 +162,8 @@ class Rollout(Generic[T]):
                             if not result.ok:
                                 failures += 1
                                 if is_canary:
+                                    if not stop.is_set() and all(r.exit_code == 2 for r in results.values()):
+                                        self.halt_code = 2  # bad input refused, nothing written (a --probe typo)
                                     self._halt(stop, f"canary host {result.host} {result.outcome}")
                                 elif failures > budget:
                                     limit = self.strategy.max_failures
@@ -189,7 +192,7 @@ class Rollout(Generic[T]):
                         host=self.name_of(host),
                         outcome="not_attempted",
                         error=f"not attempted: {self.halted or 'rollout halted'}",
-                        exit_code=1,
+                        exit_code=self.halt_code,
                     )
                 )
         return out

@@ -44,7 +44,7 @@ def context_length(transport: Transport, sources: UnitSources, endpoint: tuple[s
     if flag:
         return flag, "the unit's --context-length"
     info, _ = fetch_server_info(transport, *endpoint)
-    for key in ("context_length", "context_len"):
+    for key in ("context_length", "max_context_length", "context_len"):
         value = (info or {}).get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value, "the running server's /server_info"
