@@ -64,7 +64,8 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 @click.option(
     "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
-@click.option("--probe", type=click.IntRange(min=1), metavar="TOKENS", help="Prefill TOKENS when healthy, or undo.")
+@click.option("--probe", type=click.IntRange(min=1), metavar="TOKENS",
+              help="Prefill TOKENS once healthy; the server crashing on it undoes the change.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
 @click.option("--force", is_flag=True, allow_from_autoenv=False,
               help="Apply even when the latest crash contradicts it (see diagnose).")  # fmt: skip
