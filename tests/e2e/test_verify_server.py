@@ -76,6 +76,10 @@ def test_a_server_reloaded_but_never_restarted_is_drift_and_oom_restarts_it(inci
     assert ALLOC not in node.server_env()
     pid = node.show("MainPID")["MainPID"]
 
+    status = node.cli("status")
+    assert status.returncode == 0 and status.result["outcome"] == "drift", status
+    assert status.result["remediated"] is True, "the unit is right"
+
     dry = node.cli("oom", "--dry-run")
 
     assert dry.returncode == 0, dry

@@ -249,7 +249,8 @@ def _remediate_locked(
 
     def check(healthy: Healthy) -> None:
         verify_server_args(result.host, healthy.info, plan)
-        verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
+        if desired.alloc_conf:
+            verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
         verify_tokens(result, healthy, options)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
@@ -267,6 +268,29 @@ def _remediate_locked(
         success="drift" if drift else "remediated",
         undo_note="rolled back to the previous unit",
     )
+
+
+def _status_drift(
+    transport: Transport,
+    unit: str,
+    sources: UnitSources,
+    info: dict[str, Any] | None,
+    plan: EditPlan,
+    options: RunOptions,
+    result: HostResult,
+) -> None:
+    """A remediated unit whose running server lacks a setting is ``drift`` in `status` too (read-only)."""
+    drift: list[str] = []
+    try:
+        verify_server_args(result.host, info, plan)
+    except RemediationError as exc:
+        drift.append(exc.message)
+    if options.desired.alloc_conf:
+        drift += env_problems(_server_env(transport, unit, sources), options.desired.alloc_conf)
+    if drift:
+        result.outcome = "drift"
+        result.extra["drift"] = drift
+        result.warnings.append(f"drift: {'; '.join(drift)}; `remediate oom {result.host}` restarts it")
 
 
 def status_host(
@@ -297,8 +321,11 @@ def status_host(
             listed = ", ".join(found.unloaded_dropins)
             result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
         if state.active_state == "active":
-            tokens, _ = fetch_tokens(transport, *endpoint_of(found, options))
+            info, _ = fetch_server_info(transport, *endpoint_of(found, options))
+            tokens = tokens_from_info(info) if info else fetch_tokens(transport, *endpoint_of(found, options))[0]
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
+            if not plan.is_changed and not state.needs_daemon_reload:
+                _status_drift(transport, state.unit, sources, info, plan, options, result)
 
     return run_read_only(transport, options, body, label=label, now=now)
