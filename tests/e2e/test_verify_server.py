@@ -118,3 +118,21 @@ def test_a_server_whose_environment_lacks_the_alloc_conf_is_rolled_back(incident
     assert "it lacks expandable_segments:True" in run.result["error"], run
     assert node.bytes(UNIT_PATH) == original
     node.wait_healthy()
+
+
+def test_the_environment_is_read_from_the_sglang_process_not_a_shell_that_did_not_exec(node: Node) -> None:
+    """`bash -c 'export …; python …; echo …'` (python not last, so bash cannot exec it): MainPID is bash,
+    whose environ never shows its exports; the python under it is the process whose environment counts."""
+    unit = (
+        "[Unit]\nDescription=sglang under a shell\n\n[Service]\n"
+        f"ExecStart=/bin/bash -c 'export {ALLOC}=max_split_size_mb:512; /opt/sglang/bin/python3 -m "
+        "sglang.launch_server --model-path /models/Kimi-K2.6 --tp 8 --trust-remote-code "
+        f"--host {node.host.address} --port {node.port} --mem-fraction-static 0.94; echo sglang exited'\n"
+    )
+    node.install(unit)
+
+    run = node.cli("oom", "--wait-timeout", "30")
+
+    assert run.returncode == 0, run
+    assert run.result["outcome"] == "remediated", run
+    assert f"export {ALLOC}=max_split_size_mb:512,expandable_segments:True;" in node.host.read(UNIT_PATH)

@@ -27,7 +27,9 @@ def test_systemctl_show_environment_is_the_fallback() -> None:
     assert env.values == {"PYTORCH_CUDA_ALLOC_CONF": WANTED}
 
 
-@pytest.mark.parametrize("out", ["@@main 0\n", "@@main 42\n@@environ 42\nPYTORCH_CUDA_ALLOC_CONF=x\n"])
+@pytest.mark.parametrize(
+    "out", ["@@main 0\n", "@@main 42\n@@environ 42\nPYTORCH_CUDA_ALLOC_CONF=x\n", "@@main 42\n@@none\n@@end\n"]
+)
 def test_no_main_process_or_a_cut_read_is_unknown(out: str) -> None:
     assert parse_environ(out) is None
 

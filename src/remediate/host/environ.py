@@ -20,6 +20,7 @@ _ENVIRON_MAX = 1 << 20  # bytes read from /proc/PID/environ (the kernel's ARG_MA
 _PIDS_MAX = 256  # processes looked at under MainPID
 _TIMEOUT_S = 30.0
 _NAMES = (ALLOC, ALLOC_NEW)
+_ENTRY = "sglang[.]launch_server|(.*/)?sglang"  # one argv word: `-m sglang.launch_server`, the `sglang` script
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class ServerEnv:
 
 
 def environ_script(unit: str) -> str:
-    """The read: MainPID, the nearest process under it that runs sglang, its allocator variables."""
+    """The read: MainPID, the nearest process under it that runs sglang, its allocator variables (``@@none``
+    where no process there runs it as its own argv: nothing is checked rather than the wrong process)."""
     grep = "^(" + "|".join(_NAMES) + ")="
     return f"""set -u
 export LC_ALL=C
@@ -40,15 +42,19 @@ main=$(systemctl show -p MainPID --value -- {shlex.quote(unit)} 2>/dev/null || e
 case "$main" in ''|*[!0-9]*) main=0 ;; esac
 echo "@@main $main"
 [ "$main" -gt 0 ] || exit 0
-queue=$main; seen=0; pick=$main
-while [ -n "$queue" ] && [ "$seen" -lt {_PIDS_MAX} ]; do
+queue=$main; seen=0; pick=
+while [ -n "${{queue// /}}" ] && [ "$seen" -lt {_PIDS_MAX} ]; do
   set -- $queue; p=$1; shift; queue="$*"; seen=$((seen + 1))
-  if head -c 65536 "/proc/$p/cmdline" 2>/dev/null | tr '\\0' ' ' | grep -qE 'sglang[.]launch_server|sglang serve'; then
+  # one argv word is the entry point (a `bash -c '… sglang.launch_server …'` script is not: its exports
+  # are not in its environ)
+  if head -c 65536 "/proc/$p/cmdline" 2>/dev/null | tr '\\0' '\\n' | grep -qxE {shlex.quote(_ENTRY)}; then
     pick=$p; break
   fi
   queue="$queue $(cat /proc/$p/task/*/children 2>/dev/null | tr '\\n' ' ')"
 done
-if [ -r "/proc/$pick/environ" ]; then
+if [ -z "$pick" ]; then
+  echo "@@none"
+elif [ -r "/proc/$pick/environ" ]; then
   echo "@@environ $pick"
   head -c {_ENVIRON_MAX} "/proc/$pick/environ" | grep -zE {shlex.quote(grep)} | tr '\\0' '\\n'
 else
