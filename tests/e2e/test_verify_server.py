@@ -136,3 +136,18 @@ def test_the_environment_is_read_from_the_sglang_process_not_a_shell_that_did_no
     assert run.returncode == 0, run
     assert run.result["outcome"] == "remediated", run
     assert f"export {ALLOC}=max_split_size_mb:512,expandable_segments:True;" in node.host.read(UNIT_PATH)
+
+
+def test_a_probe_the_new_server_rejects_for_its_length_is_a_warning_not_a_rollback(incident: Node) -> None:
+    """200,000 tokens fit the context (262,144) but not the smaller pool after the change (the longest
+    prompt is now 195,005): the server lives, so the verified change stays and the probe is a warning."""
+    node = incident
+
+    run = node.cli("oom", "--wait-timeout", "30", "--probe", "200000")
+
+    assert run.returncode == 0, run
+    assert run.result["outcome"] == "remediated", run
+    assert run.result["probe"]["ok"] is False, run.result["probe"]
+    assert any("--probe 200,000 failed but the server did not crash" in w for w in run.result["warnings"]), run
+    assert "--mem-fraction-static 0.93" in node.host.read(UNIT_PATH)
+    assert node.backups(UNIT_PATH), "the change stays"
