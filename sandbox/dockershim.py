@@ -1,6 +1,10 @@
 """`docker`/`podman` shim, /usr/local/bin/docker and podman in every sandbox host: `run [opts] IMAGE CMD…`
 runs CMD on the host with the -e/--env-file variables.
 
+Without ``--network host``, a ``-p [IP:]HOST:CONTAINER`` mapping is emulated the only way a process on the
+host can have it: the server's ``--port CONTAINER`` becomes ``--port HOST`` (and its ``--host`` the IP, when
+the mapping names one), so the server is reachable on the host port only, as behind docker's proxy.
+
 The image's Python is the sandbox's sglang 'venv' (/opt/sglang/bin first in PATH). Other verbs are no-ops.
 """
 
@@ -89,6 +93,8 @@ def run(args: list[str]) -> int:
             env[key] = os.environ[key]
     entrypoint: list[str] = []
     workdir = "/"
+    publish: list[str] = []
+    network = ""
     i = 0
     while i < len(args):
         arg = args[i]
@@ -115,6 +121,10 @@ def run(args: list[str]) -> int:
             entrypoint = [value]
         elif name in ("-w", "--workdir") and value:
             workdir = value
+        elif name in ("-p", "--publish") and value:
+            publish.append(value.lstrip("="))
+        elif name in ("--network", "--net") and value:
+            network = value
     if i >= len(args):
         sys.stderr.write('docker: "docker run" requires at least 1 argument.\n')
         return 125
@@ -122,6 +132,8 @@ def run(args: list[str]) -> int:
     if not command:
         sys.stderr.write(f"docker: image {args[i]} has no default command in the sandbox; pass one.\n")
         return 125
+    if publish and network != "host":
+        command = _published(command, publish)
     if os.path.isdir(workdir):
         os.chdir(workdir)
     try:
@@ -129,6 +141,24 @@ def run(args: list[str]) -> int:
     except OSError as exc:
         sys.stderr.write(f"docker: Error response from daemon: exec: {command[0]!r}: {exc.strerror}\n")
         return 127
+
+
+def _published(command: list[str], publish: list[str]) -> list[str]:
+    """The server's ``--port``/``--host`` as the host sees them through ``-p [IP:]HOST:CONTAINER``."""
+    out = list(command)
+    for spec in publish:
+        parts = spec.split("/", 1)[0].rsplit(":", 2)
+        if len(parts) < 2 or not parts[-1].isdigit() or not parts[-2].isdigit():
+            continue
+        ip = parts[0].strip("[]") if len(parts) == 3 else ""
+        for i, word in enumerate(out[:-1]):
+            if word == "--port" and out[i + 1] == parts[-1]:
+                out[i + 1] = parts[-2]
+                if ip:
+                    for j, other in enumerate(out[:-1]):
+                        if other == "--host":
+                            out[j + 1] = ip
+    return out
 
 
 def main(argv: list[str]) -> int:

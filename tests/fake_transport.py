@@ -131,6 +131,10 @@ class FakeTransport:
                 rule.hits += 1
                 reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
                 return _as_result(reply, command, stdin)
+        if stdin and "/proc/$pick/environ" in stdin:
+            # host/environ.py's read of the server's environment, unless a test scripts it (``on("environ", …)``):
+            # "no main process", so the environment is not checked.
+            return CommandResult(command, 0, "@@main 0\n", "")
         raise UnscriptedCommandError(f"{self.host}: no scripted reply for {command!r} (stdin: {_head(stdin)!r})")
 
     @contextmanager

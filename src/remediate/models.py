@@ -9,8 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-OUTCOMES = ("remediated", "restored", "unchanged", "rolled_back", "failed", "unreachable", "not_attempted")
-SUCCESS_OUTCOMES = frozenset({"remediated", "restored", "unchanged"})
+OUTCOMES = ("remediated", "restored", "unchanged", "drift", "rolled_back", "failed", "unreachable", "not_attempted")
+# drift: the unit was right but the running server lacked a setting; `oom` restarted it and verified it
+# (a dry run only reports it).
+SUCCESS_OUTCOMES = frozenset({"remediated", "restored", "unchanged", "drift"})
 
 ProgressFn = Callable[[str, str, str], None]
 """Live progress: ``(host, phase, detail)``; render.LiveProgress is one."""

@@ -33,6 +33,7 @@ _OUTCOME_STYLE = {
     "remediated": "green",
     "restored": "green",
     "unchanged": "cyan",
+    "drift": "yellow",
     "rolled_back": "yellow",
     "failed": "red",
     "unreachable": "red",
@@ -108,6 +109,8 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
     for line in result.journal:
         console.print(f"  journal │ {display_text(line)}", style="dim", highlight=False, markup=False)
     label = "dry run: " + ("would change" if result.changed else "nothing to change") if dry_run else result.outcome
+    if dry_run and result.outcome == "drift":
+        label = "dry run: drift (a real run restarts the server)"
     console.print(f"  [{style}]{escape(label)}[/{style}] in {result.seconds:.1f}s", highlight=False)
 
 

@@ -189,6 +189,6 @@ def test_unit_fixed_by_hand_but_never_restarted_is_restarted_not_unchanged(incid
     result = run.result
     assert result["changed"] is False and result["backup"] is None
     assert any("server reports mem_fraction_static=0.94" in note for note in result["notes"]), result["notes"]
-    assert result["outcome"] == "remediated" and result["max_total_num_tokens"] == 195011
+    assert result["outcome"] == "drift" and result["max_total_num_tokens"] == 195011  # restarted, verified
     assert node.show("InvocationID")["InvocationID"] != invocation
     assert f"restart {UNIT}" in node.audit()

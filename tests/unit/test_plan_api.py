@@ -149,6 +149,32 @@ def test_auto_desired_from_a_spike_and_the_fallback() -> None:
     assert same == DesiredState() and "plain recipe" in notes[0] and "no runtime CUDA OOM" in notes[0]
 
 
+def test_auto_never_raises_the_fraction_that_crashed_unless_allowed() -> None:
+    # A smaller spike: with chunk 4096 the plan's 10 % margin would fit at 0.95, above the crash at 0.94.
+    ev = evidence_from(journal("standin-incident-crash-0.94.journal"), None, Settings("0.94", None, None))
+    small = Spike(400 * MIB, 32768, int(666.44 * MIB), int(358.40 * MIB), fraction=0.94)
+    planned = plan_budget(replace(ev, spike=small, spike_note=None), BudgetOptions(), "gpu-01")
+    assert planned.chosen_fraction == 0.95
+    desired, notes = auto_desired(planned, DesiredState())
+    assert str(desired.mem_fraction_static) == "0.94"
+    assert notes[0] == (
+        "--auto: the plan would raise --mem-fraction-static to 0.95 (above 0.94, the fraction that crashed); "
+        "kept 0.94: pass --allow-raise to let --auto raise it"
+    )
+    assert notes[1].startswith("--auto: --mem-fraction-static 0.94 (predicted ")
+    raised, notes = auto_desired(planned, DesiredState(), allow_raise=True)
+    assert str(raised.mem_fraction_static) == "0.95" and len(notes) == 1
+
+
+def test_allow_raise_without_auto_is_refused() -> None:
+    run = CliRunner().invoke(cli, ["oom", "root@gpu-01.example", "--allow-raise", "--dry-run"])
+    assert run.exit_code == 2
+    assert (
+        run.output
+        == "remediate: --allow-raise only changes what --auto may choose: add --auto, or drop --allow-raise\n"
+    )
+
+
 def test_evidence_prefers_the_server_over_the_unit() -> None:
     info = parse_server_info({**INFO_093, "chunked_prefill_size": 2048})
     ev = evidence_from([], info, Settings("0.9", "8192", "expandable_segments:True,garbage_collection_threshold:0.6"))

@@ -1,4 +1,5 @@
-"""`oom --probe TOKENS` in the single-host runner: the crashing prefill once healthy; failing it rolls back."""
+"""`oom --probe TOKENS` in the single-host runner: checked against the context before the commit; the
+crashing prefill once healthy: a crash rolls back, any other failure is a warning."""
 
 from __future__ import annotations
 
@@ -54,8 +55,10 @@ def test_a_probe_that_kills_the_server_rolls_back_with_the_oom_lines() -> None:
     host.on(
         POLL,
         state_output(invocation_id="inv-2"),  # the wait: healthy
-        state_output(invocation_id="inv-2"),  # before the probe
+        state_output(invocation_id="inv-2"),  # before the probe (prefill.run_probe)
+        state_output(invocation_id="inv-2"),  # before the probe (bench.probe_prefill)
         state_output("activating", "auto-restart", result="signal", invocation_id="inv-2", main_pid=0),  # it died
+        state_output("activating", "auto-restart", result="signal", invocation_id="inv-2", main_pid=0),  # still
         state_output(invocation_id="inv-3"),  # the restored server
     )
     host.stream("/generate", sse(SIZE, cut=True))
@@ -68,15 +71,40 @@ def test_a_probe_that_kills_the_server_rolls_back_with_the_oom_lines() -> None:
     assert any("--since @1764400100" in c.command for c in host.ran(r"\Ajournalctl"))
 
 
-def test_a_probe_longer_than_the_server_takes_is_a_failure_too() -> None:
+def test_a_probe_longer_than_the_new_server_takes_is_a_warning_not_a_rollback() -> None:
     host = healthy_host()
-    host.on(COMMIT, commit_ok(), commit_ok(invocation="inv-3", backup=False))
-    host.on(POLL, state_output(invocation_id="inv-2"), state_output(invocation_id="inv-3"))
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output(invocation_id="inv-2"))
     host.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011, "max_req_input_len": 195005})))
     result = run(host, probe_tokens=200_000)
-    assert result.outcome == "rolled_back"
-    assert result.error is not None and "--probe 200,000: the server cannot take it" in result.error
+    assert result.outcome == "remediated" and result.exit_code == 0, result.error
+    assert result.extra["probe"]["ok"] is False
+    assert any("--probe 200,000 failed but the server did not crash" in w for w in result.warnings), result.warnings
+    assert len(host.scripts("# remediate commit")) == 1, "no rollback"
     assert not [c for c in host.http_calls if c.path == "/generate"]
+
+
+def test_a_probe_that_times_out_or_gets_a_503_while_the_server_lives_is_kept() -> None:
+    host = healthy_host()
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output(invocation_id="inv-2"))
+    host.stream("/generate", 503)
+    result = run(host, probe_tokens=SIZE)
+    assert result.outcome == "remediated", result.error
+    assert len(host.scripts("# remediate commit")) == 1, "no rollback"
+    assert result.extra["probe"]["ok"] is False and "503" in result.extra["probe"]["error"]
+
+
+def test_a_probe_above_the_context_length_is_refused_before_the_commit() -> None:
+    host = healthy_host()
+    host.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011, "context_length": 131072})))
+    result = run(host, probe_tokens=200_000)
+    assert result.outcome == "failed" and result.exit_code == 2, result.error
+    assert result.error == (
+        "gpu-01: --probe 200,000 + 1 generated token exceeds the context length 131,072 "
+        "(the running server's /server_info): no server can take it; nothing was changed"
+    )
+    assert not host.scripts("# remediate commit"), "nothing may be written"
 
 
 def test_no_probe_without_probe_tokens() -> None:

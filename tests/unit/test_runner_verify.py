@@ -23,9 +23,11 @@ PLAN = plan_edit(
 
 
 def test_matching_server_args_pass() -> None:
-    verify_server_args("gpu-01", {"mem_fraction_static": 0.93, "chunked_prefill_size": 4096}, PLAN)
-    verify_server_args("gpu-01", None, PLAN)  # an info document without args (journal fallback) proves nothing
-    verify_server_args("gpu-01", {"max_total_num_tokens": 195011}, PLAN)
+    checked = verify_server_args("gpu-01", {"mem_fraction_static": 0.93, "chunked_prefill_size": 4096}, PLAN)
+    assert checked == {"mem_fraction_static": "0.93", "chunked_prefill_size": "4096"}
+    # an info document without args (journal fallback) proves nothing, and says it compared nothing
+    assert verify_server_args("gpu-01", None, PLAN) == {}
+    assert verify_server_args("gpu-01", {"max_total_num_tokens": 195011}, PLAN) == {}
 
 
 @pytest.mark.parametrize(

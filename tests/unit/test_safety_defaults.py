@@ -71,6 +71,7 @@ def test_example_inventory_uses_documentation_addresses_only() -> None:
         ("REMEDIATE_OOM_YES", "--yes"),
         ("REMEDIATE_ROLLBACK_YES", "--yes"),
         ("REMEDIATE_STATUS_ACCEPT_NEW_HOST_KEY", "--accept-new-host-key"),
+        ("REMEDIATE_OOM_ALLOW_RAISE", "--allow-raise"),
     ],
 )
 def test_safety_options_are_refused_from_the_environment(variable: str, flag: str) -> None:

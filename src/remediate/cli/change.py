@@ -64,13 +64,16 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 @click.option(
     "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
-@click.option("--probe", type=click.IntRange(min=1), metavar="TOKENS", help="Prefill TOKENS when healthy, or undo.")
+@click.option("--probe", type=click.IntRange(min=1), metavar="TOKENS",
+              help="Prefill TOKENS once healthy; the server crashing on it undoes the change.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
 @click.option("--force", is_flag=True, allow_from_autoenv=False,
               help="Apply even when the latest crash contradicts it (see diagnose).")  # fmt: skip
 @click.option("--no-rollback", is_flag=True, allow_from_autoenv=False,
               help="Leave the new state in place when the server does not come back.")  # fmt: skip
 @click.option("--auto", is_flag=True, help="Choose fraction, chunk and alloc conf per host from its evidence (plan).")
+@click.option("--allow-raise", is_flag=True, allow_from_autoenv=False,
+              help="With --auto: allow a fraction above the one that crashed (default: never raised).")  # fmt: skip
 @handle_errors
 def oom(**kw: Any) -> None:
     """Apply the OOM fix to sglang hosts as one verified transaction each.
@@ -104,6 +107,7 @@ def oom(**kw: Any) -> None:
         retry_file=kw["retry_file"],
         lock_timeout=kw["lock_timeout"],
         auto=kw["auto"],
+        allow_raise=kw["allow_raise"],
     )
     with live_progress(kw["as_json"]) as progress:
         confirm = confirm_prompt(kw, progress)

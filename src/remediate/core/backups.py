@@ -38,7 +38,7 @@ class Backup:
 
 def parse_backup_name(path: str) -> tuple[str, str | None, int | None, int] | None:
     """(original, tag, epoch, sequence) for a backup path, or None if it is not one."""
-    match = _NAME.match(path)
+    match = _NAME.fullmatch(path)
     if not match:
         return None
     epoch = int(match.group("epoch")) if match.group("epoch") else None

@@ -25,7 +25,7 @@ def normalise_unit(name: str) -> str:
     if text.endswith(_OTHER_TYPES):
         raise ConfigError(f"--unit {name!r} is not a service unit")
     full = text if text.endswith(".service") else f"{text}.service"
-    match = _NAME.match(full)
+    match = _NAME.fullmatch(full)
     if match is None or len(full) > _MAX or full.startswith(("-", ".")):
         raise ConfigError(
             f"--unit {name!r} is not a valid systemd unit name "

@@ -92,6 +92,8 @@ def observing(
 
 def with_auto(per_host: dict[str, RunOptions], request: OomRequest, log: Path) -> dict[str, RunOptions]:
     """`oom --auto`: every host plans from its own evidence, with this machine's observations."""
+    if request.allow_raise and not request.auto:
+        raise ConfigError("--allow-raise only changes what --auto may choose: add --auto, or drop --allow-raise")
     if not request.auto:
         return per_host
     if request.cli_desired.get("mem_fraction_static") is not None or request.cli_desired.get("mem_fraction_step"):
@@ -106,6 +108,7 @@ def with_auto(per_host: dict[str, RunOptions], request: OomRequest, log: Path) -
                 chunk_is_ceiling=options.desired.chunk_is_ceiling,
                 margin=request.margin,
                 observations=records,
+                allow_raise=request.allow_raise,
             ),
         )
         for name, options in per_host.items()

@@ -63,14 +63,14 @@ def parse_batch(spec: str | int | Sequence[str | int]) -> tuple[str, ...]:
     if not items:
         raise ConfigError("--batch needs at least one size")
     for item in items:
-        match = _SPEC.match(item)
+        match = _SPEC.fullmatch(item)
         if not match or (not match.group(2) and int(match.group(1)) < 1) or int(match.group(1)) < 1:
             raise ConfigError(f"--batch {item!r}: expected a positive N or P% (e.g. 1,10%,25%)")
     return tuple(item.strip() for item in items)
 
 
 def _size(item: str, total: int) -> int:
-    match = _SPEC.match(item)
+    match = _SPEC.fullmatch(item)
     assert match
     value = int(match.group(1))
     if match.group(2):
@@ -98,7 +98,7 @@ def plan_batches(total: int, strategy: Strategy) -> list[int]:
 
 def failure_budget(spec: str | int, total: int) -> int:
     """How many failures are tolerated: ``N`` or ``P%`` of the hosts (rounded down)."""
-    match = _SPEC.match(str(spec))
+    match = _SPEC.fullmatch(str(spec))
     if not match:
         raise ConfigError(f"--max-failures {spec!r}: expected N or P%")
     value = int(match.group(1))
@@ -120,6 +120,7 @@ class Rollout(Generic[T]):
     confirm: Callable[[str], bool] | None = None
     on_event: Callable[[str], None] | None = None
     halted: str | None = None
+    halt_code: int = 1  # the exit code of hosts not attempted: 2 when a canary refused bad input (nothing written)
     interrupted: bool = False
     batches: list[list[str]] = field(default_factory=list)
     stop_when: Callable[[HostResult], str | None] | None = None
@@ -163,6 +164,8 @@ class Rollout(Generic[T]):
                             if not result.ok:
                                 failures += 1
                                 if is_canary:
+                                    if not stop.is_set() and all(r.exit_code == 2 for r in results.values()):
+                                        self.halt_code = 2  # bad input refused, nothing written (a --probe typo)
                                     self._halt(stop, f"canary host {result.host} {result.outcome}")
                                 elif failures > budget:
                                     limit = self.strategy.max_failures
@@ -191,7 +194,7 @@ class Rollout(Generic[T]):
                         host=self.name_of(host),
                         outcome="not_attempted",
                         error=f"not attempted: {self.halted or 'rollout halted'}",
-                        exit_code=1,
+                        exit_code=self.halt_code,
                     )
                 )
         return out

@@ -187,7 +187,7 @@ def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
 
 # Safety-relevant options are never taken from REMEDIATE_<COMMAND>_<OPTION>: a stray variable in a shell
 # or a CI job must not silently turn off the rollback or the host-key check, nor answer prompts.
-SAFETY_OPTIONS = ("no_rollback", "accept_new_host_key", "yes", "force", "all_instances")
+SAFETY_OPTIONS = ("no_rollback", "accept_new_host_key", "yes", "force", "all_instances", "allow_raise")
 _COMMANDS = ("oom", "rollback", "status", "backups", "edit", "diagnose")
 
 

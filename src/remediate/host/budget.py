@@ -205,13 +205,35 @@ def plan_budget(evidence: Evidence, options: BudgetOptions, host: str) -> HostBu
     return HostBudget(evidence, model, plan, errors, tuple(notes))
 
 
-def auto_desired(budget: HostBudget, desired: DesiredState) -> tuple[DesiredState, list[str]]:
-    """`oom --auto`: the chosen fraction and chunk plus expandable segments, else the plain recipe (said so)."""
+def crashed_fraction(budget: HostBudget) -> float | None:
+    """The fraction the crashed server ran with (the spike's run), else the running one."""
+    spike = budget.evidence.spike
+    return spike.fraction if spike is not None and spike.fraction is not None else budget.evidence.fraction
+
+
+def auto_desired(
+    budget: HostBudget, desired: DesiredState, *, allow_raise: bool = False
+) -> tuple[DesiredState, list[str]]:
+    """`oom --auto`: the chosen fraction and chunk plus expandable segments, else the plain recipe (said so).
+    The fraction never goes above the one that crashed unless ``allow_raise``: the margin is estimated from
+    one sample of the spike, and a wrong estimate crashes again with less headroom than before."""
     plan = budget.plan
     if plan is None or plan.chosen is None:
         why = "; ".join([*budget.notes, *(plan.reasons if plan else ()), *(plan.warnings if plan else ())])
         return desired, [f"--auto: no plan from evidence ({why or 'no startup numbers'}): the plain recipe"]
     fraction = Decimal(f"{plan.chosen.fraction:.4f}").normalize()
+    tokens = plan.chosen.prediction.tokens
+    held: list[str] = []
+    ceiling = crashed_fraction(budget)
+    if not allow_raise and ceiling is not None and plan.chosen.fraction > ceiling + 1e-9:
+        kept = Decimal(f"{ceiling:.4f}").normalize()
+        held.append(
+            f"--auto: the plan would raise --mem-fraction-static to {fraction} (above {kept}, the fraction that "
+            f"crashed); kept {kept}: pass --allow-raise to let --auto raise it"
+        )
+        same = [r for r in plan.rows if abs(r.fraction - ceiling) < 1e-9]
+        tokens = same[0].prediction.tokens if same else tokens
+        fraction = kept
     chunk = plan.proposed.chunked_prefill_size
     auto = replace(
         desired,
@@ -220,9 +242,9 @@ def auto_desired(budget: HostBudget, desired: DesiredState) -> tuple[DesiredStat
         chunk_is_ceiling=True,
         alloc_conf=desired.alloc_conf or EXPANDABLE,
     )
-    tokens = plan.chosen.prediction.tokens
     return auto, [
-        f"--auto: --mem-fraction-static {fraction} (predicted {tokens:,} tokens), chunk {chunk}, {EXPANDABLE}"
+        *held,
+        f"--auto: --mem-fraction-static {fraction} (predicted {tokens:,} tokens), chunk {chunk}, {EXPANDABLE}",
     ]
 
 

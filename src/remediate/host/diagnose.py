@@ -56,7 +56,7 @@ def parse_since(value: str | None, lines: int = DEFAULT_LINES) -> tuple[int | No
     text = value.strip()
     if text.isdigit():
         return int(text), None
-    if _TIME.match(text):
+    if _TIME.fullmatch(text):
         return None, text
     raise ConfigError(
         f"--since {value!r} is neither a number of restarts nor a time (e.g. 1, '2 hours ago', '2026-12-01 08:00')"

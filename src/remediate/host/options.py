@@ -21,6 +21,7 @@ class BudgetOptions:
     chunk_is_ceiling: bool = True  # keep the server's chunk when it is already smaller
     margin: float = 0.10
     observations: tuple[Observation, ...] = ()
+    allow_raise: bool = False  # `oom --auto --allow-raise`: the plan may go above the fraction that crashed
 
 
 @dataclass(frozen=True)

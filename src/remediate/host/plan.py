@@ -46,7 +46,7 @@ def auto_step(
     assert options.auto is not None
     planned = plan_budget(read_evidence(transport, found, sources, options), options.auto, result.host)
     result.extra["plan"] = plan_document(planned)
-    desired, notes = auto_desired(planned, options.desired)
+    desired, notes = auto_desired(planned, options.desired, allow_raise=options.auto.allow_raise)
     result.notes.extend(notes)
     if planned.plan is not None:
         result.warnings.extend(planned.plan.warnings)

@@ -7,8 +7,10 @@ from collections.abc import Callable
 
 from remediate.core import probes
 from remediate.core.probes import ProbeResult
+from remediate.core.unitfile.command import SglangCommand
 from remediate.core.unitfile.edit import SourceFile, UnitSources
-from remediate.core.unitfile.sources import server_args
+from remediate.core.unitfile.ports import host_endpoint
+from remediate.core.unitfile.sources import load_service, server_args
 from remediate.errors import ConfigError, TransportError
 from remediate.host import templates
 from remediate.host.options import RunOptions
@@ -118,11 +120,19 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
 
     Read from ``systemctl show``'s argv, or — where that still holds ``$VAR``/``${VAR}`` (systemd expands
     them only at exec) — from the unit's command line expanded as systemd does (``$SGLANG_ARGS`` from an
-    EnvironmentFile=)."""
+    EnvironmentFile=).
+
+    A server in a docker/podman container is reached through the port its ``-p``/``--publish`` maps the
+    server's port to (``--network host``: the same port); a container the host cannot reach is a ConfigError.
+    """
     assert found.state is not None
     fallback = options.server_port or 30000
     for argv in found.state.exec_argvs:
         if any("sglang" in word for word in argv):
+            command = _command(found)
+            if command is not None and command.ports is not None:
+                host, port = probes.server_endpoint(server_args(sources_from_probe(found)), fallback)
+                return host_endpoint(command.ports, host, port)
             if any("$" in word for word in argv):
                 try:
                     argv = tuple(server_args(sources_from_probe(found)))
@@ -130,6 +140,14 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
                     pass
             return probes.server_endpoint(argv, fallback)
     return probes.server_endpoint((), fallback)  # no sglang ExecStart: sglang's own defaults
+
+
+def _command(found: ProbeResult) -> SglangCommand | None:
+    """The unit's sglang command as the core reads it, or None where it cannot be read (the plan says why)."""
+    try:
+        return load_service(sources_from_probe(found)).command
+    except ConfigError:
+        return None
 
 
 def run_read_only(

@@ -15,18 +15,20 @@ from typing import Any
 
 from remediate.core import probes
 from remediate.core.probes import ProbeResult, tokens_from_info
+from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
-from remediate.core.unitfile.sources import refuse_template_edit
-from remediate.errors import RefusedError, RemediationError, UnhealthyError
-from remediate.host.bench import probe_prefill
+from remediate.core.unitfile.sources import load_service, refuse_template_edit
+from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
+from remediate.host.environ import ServerEnv, read_server_env
 from remediate.host.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.plan import auto_step
+from remediate.host.prefill import check_probe, run_probe
 from remediate.host.read import endpoint_of, read_unit, run_read_only
 from remediate.host.transaction import transact
 from remediate.models import HostResult, ProgressFn
@@ -41,11 +43,13 @@ def _fill_plan(result: HostResult, plan: EditPlan) -> None:
     result.changed = plan.is_changed
 
 
-def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -> None:
+def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -> dict[str, str]:
     """The server that answers must run the values we wrote (its resolved ServerArgs are in the info
-    document). Catches a restart that did not take — and another server answering on that port."""
+    document). Catches a restart that did not take — and another server answering on that port.
+    Returns the flags it compared (and found equal)."""
+    checked: dict[str, str] = {}
     if not info:
-        return
+        return checked
     for key, want in flag_values(plan.after).items():
         got = info.get(key)
         if want is None or got is None:
@@ -60,6 +64,43 @@ def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -
                 f"the server reports {key}={got}, but the unit now sets {want}: "
                 "the restart did not take effect, or another server answers on that port",
             )
+        checked[key] = want
+    return checked
+
+
+def env_problems(env: ServerEnv | None, wanted: str | None) -> list[str]:
+    """What the running server's allocator environment lacks of ``wanted`` (empty: nothing, or not checkable).
+    Both names are checked where set: torch ≥ 2.9 reads ``PYTORCH_ALLOC_CONF`` first."""
+    if not wanted or env is None:
+        return []
+    problems = []
+    for name in (ALLOC, ALLOC_NEW):
+        if name != ALLOC and name not in env.values:
+            continue
+        missing = missing_options(env.values.get(name), wanted)
+        if missing:
+            got = env.values.get(name)
+            held = "is unset" if got is None else f"is {got!r}"
+            problems.append(f"the running server's {name} {held} ({env.source}): it lacks {','.join(missing)}")
+    return problems
+
+
+def verify_server_env(host: str, env: ServerEnv | None, wanted: str | None) -> None:
+    """After the restart the server's own environment must hold the alloc conf the unit now sets: an
+    ``Environment=`` line systemd could not parse is dropped whole, and only the environ shows it."""
+    problems = env_problems(env, wanted)
+    if problems:
+        raise RemediationError(host, "; ".join(problems) + ": the unit's setting did not reach the server")
+
+
+def _server_env(transport: Transport, unit: str, sources: UnitSources) -> ServerEnv | None:
+    """The sglang process's environment — not for a container: its environment is the engine's to give
+    (``-e``), and the host-side process (the docker client, conmon) never holds it."""
+    try:
+        in_container = load_service(sources).command.in_container
+    except ConfigError:
+        return None
+    return None if in_container else read_server_env(transport, unit)
 
 
 def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> None:
@@ -88,14 +129,21 @@ def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> 
 
 
 def _already_healthy(
-    transport: Transport, found: ProbeResult, options: RunOptions, plan: EditPlan, result: HostResult
-) -> tuple[int | None, bool]:
-    """(tokens, stale) for a unit that needs no change: tokens when the running server runs it; stale
-    when it answers with other values (edited and reloaded, never restarted), so it must restart."""
+    transport: Transport,
+    found: ProbeResult,
+    sources: UnitSources,
+    options: RunOptions,
+    plan: EditPlan,
+    result: HostResult,
+    wanted: str | None,
+) -> tuple[int | None, list[str]]:
+    """(tokens, drift) for a unit that needs no change: tokens when the running server runs it; drift
+    (what it lacks) when it answers with other values or lacks the alloc conf (edited and reloaded, never
+    restarted), so it must restart."""
     state = found.state
     assert state is not None
     if state.active_state not in ("active", "activating") or found.needs_daemon_reload:
-        return None, False
+        return None, []
     endpoint = endpoint_of(found, options)
     info, _ = fetch_server_info(transport, *endpoint)
     if info is None:
@@ -111,15 +159,15 @@ def _already_healthy(
                 invocation_id=state.invocation_id or None,
             ).info
         except UnhealthyError:
-            return None, False
+            return None, []
         if info is None:
-            return None, False
+            return None, []
     try:
         verify_server_args(result.host, info, plan)
     except RemediationError as exc:
-        result.notes.append(f"{exc.message}; restarting to apply the unit")
-        return None, True
-    return tokens_from_info(info), False
+        return None, [exc.message]
+    drift = env_problems(_server_env(transport, state.unit, sources), wanted)
+    return (None, drift) if drift else (tokens_from_info(info), [])
 
 
 def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOptions, result: HostResult) -> None:
@@ -154,25 +202,6 @@ def remediate_host(
     return run_locked(transport, options, body, label=label, progress=progress, now=now, journal_lines=GATE_LINES)
 
 
-def _probe(
-    transport: Transport,
-    unit: str,
-    endpoint: tuple[str, int],
-    options: RunOptions,
-    result: HostResult,
-    info: dict[str, Any] | None,
-    timer: Timer,
-    now: Callable[[], float],
-) -> None:
-    """``--probe TOKENS``: the crashing request, once healthy; its failure is a failed health check."""
-    if not options.probe_tokens:
-        return
-    with timer.phase("probe"):
-        result.extra["probe"] = probe_prefill(
-            transport, unit, endpoint, options.probe_tokens, info=info, seed=int(now()), timeout=options.timeout
-        )
-
-
 def _remediate_locked(
     transport: Transport,
     options: RunOptions,
@@ -194,8 +223,10 @@ def _remediate_locked(
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
         result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
+        check_probe(transport, sources, endpoint_of(found, options), options)  # a typo stops here, unwritten
+    drift: list[str] = []
     if not plan.is_changed:
-        tokens, stale = _already_healthy(transport, found, options, plan, result)
+        tokens, drift = _already_healthy(transport, found, sources, options, plan, result, desired.alloc_conf)
         if tokens is not None:
             result.outcome = "unchanged"
             result.max_total_num_tokens = tokens
@@ -203,20 +234,27 @@ def _remediate_locked(
             result.steps = []
             if not options.dry_run:
                 info, _ = fetch_server_info(transport, *endpoint_of(found, options))
-                _probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
+                run_probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
             return
-        if not stale:
+        if drift:
+            # The unit is right, the running server is not: restart it under the same verified transaction.
+            fix = f"`remediate oom {result.host}` restarts it" if options.dry_run else "restarting it"
+            result.notes.append(f"drift: {'; '.join(drift)}; the unit on disk is right: {fix}")
+            result.extra["drift"] = drift
+        else:
             result.notes.append("the unit is already remediated but the server is not healthy: restarting it")
     if options.dry_run:
         # Nothing was changed: the outcome says so; `changed` and the diff say what a real run would do.
-        result.outcome = "unchanged"
+        result.outcome = "drift" if drift else "unchanged"
         result.extra["dry_run"] = True
         return
 
     def check(healthy: Healthy) -> None:
         verify_server_args(result.host, healthy.info, plan)
+        if desired.alloc_conf:
+            verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
         verify_tokens(result, healthy, options)
-        _probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
+        run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
     transact(
         transport,
@@ -229,9 +267,32 @@ def _remediate_locked(
         epoch=epoch,
         analyze=found.has_systemd_analyze,
         verify=check,
-        success="remediated",
+        success="drift" if drift else "remediated",
         undo_note="rolled back to the previous unit",
     )
+
+
+def _status_drift(
+    transport: Transport,
+    unit: str,
+    sources: UnitSources,
+    info: dict[str, Any] | None,
+    plan: EditPlan,
+    options: RunOptions,
+    result: HostResult,
+) -> None:
+    """A remediated unit whose running server lacks a setting is ``drift`` in `status` too (read-only)."""
+    drift: list[str] = []
+    try:
+        verify_server_args(result.host, info, plan)
+    except RemediationError as exc:
+        drift.append(exc.message)
+    if options.desired.alloc_conf:
+        drift += env_problems(_server_env(transport, unit, sources), options.desired.alloc_conf)
+    if drift:
+        result.outcome = "drift"
+        result.extra["drift"] = drift
+        result.warnings.append(f"drift: {'; '.join(drift)}; `remediate oom {result.host}` restarts it")
 
 
 def status_host(
@@ -262,8 +323,11 @@ def status_host(
             listed = ", ".join(found.unloaded_dropins)
             result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
         if state.active_state == "active":
-            tokens, _ = fetch_tokens(transport, *endpoint_of(found, options))
+            info, _ = fetch_server_info(transport, *endpoint_of(found, options))
+            tokens = tokens_from_info(info) if info else fetch_tokens(transport, *endpoint_of(found, options))[0]
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
+            if not plan.is_changed and not state.needs_daemon_reload:
+                _status_drift(transport, state.unit, sources, info, plan, options, result)
 
     return run_read_only(transport, options, body, label=label, now=now)

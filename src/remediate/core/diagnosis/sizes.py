@@ -16,7 +16,7 @@ _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?) ?(bytes|byte|B|KiB|MiB|GiB|TiB|PiB)$")
 
 def parse_size(text: str) -> int | None:
     """``"896.00 MiB"`` → 939524096 (exact decimal arithmetic, rounded to the byte); None if not a size."""
-    match = _SIZE_RE.match(text.strip())
+    match = _SIZE_RE.fullmatch(text.strip())
     if not match:
         return None
     try:

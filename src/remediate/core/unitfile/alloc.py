@@ -114,6 +114,17 @@ def alloc_value(service: Service, name: str = ALLOC) -> str | None:
     return target.assignment.value.text if target.assignment is not None else None
 
 
+def missing_options(value: str | None, wanted: str) -> list[str]:
+    """The wanted ``key:value`` options that ``value`` does not put in effect (the last of a key wins, as in
+    c10/cuda/CUDAAllocatorConfig.cpp's parser)."""
+    have: dict[str, str] = {}
+    for part in (value or "").split(","):
+        key, colon, setting = part.partition(":")
+        if colon:
+            have[key.strip()] = setting.strip()
+    return [o for o in wanted.split(",") if have.get(o.partition(":")[0]) != o.partition(":")[2]]
+
+
 @dataclass(frozen=True)
 class AllocChange:
     name: str

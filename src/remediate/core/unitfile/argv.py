@@ -59,7 +59,7 @@ def resolve_flag(name: str) -> str | None:
 
 def shell_var(token: Token) -> str | None:
     """``NAME`` for an unquoted ``$NAME`` / ``${NAME}`` shell word (split at whitespace)."""
-    match = _SHELL_VAR.match(token.text)
+    match = _SHELL_VAR.fullmatch(token.text)
     return (match.group(1) or match.group(2)) if match and not token.quoted else None
 
 

@@ -59,6 +59,16 @@ _GLOBAL_VALUE_OPTS = frozenset(
 
 
 @dataclass(frozen=True)
+class ContainerPorts:
+    """What ``run`` says about the container's network: its ``-p``/``--publish`` values, ``--network``."""
+
+    publish: tuple[str, ...] = ()
+    network: str | None = None
+    publish_all: bool = False  # -P/--publish-all: host ports the engine picks at start
+    tool: str = "docker"  # docker, podman, nerdctl
+
+
+@dataclass(frozen=True)
 class SglangCommand:
     """Where the sglang argv sits: ``args`` are its words in the command's own layer."""
 
@@ -68,6 +78,7 @@ class SglangCommand:
     shell: bool  # args are shell words (inside ``sh -c``), else systemd words
     env_ops: tuple[EnvOp, ...] = ()  # what wrappers and scripts do to the environment, in order
     container_run: Token | None = None  # the ``run`` word of docker/podman
+    ports: ContainerPorts | None = None  # the container's -p/--publish and --network (containers only)
 
     @property
     def last_word(self) -> Token:
@@ -124,8 +135,11 @@ def _python_entry(words: Sequence[Token], shell: bool, kind: str) -> SglangComma
     return None
 
 
-def _container_options(words: Sequence[Token], index: int, kind: str) -> tuple[int, list[EnvOp], Token | None]:
-    """Read ``run``'s options from ``words[index]``: (image index, env operations, --entrypoint word)."""
+def _container_options(
+    words: Sequence[Token], index: int, kind: str, ports: dict[str, list[str]]
+) -> tuple[int, list[EnvOp], Token | None]:
+    """Read ``run``'s options from ``words[index]``: (image index, env operations, --entrypoint word); the
+    ``-p``/``--publish``, ``--network``/``--net`` and ``-P`` values go into ``ports``."""
     ops: list[EnvOp] = [EnvOp("clear", f"{kind} run (a container gets only its -e variables)")]
     entrypoint: Token | None = None
     where = f"{kind} -e"
@@ -162,12 +176,19 @@ def _container_options(words: Sequence[Token], index: int, kind: str) -> tuple[i
                 ops.append(EnvOp("note", f"{kind} --env-file {value.text[offset:]}"))
             elif value is not None and name == "--entrypoint" and not eq:
                 entrypoint = value
+            elif value is not None and name in ("--publish", "--network", "--net"):
+                key = "publish" if name == "--publish" else "network"  # --net is docker's old --network
+                ports.setdefault(key, []).append(value.text[offset:])
+            elif name == "--publish-all":
+                ports.setdefault("publish-all", []).append("")
             index += 1
             continue
         pos = 1
         while pos < len(text):
             char = text[pos]
             if char in _RUN_SHORT_BOOL:
+                if char == "P":
+                    ports.setdefault("publish-all", []).append("")
                 pos += 1
                 continue
             if char not in _RUN_SHORT_VALUE:
@@ -182,6 +203,8 @@ def _container_options(words: Sequence[Token], index: int, kind: str) -> tuple[i
                 token, start = words[index], 0
             if char == "e":
                 env_value(token, start)
+            elif char == "p":
+                ports.setdefault("publish", []).append(token.text[start:])
             break
         index += 1
     return index, ops, entrypoint
@@ -196,7 +219,12 @@ def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp]) -> Sgl
     if index >= len(words) or words[index].text != "run":
         return None
     run = words[index]
-    image, env_ops, entrypoint = _container_options(words, index + 1, kind)
+    found: dict[str, list[str]] = {}
+    image, env_ops, entrypoint = _container_options(words, index + 1, kind, found)
+    network = found.get("network")
+    ports = ContainerPorts(
+        tuple(found.get("publish", ())), network[-1] if network else None, "publish-all" in found, kind
+    )
     command = words[image + 1 :]
     if entrypoint is not None:
         command = [entrypoint, *command]
@@ -208,7 +236,7 @@ def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp]) -> Sgl
     if inner.in_container:
         raise _unreadable(f"{kind} run … {inner.kind} run")
     return SglangCommand(kind if not inner.shell else inner.kind, inner.entry, inner.args, inner.shell,
-                         inner.env_ops, run)  # fmt: skip
+                         inner.env_ops, run, ports)  # fmt: skip
 
 
 def _script_ops(command: Sequence[Token], kind: str) -> list[EnvOp]:
@@ -279,7 +307,7 @@ def find_command(words: Sequence[Token], *, shell: bool, kind: str, ops: Sequenc
     program = basename(words[index].text)
     rest = words[index:]
     result: SglangCommand | None = None
-    if _PYTHON.match(program):
+    if _PYTHON.fullmatch(program):
         result = _python_entry(rest, shell, kind)
     elif program == "sglang" and len(rest) > 1 and rest[1].text == "serve":
         result = SglangCommand(kind, rest[1], _until_separator(rest[2:], shell), shell)

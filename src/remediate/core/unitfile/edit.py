@@ -88,7 +88,7 @@ def validate_desired(desired: DesiredState) -> None:
     chunk = desired.chunked_prefill_size
     if chunk is not None and chunk < 1 and chunk != -1:
         raise ConfigError(f"--chunked-prefill-size must be >= 1, or -1 to disable, got {chunk}")
-    if desired.alloc_conf is not None and not _ALLOC_SYNTAX.match(desired.alloc_conf):
+    if desired.alloc_conf is not None and not _ALLOC_SYNTAX.fullmatch(desired.alloc_conf):
         raise ConfigError(f"alloc conf must look like key:value[,key:value], got {desired.alloc_conf!r}")
 
 

@@ -49,7 +49,7 @@ def parse_environment(value: MappedText) -> list[EnvAssignment]:
         return found  # systemd ignores the whole line ("Invalid syntax")
     for word in words:
         eq = word.text.find("=")
-        if eq <= 0 or not _NAME.match(word.text[:eq]):
+        if eq <= 0 or not _NAME.fullmatch(word.text[:eq]):
             continue  # systemd ignores invalid assignments with a warning
         found.append(
             EnvAssignment(
@@ -142,7 +142,7 @@ class _EnvReader:
                 trailing_blank = trailing_blank + 1 if char in " \t" else 0
                 self.pos += 1
         end = len(chars) - trailing_blank
-        if _NAME.match(key):
+        if _NAME.fullmatch(key):
             value = MappedText("".join(chars[:end]), tuple(spans[:end]))
             stop = spans[end - 1][1] if end else value_point
             self.found.append(EnvAssignment(key, value, value_point, (start, max(stop, self.pos))))

@@ -52,7 +52,7 @@ class Token:
     @property
     def split_var(self) -> str | None:
         """``NAME`` when the word is ``$NAME`` (expanded and split at whitespace by systemd)."""
-        match = _VAR_WORD.match(self.text)
+        match = _VAR_WORD.fullmatch(self.text)
         return match.group(1) if match and not self.quoted else None
 
     @property
@@ -163,7 +163,7 @@ def parse_exec(value: MappedText | str) -> ExecLine:
 
 def quote_word(word: str) -> str:
     """Quote ``word`` for an ExecStart= line when needed (systemd.syntax, not shell)."""
-    if word and _SAFE_WORD.match(word):
+    if word and _SAFE_WORD.fullmatch(word):
         return word
     escaped = (
         word.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t").replace("$", "$$")

@@ -142,7 +142,7 @@ class Service:
         kind = self.command.kind
         for word in self.command.args:
             text = word.text if self.command.shell else expand_specifiers(word.text, self.unit_name)
-            braced = _WHOLE_BRACED.match(text)
+            braced = _WHOLE_BRACED.fullmatch(text)
             if self.literal:
                 # ExecStart=:… — systemd substitutes no variables: every word is what it says.
                 items.append(ArgItem(text, word.chars if text == word.text else None, path, kind, word.file_span,

@@ -1,0 +1,102 @@
+"""The running server's environment: what the allocator really got, read from the host as root.
+
+sglang reads ``PYTORCH_CUDA_ALLOC_CONF`` (torch ≥ 2.9: ``PYTORCH_ALLOC_CONF`` first) from its own
+process environment, so the proof that an edit reached the allocator is ``/proc/<pid>/environ`` of the
+sglang process: the unit's ``MainPID`` or, under a wrapper that does not ``exec`` (``bash -c``, ``numactl``),
+the nearest descendant whose command line runs sglang (proc(5): ``/proc/PID/task/TID/children``). Where no
+environ can be read, ``systemctl show -p Environment`` is what systemd parsed from the unit — which is where a
+split ``Environment=`` line loses its assignments (systemd.exec(5): an invalid assignment is ignored).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW
+from remediate.transport.base import Transport
+
+_ENVIRON_MAX = 1 << 20  # bytes read from /proc/PID/environ (the kernel's ARG_MAX-bound env is far smaller)
+_PIDS_MAX = 256  # processes looked at under MainPID
+_TIMEOUT_S = 30.0
+_NAMES = (ALLOC, ALLOC_NEW)
+_ENTRY = "sglang[.]launch_server|(.*/)?sglang"  # one argv word: `-m sglang.launch_server`, the `sglang` script
+
+
+@dataclass(frozen=True)
+class ServerEnv:
+    """The allocator variables of the running server (absent name: unset) and where they were read."""
+
+    pid: int
+    source: str  # "/proc/<pid>/environ" or "systemctl show -p Environment"
+    values: dict[str, str]
+
+
+def environ_script(unit: str) -> str:
+    """The read: MainPID, the nearest process under it that runs sglang, its allocator variables (``@@none``
+    where no process there runs it as its own argv: nothing is checked rather than the wrong process)."""
+    grep = "^(" + "|".join(_NAMES) + ")="
+    return f"""set -u
+export LC_ALL=C
+main=$(systemctl show -p MainPID --value -- {shlex.quote(unit)} 2>/dev/null || echo 0)
+case "$main" in ''|*[!0-9]*) main=0 ;; esac
+echo "@@main $main"
+[ "$main" -gt 0 ] || exit 0
+queue=$main; seen=0; pick=
+while [ -n "${{queue// /}}" ] && [ "$seen" -lt {_PIDS_MAX} ]; do
+  set -- $queue; p=$1; shift; queue="$*"; seen=$((seen + 1))
+  # one argv word is the entry point (a `bash -c '… sglang.launch_server …'` script is not: its exports
+  # are not in its environ)
+  if head -c 65536 "/proc/$p/cmdline" 2>/dev/null | tr '\\0' '\\n' | grep -qxE {shlex.quote(_ENTRY)}; then
+    pick=$p; break
+  fi
+  queue="$queue $(cat /proc/$p/task/*/children 2>/dev/null | tr '\\n' ' ')"
+done
+if [ -z "$pick" ]; then
+  echo "@@none"
+elif [ -r "/proc/$pick/environ" ]; then
+  echo "@@environ $pick"
+  head -c {_ENVIRON_MAX} "/proc/$pick/environ" | grep -zE {shlex.quote(grep)} | tr '\\0' '\\n'
+else
+  echo "@@show $pick"
+  systemctl show -p Environment --value -- {shlex.quote(unit)} 2>/dev/null
+fi
+echo "@@end"
+"""
+
+
+def parse_environ(stdout: str) -> ServerEnv | None:
+    """The script's output → ServerEnv (None: no main process, or the read did not finish)."""
+    if "@@end" not in stdout:
+        return None
+    head, _, body = stdout.partition("\n@@")
+    kind, _, rest = body.partition("\n")
+    word, _, pid_text = kind.partition(" ")
+    if not pid_text.isdigit():
+        return None
+    text = rest.rsplit("@@end", 1)[0]
+    values: dict[str, str] = {}
+    if word == "environ":
+        last: str | None = None
+        for line in text.splitlines():
+            name, eq, value = line.partition("=")
+            if eq and name in _NAMES:
+                values[name], last = value, name
+            elif last is not None:  # a value holding a newline
+                values[last] += "\n" + line
+        return ServerEnv(int(pid_text), f"/proc/{pid_text}/environ", values)
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    for item in words:
+        name, eq, value = item.partition("=")
+        if eq and name in _NAMES:
+            values[name] = value
+    return ServerEnv(int(pid_text), "systemctl show -p Environment", values)
+
+
+def read_server_env(transport: Transport, unit: str) -> ServerEnv | None:
+    """The running server's allocator variables (None: no main process, or nothing readable)."""
+    result = transport.run("bash -s", stdin=environ_script(unit), timeout=_TIMEOUT_S)
+    return parse_environ(result.stdout)
