@@ -84,7 +84,7 @@ def test_a_rename_failing_between_two_files_is_undone_exactly(tmp_path: Path) ->
     assert "@@renamed 0\n" in failed.stdout and "@@renamed 1" not in failed.stdout
     assert unit.read_text() == NEW and env.read_text() == ENV_OLD  # the state the undo must handle
 
-    undone = run(rendered_many(undo_of(writes), run_dir=tmp_path / "run"))
+    undone = run(rendered_many(undo_of(writes), run_dir=tmp_path / "run", token="und0"))
     assert undone.returncode == 0, undone.stdout  # not 76: the env file is checked against its old bytes
     assert unit.read_text() == OLD and env.read_text() == ENV_OLD
     assert "@@renamed 0\n" in undone.stdout and "@@already 1\n" in undone.stdout
