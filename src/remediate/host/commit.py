@@ -117,18 +117,18 @@ def commit(
     resumed = False
     for _attempt in range(SENDS):
         try:
-            result: CommandResult | None = transport.run("bash -s", stdin=script, timeout=COMMIT_TIMEOUT_S)
+            sent = transport.run("bash -s", stdin=script, timeout=COMMIT_TIMEOUT_S)
         except ConnectionLost as cut:
             resumed = True
-            result = _after_cut(transport, unit, writes, token, cut.message, resume_within)
-            if result is None:
+            recovered = _after_cut(transport, unit, writes, token, cut.message, resume_within)
+            if recovered is None:
                 continue  # no trace of the token on the host: safe to send again (a late start is @@duplicate)
-        else:
-            if _is_duplicate(result) or _no_report(result):
-                # Another script of this token ran (the one sent before a cut), or this one died on the host
-                # before it could report: what happened is in the token's log and the files.
-                result = _read_back(transport, unit, writes, token, resume_within)
-        assert result is not None
+            sent = recovered
+        if _is_duplicate(sent) or _no_report(sent):
+            # Another script of this token ran (the one sent before a cut), or this one died on the host
+            # before it could report: what happened is in the token's log and the files.
+            sent = _read_back(transport, unit, writes, token, resume_within)
+        result = sent
         report = _report(transport.host, writes, result, lambda: file_states(transport, writes))
         report.resumed = resumed
         return report
@@ -216,8 +216,7 @@ def _read_log(
             return None
         raise CommitError(
             transport.host,
-            "the commit script left no report on the host (its log is missing): "
-            f"{describe_files(transport, writes)}",
+            f"the commit script left no report on the host (its log is missing): {describe_files(transport, writes)}",
             written=_holding_new(transport, writes),
         )
     if busy:

@@ -82,7 +82,7 @@ def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines
     done (waited for up to the commit's own limit), and only if ``@@locked`` says so. No unit, or several:
     ConfigError, no lock taken."""
     unit = normalise_unit(unit) if unit else None
-    script = probe_script(unit, journal_lines=journal_lines, **_lock_args(wait))
+    script = probe_script(unit, (), journal_lines=journal_lines, journal_since=None, **_lock_args(wait))
     with ExitStack() as held:
         try:
             text = held.enter_context(
@@ -124,7 +124,7 @@ def retake(first: str, unit: str | None, wait: int) -> Retake:
     if not name:
         raise TransportError("", "no unit to take the lock back for")  # never: the first read found one
     lock_wait = int(wait) + HEARTBEAT_TIMEOUT_S + 5
-    script = probe_script(name, **_lock_args(lock_wait, retake=True))
+    script = probe_script(name, (), journal_lines=0, journal_since=None, **_lock_args(lock_wait, retake=True))
     return Retake("bash -c " + shlex.quote(script), LOCKED, COMMIT_TIMEOUT_S + lock_wait + READ_TIMEOUT_S)
 
 

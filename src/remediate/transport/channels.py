@@ -9,9 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from remediate.transport.base import Retake
-
 from remediate.errors import ConnectionLost
+from remediate.transport.base import Retake
 
 
 @dataclass
