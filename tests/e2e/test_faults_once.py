@@ -67,16 +67,19 @@ def test_late_start_commit_after_a_cut_runs_once(host: Node) -> None:
     assert node.healthy() and node.server_info()["max_total_num_tokens"] == 195011
 
 
-# SIGKILL the commit's shells, from the shim at its step up to (and including) the one sshd started; the
-# connection stays up. The shim itself goes on and runs the step.
+# SIGKILL the commit's shells, from the shim at its step up to (and including) the one sshd started, that one
+# first (else it reports its subshell's death before it dies); the connection stays up. The shim itself goes on
+# and runs the step.
 _KILL_COMMIT_SHELL = r"""
+pids=""
 pid=$PPID
 while [ "$pid" -gt 1 ]; do
   next=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$pid/status")
-  kill -9 "$pid"
+  pids="$pid $pids"
   case "$(cat "/proc/$next/comm")" in sshd*) break ;; esac
   pid=$next
 done
+kill -9 $pids
 """
 
 
