@@ -6,6 +6,7 @@ so far. Scripted hosts (tests/fake_transport.py), three inventory hosts, through
 from __future__ import annotations
 
 import _thread
+import json
 import threading
 import time
 import types
@@ -16,7 +17,7 @@ import tenacity
 import yaml
 from click.testing import CliRunner
 from pytest_mock import MockerFixture
-from test_rollout_internal_error import NAMES, remediating_host
+from test_rollout_internal_error import NAMES, commit_ok, remediating_host
 
 from remediate import api
 from remediate.api import hosts as api_hosts
@@ -185,3 +186,30 @@ def test_a_second_ctrl_c_while_results_are_collected_keeps_every_result() -> Non
     assert results[0].outcome == "remediated"
     assert results[1].outcome == "failed" and "interrupted twice" in (results[1].error or "")
     assert rollout.interrupted and rollout.given_up
+
+
+def test_the_cli_keeps_every_result_after_a_second_ctrl_c(inventory: Path, mocker: MockerFixture) -> None:
+    """Through the CLI: the second host's commit is where Ctrl-C comes, twice. The first host's result is
+    printed, the in-flight one is reported as such, the third not attempted; no traceback."""
+    hosts = Hosts()
+    busy = hosts.hosts[NAMES[1]]
+    busy._rules.pop(0)  # this one commits fine, but slowly: the Ctrl-Cs come meanwhile
+
+    def slow_commit(_command: str, _stdin: str | None) -> CommandResult:
+        _thread.interrupt_main()
+        time.sleep(0.5)
+        _thread.interrupt_main()
+        time.sleep(0.5)
+        return CommandResult("bash -s", 0, commit_ok(), "")
+
+    busy.on(r"# remediate commit", slow_commit)
+    busy._rules.insert(0, busy._rules.pop())
+    mocker.patch.object(api_hosts, "_default_transport", hosts)
+    args = ["oom", "all", "-i", str(inventory), "--canary", "0", "--forks", "1", "--max-failures", "100%", "--json"]
+    got = CliRunner().invoke(cli, args)
+    assert "Traceback" not in got.stdout + got.stderr, got.stdout + got.stderr
+    doc = json.loads(got.stdout)
+    outcomes = {r["host"]: r["outcome"] for r in doc["results"]}
+    assert outcomes == {NAMES[0]: "remediated", NAMES[1]: "failed", NAMES[2]: "not_attempted"}, outcomes
+    assert doc["rollout"]["interrupted"] is True
+    assert got.exit_code == 1

@@ -193,7 +193,7 @@ def _read_log(
     log = shlex.quote(commit_log_path(unit, token))
     lock = shlex.quote(commit_lock_path(unit))
     command = (
-        f"flock -w {COMMIT_TIMEOUT_S} {lock} true 2>/dev/null || echo @@busy; "
+        f"flock -E 75 -w {COMMIT_TIMEOUT_S} {lock} true 2>/dev/null; [ $? -ne 75 ] || echo @@busy; "
         f"if [ -e {log} ]; then cat -- {log}; else echo @@nolog; fi"
     )
     for attempt in range(2):
