@@ -18,7 +18,7 @@ from remediate.errors import ConnectionLost, TransportError
 from remediate.host.lock import locked_read, retake
 from remediate.models import CommandResult
 
-LOG = r"\Aflock -w \d+ \S+\.lock\.commit true .*\.commit\.[0-9a-f]+\.log"
+LOG = r"\Aflock -E 75 -w \d+ \S+\.lock\.commit true .*\.commit\.[0-9a-f]+\.log"
 FILES = r"\Afor p in"
 TOKEN = re.compile(r"^log=\S*\.commit\.([0-9a-f]+)\.log$", re.MULTILINE)
 

@@ -16,7 +16,7 @@ from remediate.host.options import RunOptions
 from remediate.models import CommandResult
 from remediate.transport.known_hosts import read_known_hosts
 
-LOG = r"\Aflock -w \d+ /run/remediate/sglang\.service\.lock\.commit true .*/sglang\.service\.commit\.[0-9a-f]+\.log"
+LOG = r"\Aflock -E 75 -w \d+ /run/remediate/sglang\.service\.lock\.commit true .*\.commit\.[0-9a-f]+\.log"
 
 
 def failing(stdout: str, code: int = 1) -> CommandResult:
