@@ -6,9 +6,16 @@ alive; the slow stop is a real `ExecStop=` that outlasts the lock timeout."""
 
 from __future__ import annotations
 
+import shlex
+import time
 from collections.abc import Iterator
 
 import pytest
+
+from remediate.host.read import probe_script
+from remediate.transport import channels, ssh
+from remediate.transport.base import SSHOptions
+from remediate.transport.ssh import SSHTransport
 
 from .conftest import UNIT, UNIT_PATH, Node, poll
 from .test_faults import _CUT, FIRED, changing, install_shim, promise
@@ -127,3 +134,51 @@ def test_reconnect_behind_a_slow_stop_waits_for_its_own_commit(host: Node) -> No
     promise(node, original, changed=True)
     assert changing(node).count(f"restart {UNIT}") == 1
     assert node.server_info()["max_total_num_tokens"] == 195011
+
+
+# -- the lock holder on a half-open connection ---------------------------------------------------------
+
+LOCK = f"/run/remediate/{UNIT}.lock"
+
+
+def _held(node: Node) -> bool:
+    return node.host.run("/usr/bin/flock", "-n", LOCK, "true").returncode != 0
+
+
+def _holder(node: Node) -> tuple[SSHTransport, str]:
+    script = probe_script(
+        UNIT, (), journal_lines=0, journal_since=None, lock_dir="/run/remediate", lock_wait=5, heartbeat_timeout=2
+    )
+    return SSHTransport(node.host.name, SSHOptions(ssh_config=str(node.fleet.ssh_config))), "bash -c " + shlex.quote(
+        script
+    )
+
+
+def test_the_heartbeat_keeps_the_lock_while_the_run_lives(host: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = host
+    monkeypatch.setattr(ssh, "HEARTBEAT_S", 0.5)
+    transport, command = _holder(node)
+    try:
+        with transport.hold(command, ready="@@end", timeout=30):
+            end = time.monotonic() + 5  # more than twice the holder's heartbeat timeout
+            while time.monotonic() < end:
+                assert _held(node), "the holder let the lock go while heartbeats came"
+        poll(lambda: not _held(node), deadline=20, what="the lock to be released once the hold ends")
+    finally:
+        transport.close()
+
+
+def test_a_silent_channel_releases_the_lock_within_the_heartbeat_timeout(
+    host: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A half-open connection: the channel stays open and nothing comes (no heartbeat). The holder gives the
+    lock up after its heartbeat timeout. (Before: it held the lock until the channel closed: hours.)"""
+    node = host
+    monkeypatch.setattr(channels.Heartbeat, "start", lambda self: None)
+    transport, command = _holder(node)
+    try:
+        with transport.hold(command, ready="@@end", timeout=30):
+            assert _held(node)
+            poll(lambda: not _held(node), deadline=30, what="the silent holder to let the lock go")
+    finally:
+        transport.close()
