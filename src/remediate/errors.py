@@ -4,7 +4,8 @@
 
     RemediateError
     ├─ ConfigError            exit 2   bad input: inventory, flags, unit-file content, templates
-    │  └─ OwnedElsewhereError          the value lives in another file (EnvironmentFile=, $VAR)
+    │  ├─ OwnedElsewhereError          the value lives in another file (EnvironmentFile=, $VAR)
+    │  └─ UnsafePathError              a file to write or restore is in a directory another user can change
     ├─ TransportError         exit 3
     │  ├─ ConnectError                 DNS / refused / timeout: retryable
     │  │  └─ ConnectionLost            the connection died (or a command timed out) while a command ran
@@ -63,6 +64,12 @@ class OwnedElsewhereError(ConfigError):
         super().__init__(f"{setting} comes from {where}", source=source)
         self.setting = setting
         self.where = where
+
+
+class UnsafePathError(ConfigError):
+    """A file to write (or a backup to restore) is a name another user controls: a directory not owned by
+    root or writable by others, a symlinked or foreign-owned backup. Refused before anything is written;
+    ``source`` is the host (or the local file)."""
 
 
 class _HostError(RemediateError):

@@ -196,6 +196,7 @@ def backups_table(console: Console, results: Sequence[HostResult]) -> None:
             source = " (mtime)" if row["time_source"] == "mtime" else ""
             mark = "  [red]prune[/red]" if row.get("prune") else ""
             mark += "  [red]TRUNCATED: not a complete copy, never restored[/red]" if row.get("truncated") else ""
+            mark += f"  [red]NOT RESTORABLE: {escape(row['unsafe'])}, never read[/red]" if row.get("unsafe") else ""
             console.print(
                 f"  {when}{source}  {escape(row['path'])}  {row['size']} B  {row['sha256'][:12]}{mark}", highlight=False
             )

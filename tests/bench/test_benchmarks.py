@@ -19,6 +19,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("sandbox_bringup.py", ["1", "4"], "bring-up s"),
         ("fleet_forks.py", ["4"], "wall s"),
         ("ssh_handshake.py", ["2"], "wall ms"),
+        ("masking.py", ["4800", "9600"], "CPU ms per line"),
     ],
 )
 def test_benchmark_prints_its_table(script: str, args: list[str], header: str) -> None:

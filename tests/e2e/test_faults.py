@@ -260,8 +260,9 @@ def mounted(host: Node) -> Iterator[Node]:
 def test_full_disk_writes_nothing_leaves_no_partial_backup_and_runs_no_undo(mounted: Node) -> None:
     node = mounted
     original = node.bytes(UNIT_PATH)
+    # mode=0755: a tmpfs is 1777 by default, and the commit refuses a unit directory anyone can write.
     mount = (
-        f"set -e; cp -p {UNIT_PATH} /tmp/unit; mount -t tmpfs -o size=16k tmpfs {UNIT_DIR}; "
+        f"set -e; cp -p {UNIT_PATH} /tmp/unit; mount -t tmpfs -o size=16k,mode=0755 tmpfs {UNIT_DIR}; "
         f"cp -p /tmp/unit {UNIT_PATH}; dd if=/dev/zero of={UNIT_DIR}/filler bs=512 2>/dev/null || true"
     )
     done = node.host.sh(mount)

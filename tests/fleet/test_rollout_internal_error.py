@@ -153,3 +153,24 @@ def test_the_rollout_turns_any_worker_exception_into_that_hosts_result() -> None
     assert [r.outcome for r in out] == ["remediated", "failed", "remediated"]
     assert out[1].error is not None and out[1].error.startswith("internal error: RuntimeError: escaped")
     assert out[1].exit_code == EXIT_BUG
+
+
+def test_internal_errors_log_is_masked_and_private(_state_dir: Path) -> None:
+    """A bug's exception text that quotes a secret (a unit line, an env file) is masked in the log file, the
+    error and the log record; the file is created 0600, and an existing world-readable one is made 0600."""
+    log = _state_dir / INTERNAL_ERRORS
+    log.write_text("--- earlier\n")
+    log.chmod(0o644)
+
+    def work(name: str) -> HostResult:
+        raise ValueError('bad line: Environment="HF_TOKEN=hf_Secret9" ExecStart=x --api-key sk-Secret10')
+
+    (out,) = Rollout(hosts=["a"], name_of=str, work=work, strategy=Strategy(canary=0, max_failures="100%")).run()
+    assert out.error is not None and "hf_Secret9" not in out.error and "sk-Secret10" not in out.error
+    text = log.read_text()
+    assert text.startswith("--- earlier\n") and "ValueError: bad line" in text
+    assert "hf_Secret9" not in text and "sk-Secret10" not in text and '"HF_TOKEN=***"' in text
+    assert log.stat().st_mode & 0o777 == 0o600
+    log.unlink()
+    Rollout(hosts=["b"], name_of=str, work=work, strategy=Strategy(canary=0, max_failures="100%")).run()
+    assert log.stat().st_mode & 0o777 == 0o600 and "hf_Secret9" not in log.read_text()

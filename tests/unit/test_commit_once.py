@@ -57,7 +57,7 @@ def test_a_late_first_script_wins_the_token_and_the_resend_reads_its_report() ->
     """The host showed no trace of the token (the first script had not started yet): sent again, the second
     script finds the token claimed (@@duplicate, touched nothing), and the winner's log is the report."""
     host = make_host()
-    host.on(COMMIT, cut, CommandResult("bash -s", 79, "@@duplicate\n", ""))
+    host.on(COMMIT, cut, CommandResult("bash -s", 80, "@@duplicate\n", ""))
     host.on(LOG, "@@nolog\n", "@@started\n" + commit_ok() + "@@exit 0\n")
     healthy(host)
     result = run(host)

@@ -113,11 +113,11 @@ def test_staging_that_fails_in_the_second_directory_writes_nothing(tmp_path: Pat
 
 def test_a_backup_cut_short_by_a_full_disk_leaves_no_partial_backup_and_writes_nothing(tmp_path: Path) -> None:
     unit, env = two_files(tmp_path)
-    half = shim(
+    half = shim(  # the backup's copy is `cat FILE` into the temp file's fd
         tmp_path,
-        "cp",
-        'src="${@: -2:1}"; dst="${@: -1}"; head -c 7 "$src" > "$dst"\n'
-        'echo "cp: error writing $dst: No space left on device" >&2; exit 1',
+        "cat",
+        'case "${@: -1}" in *.log) exec "$REAL" "$@";; esac\n'
+        'head -c 7 -- "${@: -1}"\necho "cat: write error: No space left on device" >&2; exit 1',
     )
     failed = run(rendered_many(forward(unit, env), run_dir=tmp_path / "run"), half)
     assert failed.returncode != 0
@@ -256,7 +256,7 @@ def test_a_second_script_of_the_same_token_touches_nothing(tmp_path: Path) -> No
     assert first.returncode == 0, first.stdout
     unit.write_text(OLD)  # were it to run again, it would write again
     second = run(script)
-    assert second.returncode == 79 and second.stdout == "@@duplicate\n", second.stdout
+    assert second.returncode == 80 and second.stdout == "@@duplicate\n", second.stdout
     assert unit.read_text() == OLD and len(list(unit.parent.glob("*.bak.*"))) == 1
 
 
@@ -267,7 +267,7 @@ def test_two_scripts_of_one_token_started_together_commit_once(tmp_path: Path) -
         subprocess.Popen(["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)
     ]
     outs = [p.communicate(script, timeout=60)[0] for p in procs]
-    assert sorted(p.returncode for p in procs) == [0, 79], outs
+    assert sorted(p.returncode for p in procs) == [0, 80], outs
     assert sum("@@renamed 0" in out for out in outs) == 1, outs
     assert len(list(unit.parent.glob("*.bak.*"))) == 1
 

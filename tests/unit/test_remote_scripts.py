@@ -68,7 +68,7 @@ def test_commit_script_is_valid_bash(path: str) -> None:
 def test_commit_script_quotes_the_path_in_commands(path: str) -> None:
     script = sent_script(path)
     assert f"paths=( {shlex.quote(path)} )\n" in script
-    assert 'cp -p -- "${targets[$i]}" "$tmp"\n' in script
+    assert 'cat -- "${targets[$i]}" >&"$fd"\n' in script
     assert 'mv -f -T -- "${stage[$i]}" "$t"\n' in script
     assert 'b="$p.bak.${tags[$i]}.$epoch"\n' in script and "tags=( oom )" in script
 

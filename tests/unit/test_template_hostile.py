@@ -5,6 +5,7 @@ same paths. Values inside scripts round-trip through shlex."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 import shutil
@@ -128,3 +129,146 @@ def test_probe_and_lock_scripts_quote_every_value(unit: str, extra: str) -> None
     [taken] = re.findall(r"^lock=(.*)$", lock, re.MULTILINE)
     code, out, _ = _bash(f'unit={assignment}\nlock={taken}\nprintf %s "$lock"', "-s")  # as bash expands it
     assert code == 0 and out == f"{LOCK_DIR}/{unit}.lock"  # lock_path() refuses such names; the template quotes
+
+
+# -- every template, executed: hostile values are data, never commands --------------------------------
+
+# What a hostile unit name or path would hold to run a command as root; relative, so it lands in the cwd.
+PAYLOADS = (
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "'; touch PWNED; '",
+    '"; touch PWNED; "',
+    "\n touch PWNED\n",
+    "${x:-$(touch PWNED)}",
+)
+HOSTILE = st.tuples(st.sampled_from(PAYLOADS), NAMES).map(lambda pair: pair[1] + pair[0])
+TEMPLATE_DIR = templates._template_dir()
+COVERED = {
+    "commit.sh.j2",
+    "backups.sh.j2",
+    "prune.sh.j2",
+    "probe.sh.j2",
+    "_flock.sh.j2",
+    "_safedir.sh.j2",
+}  # macros via the others
+# systemd and the GPU tools as scripts that answer and touch nothing (the scratch host has neither).
+_TOOL_SHIMS = {
+    "systemctl": 'case "$*" in *NeedDaemonReload*) echo no;; esac',
+    "journalctl": "",
+    "nvidia-smi": "",
+    "logger": "",
+    "systemd-cat": "cat >/dev/null",
+}
+
+
+def test_every_template_is_covered_by_the_hostile_runs() -> None:
+    assert {p.name for p in TEMPLATE_DIR.glob("*.j2")} == COVERED, "a new template needs a hostile run below"
+
+
+def _scratch_bash(script: str, cwd: Path) -> tuple[int, str, str]:
+    """bash -n, then run ``script`` in ``cwd`` with systemd's tools shimmed; PWNED must never appear."""
+    assert _bash(script, "-n")[0] == 0
+    shims = cwd / ".shims"
+    shims.mkdir(exist_ok=True)
+    for tool, body in _TOOL_SHIMS.items():
+        (shims / tool).write_text(f"#!/bin/sh\n{body}\nexit 0\n")
+        (shims / tool).chmod(0o755)
+    env = {"PATH": f"{shims}:/usr/bin:/bin", "HOME": str(cwd)}
+    done = subprocess.run(
+        ["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, cwd=cwd, timeout=30, env=env, check=False
+    )
+    assert not list(cwd.rglob("PWNED")), "an injected command ran"
+    return done.returncode, done.stdout.decode("utf-8", "surrogateescape"), done.stderr.decode("utf-8", "replace")
+
+
+@needs_tools
+@HYPOTHESIS
+@given(name=HOSTILE, unit=HOSTILE, journal=HOSTILE)
+def test_commit_with_restart_runs_hostile_names_as_data(name: str, unit: str, journal: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        target = root / "units" / (name.replace("/", "_") + ".service")
+        target.parent.mkdir()
+        old = _unit(name)
+        target.write_text(old)
+        write = FileWrite(str(target), old, _unit(name + "x"))
+        run_dir = root / "run"
+        run_dir.mkdir()
+        script = templates.render(
+            "commit.sh.j2",
+            unit=unit,
+            files=[write.render_args()],
+            epoch=EPOCH,
+            restart=True,
+            analyze=True,
+            log_path=f"{run_dir}/{unit.replace('/', '_')}.commit.log",
+            commit_lock=f"{run_dir}/lock.commit",
+            journal=journal,
+        )
+        code, out, err = _scratch_bash(script, root)
+        assert code == 0, out + err
+        assert target.read_text() == _unit(name + "x")
+
+
+@needs_tools
+@HYPOTHESIS
+@given(names=st.lists(HOSTILE, min_size=1, max_size=3, unique=True), unit=HOSTILE)
+def test_prune_deletes_hostile_backup_paths_and_runs_nothing(names: list[str], unit: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "units").mkdir()
+        doomed = []
+        for name in names:
+            backup = root / "units" / f"{name.replace('/', '_')}.service.bak.oom.{EPOCH}"
+            backup.write_text(_unit(name))
+            doomed.append({"path": str(backup), "sha256": hashlib.sha256(_unit(name).encode()).hexdigest()})
+        script = templates.render(
+            "prune.sh.j2",
+            lock_path=f"{root}/run/{unit.replace('/', '_')}.lock",
+            lock_wait=3,
+            backups=doomed,
+            directory=str(root / "units"),
+        )
+        code, out, err = _scratch_bash(script, root)
+        assert code == 0, err
+        assert not list((root / "units").iterdir())
+        assert out.count("@@deleted ") == len(doomed)
+        if not any("\n" in n for n in names):  # a line-framed report: a newline in a name splits its line
+            assert {line.removeprefix("@@deleted ") for line in out.split("\n") if line.startswith("@@deleted ")} == {
+                d["path"] for d in doomed
+            }
+
+
+@needs_tools
+@HYPOTHESIS
+@given(unit=HOSTILE, extra=HOSTILE, since=HOSTILE, locked=st.booleans())
+def test_probe_runs_hostile_values_as_data(unit: str, extra: str, since: str, locked: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        lock = {"lock_dir": str(root / "run"), "lock_wait": 3} if locked else {}
+        script = probe_script(
+            unit, (f"{root}/{extra.replace('/', '_')}",), journal_lines=5, journal_since=since, **lock
+        )
+        code, out, err = _scratch_bash(script, root)  # stdin at EOF: the locked read lets go at once
+        assert code == 0, err
+        assert "@@end" in out
+        if locked:
+            assert {p.name for p in (root / "run").iterdir()} >= {f"{unit}.lock"}
+
+
+@needs_tools
+@HYPOTHESIS
+@given(names=st.lists(HOSTILE, min_size=1, max_size=3, unique=True))
+def test_backups_listing_runs_hostile_paths_as_data(names: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        files = []
+        for name in names:
+            unit = root / (name.replace("/", "_") + ".service")
+            unit.write_text(_unit(name))
+            Path(f"{unit}.bak.oom.{EPOCH}").write_text(_unit("old"))
+            files.append(str(unit))
+        code, out, err = _scratch_bash(templates.render("backups.sh.j2", files=files), root)
+        assert code == 0, err
+        assert out.count("@@file ") == len(files)

@@ -63,5 +63,7 @@ def edit_unit_file(
         for change in plan.files:
             if Path(change.path) != path:
                 raise ConfigError(f"the change would touch {change.path}; edit that file", source=str(path))
-        result.backup = localfile.write_atomically(path, plan.files[0].new_text, backup_epoch=int(when.timestamp()))
+        result.backup = localfile.write_atomically(
+            path, plan.files[0].new_text, backup_epoch=int(when.timestamp()), expected=text
+        )
     return result

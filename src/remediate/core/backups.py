@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from remediate.core.unitfile.edit import Settings, SourceFile, UnitSources, find_sglang_exec, read_settings
-from remediate.errors import ConfigError, RemediateError
+from remediate.errors import ConfigError, RemediateError, UnsafePathError
 
 # <original>.bak[.<tag>][.<epoch>][.<n>] — the epoch is 9–11 digits (2001…2286).
 _NAME = re.compile(r"^(?P<orig>.+?)\.bak(?:\.(?P<tag>[A-Za-z][\w-]*))?(?:\.(?P<epoch>\d{9,11}))?(?:\.(?P<n>\d+))?$")
@@ -30,6 +30,7 @@ class Backup:
     text: str
     seq: int = 0
     truncated: bool = False  # shorter than a copy can be (a full disk cut a plain `cp` short): never restored
+    unsafe: str | None = None  # why this name is not a backup root wrote ("a symlink"): never read nor restored
 
     def sort_key(self) -> tuple[float, int, str]:
         return (self.time, self.seq, self.path)
@@ -62,6 +63,32 @@ def make_backup(path: str, *, text: str, sha256: str, size: int, mtime: float) -
     )
 
 
+_REJECTED_KEY = re.compile(r"(why|uid|size|mtime|links)=(\S*) ")
+
+
+def rejected_backup(header: str) -> Backup | None:
+    """A backup name that holds no backup of ours, from templates/backups.sh.j2's ``@@rejected`` header
+    (``why=symlink uid=1001 size=11 mtime=… path=…``): listed with the reason, never read or restored."""
+    fields: dict[str, str] = {}
+    pos = 0
+    while match := _REJECTED_KEY.match(header, pos):
+        fields[match.group(1)] = match.group(2)
+        pos = match.end()
+    if not header.startswith("path=", pos):
+        return None
+    backup = make_backup(header[pos + 5 :], text="", sha256="", size=0, mtime=float(fields.get("mtime") or 0))
+    if backup is None:
+        return None
+    why = fields.get("why", "")
+    reason = {
+        "symlink": "a symlink",
+        "owner": f"owned by uid {fields.get('uid', '?')}, not root",
+        "links": f"a file with {fields.get('links', '?')} hard links",
+        "swapped": "replaced while it was read",
+    }.get(why, "not a regular file of root's")
+    return replace(backup, size=int(fields.get("size") or 0), unsafe=reason)
+
+
 def looks_truncated(size: int, text: str, original_size: int) -> bool:
     """A backup cut short while it was copied: empty while the file is not, or a whole number of blocks
     shorter than the file and ending mid-line (what ``cp`` leaves when the disk fills)."""
@@ -71,6 +98,8 @@ def looks_truncated(size: int, text: str, original_size: int) -> bool:
 
 
 def mark_truncated(backup: Backup, original_size: int) -> Backup:
+    if backup.unsafe:
+        return backup  # its bytes were never read
     return replace(backup, truncated=looks_truncated(backup.size, backup.text, original_size))
 
 
@@ -140,13 +169,18 @@ def choose(backups: Sequence[Backup], to: str) -> list[Backup]:
     if to != "latest":
         for b in backups:
             if b.path == to:
+                if b.unsafe:
+                    raise UnsafePathError(
+                        f"{to} is {b.unsafe}: not a backup remediate wrote, refusing it (remove it, or restore by hand)"
+                    )
                 if b.truncated:
                     raise ConfigError(f"{to} is truncated ({b.size} bytes): not a complete copy, refusing it")
                 return [b]
         raise ConfigError(f"{to} is not a backup of this unit (see `remediate backups`)")
-    ordered = newest_first([b for b in backups if not b.truncated])  # a cut-short copy is never "latest"
+    # A cut-short copy, a symlink or another user's file under a backup's name is never "latest".
+    ordered = newest_first([b for b in backups if not b.truncated and not b.unsafe])
     if not ordered:
-        raise ConfigError("every backup next to the unit's files is truncated: none can be restored")
+        raise ConfigError("every backup next to the unit's files is truncated or not root's: none can be restored")
     newest = ordered[0]
     same_txn = [b for b in ordered if b.time == newest.time and b.tag == newest.tag and b.time_source == "name"]
     chosen: dict[str, Backup] = {}
@@ -157,14 +191,15 @@ def choose(backups: Sequence[Backup], to: str) -> list[Backup]:
 
 def select_prune(backups: Sequence[Backup], keep: int, current_sha: Mapping[str, str]) -> list[Backup]:
     """Backups to delete: per original file, all but the ``keep`` newest — never the newest, never one
-    whose bytes equal the current file (the state we run came from it). A truncated backup neither counts
-    as one of the ``keep`` nor is deleted here: it is flagged in the listing for a human to look at."""
+    whose bytes equal the current file (the state we run came from it). A truncated backup, or a name that
+    is not root's regular file (a symlink, a planted file), neither counts as one of the ``keep`` nor is
+    deleted here: it is flagged in the listing for a human to look at."""
     if keep < 1:
         raise ConfigError("--keep must be at least 1")
     doomed: list[Backup] = []
     by_original: dict[str, list[Backup]] = {}
     for b in backups:
-        if not b.truncated:
+        if not b.truncated and not b.unsafe:
             by_original.setdefault(b.original, []).append(b)
     for original, group in by_original.items():
         ordered = newest_first(group)

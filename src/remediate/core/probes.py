@@ -12,6 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediate.core.diagnosis.lines import message_text
+from remediate.errors import UnsafePathError
+
 SHOW_PROPERTIES = (
     "FragmentPath",
     "DropInPaths",
@@ -61,6 +64,7 @@ class RemoteFile:
     gid: int = -1
     size: int = 0
     mtime: float = 0.0
+    unsafe: str = ""  # the locked read's directory check: why root must not write here, and what to do
 
 
 @dataclass(frozen=True)
@@ -213,12 +217,15 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     sections: dict[str, list[str]] = {}
     notes: dict[str, str] = {}
 
+    unsafe = ""
+
     def flush_file() -> None:
+        nonlocal unsafe
         if not current:
             return
         path = current["path"]
         if current.get("exists") != "1":
-            files[path] = RemoteFile(path=path, exists=False)
+            files[path] = RemoteFile(path=path, exists=False, unsafe=unsafe)
         else:
             raw = base64.b64decode("".join(b64))
             files[path] = RemoteFile(
@@ -231,7 +238,9 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 gid=int(current.get("gid", "-1")),
                 size=int(current.get("size", "0")),
                 mtime=float(current.get("mtime", "0")),
+                unsafe=unsafe,
             )
+        unsafe = ""
 
     for line in text.split("\n"):  # not splitlines(): a path may hold \x1c, \x85 …
         if line.startswith("@@"):
@@ -253,6 +262,8 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 unloaded = tuple(rest.split())
             elif head == "file":
                 current = parse_file_header(rest)
+            elif head == "unsafe":
+                unsafe = rest  # about the @@file that follows
             elif head in EVIDENCE_SECTIONS:
                 sections.setdefault(head, [])
                 if rest.strip():
@@ -281,6 +292,15 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
 
 _HEADER_KEY = re.compile(r"(?:^| )(path|exists|sha256|mode|uid|gid|size|mtime)=")
 _FIXED_KEY = re.compile(r"(exists|sha256|mode|uid|gid|size|mtime)=(\S*) ")
+
+
+def refuse_unsafe(found: ProbeResult, paths: list[str], host: str) -> None:
+    """Refuse to write a file whose directories another user can change (the probe's check);
+    nothing has been written yet. templates/commit.sh.j2 checks again right before it writes."""
+    for path in paths:
+        remote = found.files.get(path)
+        if remote is not None and remote.unsafe:
+            raise UnsafePathError(f"refused, nothing written: {remote.unsafe}", source=host)
 
 
 def parse_file_header(rest: str) -> dict[str, str]:
@@ -326,14 +346,16 @@ def tokens_from_info(data: dict[str, Any]) -> int | None:
 def parse_capacity_line(lines: list[str]) -> int | None:
     """The newest ``max_total_num_tokens=`` journal line's value, if any."""
     for line in reversed(lines):
-        match = CAPACITY_RE.search(line)
+        match = CAPACITY_RE.match(message_text(line))  # at the message's start: never a logged request's text
         if match:
             return int(match.group(1))
     return None
 
 
 # systemd's words when it stops restarting a crash-looping unit (the start limit): never cut from the lines.
-GAVE_UP_RE = re.compile(r"Start request repeated too quickly|start-limit-hit")
+# systemd core/unit.c and service.c, at the start of the unit's message ("sglang.service: …"): a logged
+# request that quotes them is not systemd giving up.
+GAVE_UP_RE = re.compile(r"(?:\S+: )?(?:Start request repeated too quickly|Failed with result 'start-limit-hit')")
 
 
 def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
@@ -346,7 +368,7 @@ def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
         if line not in picked:
             picked.append(line)
     kept = picked[:limit]
-    gave_up = next((line for line in reversed(lines) if GAVE_UP_RE.search(line)), None)
+    gave_up = next((line for line in reversed(lines) if _gave_up(line)), None)
     if gave_up is not None and gave_up not in kept and kept:
         kept[-1] = gave_up
     return kept
@@ -354,7 +376,11 @@ def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
 
 def gave_up_restarting(lines: list[str]) -> bool:
     """Whether these journal lines say systemd stopped restarting the unit (its start limit was hit)."""
-    return any(GAVE_UP_RE.search(line) for line in lines)
+    return any(_gave_up(line) for line in lines)
+
+
+def _gave_up(line: str) -> bool:
+    return GAVE_UP_RE.match(message_text(line)) is not None
 
 
 def server_endpoint(argv: tuple[str, ...] | list[str], default_port: int = 30000) -> tuple[str, int]:

@@ -3,7 +3,9 @@
 sglang logs, per TP rank, the free GPU memory before and after loading the weights, the KV pool it
 allocated and, on rank 0, the capacity line. Those numbers (and the resolved server args) are all the
 budget model needs to redo sglang's pool arithmetic for any other ``--mem-fraction-static``. Lines may
-carry journalctl's prefix and come from any rank, interleaved; unknown text is ignored.
+carry journalctl's prefix and come from any rank, interleaved; unknown text is ignored. Each line is matched
+at the start of its message (after journalctl's and sglang's prefixes): a request or prompt that sglang logs
+("… max_total_num_tokens=1 …") is not a startup line.
 All "GB" in sglang's logs are GiB.
 """
 
@@ -14,12 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# "[2026-12-01 09:06:33 TP0] ..." / "[... DP0 TP3] ..." / "[... PP0 TP1] ..." (journald prefix before it).
+from remediate.core.diagnosis.lines import split_line
+
 _RANK_RE = re.compile(r"\[[^\[\]]*?((?: [A-Z][A-Z_]*\d+)+)\] ")
 _LOAD_BEGIN_RE = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
 _LOAD_END_RE = re.compile(r"Load weight end\. .*?avail mem=([\d.]+) GB")
 _KV_RE = re.compile(
-    r"KV Cache (?:is allocated|VA upper bound)\. (?:dtype: \S+, )?#tokens: (\d+), "
+    r"(?:(?:Full|SWA) )?KV Cache (?:is allocated|VA upper bound)\. (?:dtype: \S+, )?#tokens: (\d+), "
     r"(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
 )
 _CAPACITY_RE = re.compile(
@@ -27,14 +30,16 @@ _CAPACITY_RE = re.compile(
     r"max_running_requests=(\d+), context_len=(\d+)(?:, available_(?:gpu|cpu)_mem=([\d.]+) GB)?"
 )
 _SERVER_ARGS_RE = re.compile(r"server_args=ServerArgs\(")
+# A field of the ServerArgs repr (dataclass __repr__: "ServerArgs(a=1, b=2)"), not text inside a value.
+_FIELD = r"(?:(?<=\()|(?<=, ))"
 _ARG_RE = {
-    "mem_fraction_static": re.compile(r"\bmem_fraction_static=([\d.]+)"),
-    "page_size": re.compile(r"\bpage_size=(\d+)"),
-    "max_total_tokens": re.compile(r"\bmax_total_tokens=(\d+)"),
-    "chunked_prefill_size": re.compile(r"\bchunked_prefill_size=(-?\d+)"),
-    "tp_size": re.compile(r"\btp_size=(\d+)"),
-    "model_path": re.compile(r"\bmodel_path='([^']*)'"),
-    "speculative_algorithm": re.compile(r"\bspeculative_algorithm='([^']*)'"),
+    "mem_fraction_static": re.compile(rf"{_FIELD}mem_fraction_static=([\d.]+)"),
+    "page_size": re.compile(rf"{_FIELD}page_size=(\d+)"),
+    "max_total_tokens": re.compile(rf"{_FIELD}max_total_tokens=(\d+)"),
+    "chunked_prefill_size": re.compile(rf"{_FIELD}chunked_prefill_size=(-?\d+)"),
+    "tp_size": re.compile(rf"{_FIELD}tp_size=(\d+)"),
+    "model_path": re.compile(rf"{_FIELD}model_path='([^']*)'"),
+    "speculative_algorithm": re.compile(rf"{_FIELD}speculative_algorithm='([^']*)'"),
 }
 
 
@@ -61,9 +66,14 @@ class StartupNumbers:
         return self.free0_gib is None and self.free1_gib is None and self.max_total_num_tokens is None
 
 
-def _rank(line: str) -> str:
-    match = _RANK_RE.search(line)
-    return match.group(1).strip() if match else ""
+def _rank_and_message(line: str) -> tuple[str, str]:
+    """The TP/DP rank of a line and its message: "[2026-12-01 09:06:33 TP0] …" / "[… DP0 TP3] …", journald's
+    prefix before it (any text in the brackets before the ranks)."""
+    parts = split_line(0, line)
+    if parts.has_sglang_prefix:
+        return parts.ranks, parts.text
+    match = _RANK_RE.match(parts.text)
+    return (match.group(1).strip(), parts.text[match.end() :]) if match else ("", parts.text)
 
 
 def _min(values: Mapping[str, float]) -> float | None:
@@ -94,16 +104,16 @@ def parse_startup(lines: Iterable[str]) -> StartupNumbers:
     complete: StartupNumbers | None = None
     for raw in lines:
         line = raw.rstrip("\n")
-        rank = _rank(line)
-        is_args = bool(_SERVER_ARGS_RE.search(line))
-        if is_args or (rank in block.begin and _LOAD_BEGIN_RE.search(line)):
+        rank, text = _rank_and_message(line)
+        is_args = bool(_SERVER_ARGS_RE.match(text))
+        if is_args or (rank in block.begin and _LOAD_BEGIN_RE.match(text)):
             done = block.numbers()
             if done.free0_gib is not None and done.free1_gib is not None:
                 complete = done
-            block = _Block(args=_server_args(line) if is_args else {})
+            block = _Block(args=_server_args(text) if is_args else {})
             if is_args:
                 continue
-        block.feed(rank, line)
+        block.feed(rank, line, text)
     last = block.numbers()
     if (last.free0_gib is None or last.free1_gib is None) and complete is not None:
         return complete
@@ -121,18 +131,18 @@ class _Block:
     capacity: re.Match[str] | None = None
     evidence: list[str] = field(default_factory=list)
 
-    def feed(self, rank: str, line: str) -> None:
-        if match := _LOAD_BEGIN_RE.search(line):
+    def feed(self, rank: str, line: str, text: str) -> None:
+        if match := _LOAD_BEGIN_RE.match(text):
             self.begin[rank] = float(match.group(1))
-        elif match := _LOAD_END_RE.search(line):
+        elif match := _LOAD_END_RE.match(text):
             self.end[rank] = float(match.group(1))
-        elif (match := _KV_RE.search(line)) and rank not in self.kv:
+        elif (match := _KV_RE.match(text)) and rank not in self.kv:
             tokens = int(match.group(1))
             if match.group(4) is not None:
                 self.kv[rank] = (tokens, float(match.group(4)), True)
             else:
                 self.kv[rank] = (tokens, float(match.group(2)) + float(match.group(3)), False)
-        elif match := _CAPACITY_RE.search(line):
+        elif match := _CAPACITY_RE.match(text):
             self.capacity = match
         else:
             return

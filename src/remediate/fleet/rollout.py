@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -31,6 +32,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import EXIT_BUG, ConfigError
 from remediate.host.state import ensure_dir, state_dir
 from remediate.models import HostResult
@@ -252,9 +254,9 @@ class Rollout(Generic[T]):
 def internal_error(host: str, exc: BaseException, *, clock: Callable[[], float] = time.time) -> HostResult:
     """A failed HostResult for an exception that is not a RemediateError (a bug): the error names its type
     and message, exit 70; the traceback is logged and appended to the state directory's internal-errors.log."""
-    text = "".join(traceback.format_exception(exc))
+    text = mask_secrets("".join(traceback.format_exception(exc)))  # an exception's text may quote a unit or env
     log.error("%s: internal error (a bug)\n%s", host, text.rstrip())
-    error = f"internal error: {type(exc).__name__}: {exc}"
+    error = mask_secrets(f"internal error: {type(exc).__name__}: {exc}")
     where = _append_traceback(host, text, clock)
     error += f" (a bug; the traceback is in {where})" if where else " (a bug)"
     now = clock()
@@ -262,11 +264,15 @@ def internal_error(host: str, exc: BaseException, *, clock: Callable[[], float] 
 
 
 def _append_traceback(host: str, text: str, clock: Callable[[], float]) -> str | None:
-    """Append ``text`` under a header line to ``internal-errors.log``; its path, or None if it cannot be."""
+    """Append ``text`` under a header line to ``internal-errors.log``; its path, or None if it cannot be.
+    The file is the user's alone (0600, an existing file's mode fixed too) and never followed as a symlink."""
     try:
         path = ensure_dir(state_dir()) / INTERNAL_ERRORS
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
-        with path.open("a", encoding="utf-8") as out:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:
+            os.fchmod(fd, 0o600)
             out.write(f"--- {stamp} {host}\n{text}")
     except (ConfigError, OSError):
         return None

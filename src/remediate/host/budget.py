@@ -99,9 +99,11 @@ def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
 
 
 # The startup memory lines, searched in the unit's whole journal: a server up for days has pushed its
-# start far out of any tail, and a restart in progress keeps the previous start's numbers.
+# start far out of any tail, and a restart in progress keeps the previous start's numbers. Each at the start
+# of its message (``-o cat``: after sglang's "[time TPn] " only), so logged requests never fill the 400.
 _STARTUP_LINES = (
-    r"server_args=ServerArgs\(|Load weight (begin|end)\.|KV Cache (is allocated|VA upper bound)\.|max_total_num_tokens="
+    r"^(\[[^]]*\] )?(server_args=ServerArgs\(|Load weight (begin|end)\."
+    r"|((Full|SWA) )?KV Cache (is allocated|VA upper bound)\.|max_total_num_tokens=)"
 )
 _TAIL = "@@journal-tail"
 

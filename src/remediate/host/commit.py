@@ -18,7 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from remediate.core.unitfile.report import display_text
-from remediate.errors import CommitError, ConflictError, ConnectionLost, RemediateError, StateUnknownError
+from remediate.errors import (
+    CommitError,
+    ConflictError,
+    ConnectionLost,
+    RemediateError,
+    StateUnknownError,
+    UnsafePathError,
+)
 from remediate.host import templates
 from remediate.host.lock import COMMIT_TIMEOUT_S, commit_lock_path, commit_log_path, lock_path
 from remediate.models import CommandResult
@@ -26,7 +33,8 @@ from remediate.transport.base import Transport
 
 RESUME_WITHIN_S = 60.0  # how long a commit cut by a lost connection tries to reconnect
 CONFLICT_EXIT = 76  # a file changed since it was read: nothing written
-DUPLICATE_EXIT = 79  # the commit's token was claimed by another script of it: nothing touched by this one
+UNSAFE_EXIT = 79  # a directory another user can change, or a name swapped under the script (@@error unsafe)
+DUPLICATE_EXIT = 80  # the commit's token was claimed by another script of it: nothing touched by this one
 
 
 def _sha256(text: str) -> str:
@@ -304,6 +312,8 @@ def _report(
         why = "the commit script was killed on the host before its end"
     if result.exited == CONFLICT_EXIT:
         raise ConflictError(host, f"aborted, nothing written: {why}")
+    if result.exited == UNSAFE_EXIT and not report.written:
+        raise UnsafePathError(f"refused, nothing written: {why}", source=host)
     if killed and states is not None and writes:
         sums = states()
         for w in writes:

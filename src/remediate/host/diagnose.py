@@ -64,12 +64,26 @@ def parse_since(value: str | None, lines: int = DEFAULT_LINES) -> tuple[int | No
 
 
 # ServerArgs reprs and tracebacks print secrets as ``api_key='…'`` (not the env/flag forms mask_secrets knows).
-_SECRET_KWARG = re.compile(r"(?i)(\b\w*(?:api_key|token|secret|password)\w*=)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
+# The name is checked apart from the regex: ``\w*(?:token)\w*=`` backtracks over every "token" in a long word.
+_KWARG_NAME = re.compile(r"\b\w+=")
+_SECRET_KWARG_NAME = re.compile(r"api_key|token|secret|password", re.IGNORECASE)
+_KWARG_VALUE = re.compile(r"'[^']*'|\"[^\"]*\"|[^\s,)]+")
 
 
 def masked(line: str) -> str:
     """A journal line as it may be shown or stored: secrets replaced by ``***``."""
-    return _SECRET_KWARG.sub(lambda m: m.group(1) + MASK, mask_secrets(line))
+    text = mask_secrets(line)
+    out: list[str] = []
+    pos = 0
+    for name in _KWARG_NAME.finditer(text):
+        if name.start() < pos or not _SECRET_KWARG_NAME.search(name.group(0)):
+            continue
+        value = _KWARG_VALUE.match(text, name.end())
+        if value is not None:
+            out.append(text[pos : name.end()] + MASK)
+            pos = value.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _finding_dict(finding: Finding) -> dict[str, object]:

@@ -20,6 +20,7 @@ from remediate.core.backups import (
     make_backup,
     mark_truncated,
     newest_first,
+    rejected_backup,
     select_prune,
     settings_diff,
     settings_or_none,
@@ -63,6 +64,11 @@ def list_backups(transport: Transport, found: ProbeResult) -> list[Backup]:
         backup = make_backup(remote.path, text=remote.text, sha256=remote.sha256, size=remote.size, mtime=remote.mtime)
         if backup is not None and backup.original in found.files:
             backups.append(mark_truncated(backup, found.files[backup.original].size))
+    for line in result.stdout.split("\n"):  # not splitlines(): a path may hold \x1c, \x85 …
+        if line.startswith("@@rejected "):
+            flagged = rejected_backup(line.removeprefix("@@rejected "))
+            if flagged is not None and flagged.original in found.files:
+                backups.append(flagged)
     return newest_first(backups)
 
 
@@ -85,7 +91,7 @@ def backups_host(
         doomed = select_prune(backups, prune_keep, current_sha) if prune_keep is not None else []
         rows: list[dict[str, Any]] = []
         for b in backups:
-            restored = settings_or_none(swap(sources, b.original, b.text))
+            restored = None if b.unsafe else settings_or_none(swap(sources, b.original, b.text))
             rows.append(
                 {
                     "path": b.path,
@@ -94,10 +100,11 @@ def backups_host(
                     "time_source": b.time_source,
                     "size": b.size,
                     "sha256": b.sha256,
-                    "identical_to_current": b.sha256 == current_sha.get(b.original),
-                    "changes": settings_diff(current, restored),
+                    "identical_to_current": not b.unsafe and b.sha256 == current_sha.get(b.original),
+                    "changes": [] if b.unsafe else settings_diff(current, restored),
                     "prune": b in doomed,
                     "truncated": b.truncated,
+                    "unsafe": b.unsafe,
                 }
             )
         result.extra = {"backups": rows}
@@ -174,6 +181,7 @@ def _rollback_locked(
             if b.text != found.files[b.original].text
         ]
         refuse_template_edit(unit, [w.path for w in writes])
+        probes.refuse_unsafe(found, [w.path for w in writes], transport.host)
         result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
         result.summary += settings_diff(current, after) if writes else []
         result.diff = "".join(unified_diff(w.path, w.old_text, w.new_text) for w in writes)

@@ -18,11 +18,12 @@ from remediate.core.diagnosis.patterns import match_line
 from remediate.core.diagnosis.runs import RunSplitter
 from remediate.core.diagnosis.systemd import crash_loop_finding
 
-_HEADER = re.compile(r"\b(\w+) hit an exception:")
+# sglang scheduler.py: logger.error(f"{name} hit an exception: {traceback}"), at the start of its message.
+_HEADER = re.compile(r"(\w+) hit an exception:")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt)(?::|$)")
 _ONE_LINE = re.compile(r"(?:Error|Exception): ")
-_PREFILL = re.compile(r"Prefill batch\..*?#new-token: (\d+)")
-_DECODE = re.compile(r"Decode batch\..*?#running-req: (\d+)")
+_PREFILL = re.compile(r"Prefill batch\.[^#]*(?:#(?!new-token: )[^#]*)*#new-token: (\d+)")
+_DECODE = re.compile(r"Decode batch\.[^#]*(?:#(?!running-req: )[^#]*)*#running-req: (\d+)")
 _FRAME = re.compile(r'^\s+File "|^\s{4}\S')
 _CHAINED = re.compile(
     r"^During handling of the above exception, another exception occurred|"
@@ -48,9 +49,9 @@ class _RankState:
     status: dict[int | None, tuple[str, int, LogLine]] = field(default_factory=dict)
 
     def note(self, line: LogLine) -> None:
-        if m := _PREFILL.search(line.text):
+        if m := _PREFILL.match(line.text):
             self._set(line, ("prefill", int(m[1]), line))
-        elif m := _DECODE.search(line.text):
+        elif m := _DECODE.match(line.text):
             self._set(line, ("decode", int(m[1]), line))
 
     def _set(self, line: LogLine, value: tuple[str, int, LogLine]) -> None:
@@ -93,7 +94,7 @@ def parse_journal(
         status.note(line)
         rank = line.rank
         block: _Block | None = None
-        if _HEADER.search(line.text):
+        if _HEADER.match(line.text):
             open_blocks = [*open_blocks[-15:], _Block(rank=rank, header=line)]
             if _ONE_LINE.search(line.text):  # a flattened traceback: header and exception on one line
                 block = open_blocks.pop()

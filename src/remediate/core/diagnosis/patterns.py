@@ -1,4 +1,8 @@
-"""The crash texts of sglang and torch (SGLANG.md §2.5, §6, §8), one matcher per kind."""
+"""The crash texts of sglang and torch (SGLANG.md §2.5, §6, §8), one matcher per kind.
+
+Each text is matched only where its message starts (``lines.at_message``): a request or prompt that sglang
+logs in the middle of a line is never evidence. The numbers inside a matched message are read after it.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from remediate.core.diagnosis.findings import Finding, Kind, Phase
-from remediate.core.diagnosis.lines import LogLine
+from remediate.core.diagnosis.lines import LogLine, at_message
 from remediate.core.diagnosis.sizes import gib_to_bytes
 from remediate.core.diagnosis.torch_oom import OOM_MARK, parse_torch_oom
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _CAPTURE = re.compile(r"Capture (?:prefill )?cuda graph failed", re.IGNORECASE)
-_GRAPH_FLAG = re.compile(r"set (--cuda-graph-max-bs(?:-decode)?) to a smaller value")
+# sglang cuda_graph_runner.py: "Possible solutions:\n1. set --mem-fraction-static …\n2. set --cuda-graph-max-bs …"
+_GRAPH_FLAG = re.compile(r"(?:\d+\. )?set (--cuda-graph-max-bs(?:-decode)?) to a smaller value")
 _NOT_ENOUGH = re.compile(
     r"Not enough memory\. Please try to increase --mem-fraction-static"
     rf"(?:\.? Current value: (?:self\.server_args\.)?mem_fraction_static={_NUM})?"
@@ -24,13 +29,14 @@ _NO_KV = re.compile(
     rf"(?: under --mem-fraction-static={_NUM})?(?:\. Raise --mem-fraction-static above {_NUM})?"
     rf"(?: \(minimum viable = [^=()]*= {_NUM})?"
 )
-_KV_EXHAUSTED = re.compile(r"\b(Prefill|Decode) out of memory(?! happened)")
+_KV_EXHAUSTED = re.compile(r"(Prefill|Decode) out of memory(?! happened)")
 _TRY_TOKENS = re.compile(r"Try to allocate (\d+) tokens")
 _AVAILABLE_TOKENS = re.compile(r"Available tokens: (\d+)")
 _REQ_SLOTS = re.compile(r"alloc_req_slots runs out of memory")
 _REQ_SLOTS_NUMS = re.compile(r"available_size\(\)=(\d+), num_reqs=(\d+)")
 _CUDA_ERROR = re.compile(r"CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|CUBLAS_STATUS_ALLOC_FAILED")
 _FLASHINFER = re.compile(r"Failed to allocate memory for (\S+) with size (\d+)")
+_OUT_OF_MEMORY = re.compile(r"out of memory", re.IGNORECASE)
 _ILLEGAL = re.compile(r"an illegal memory access was encountered")
 _UNBALANCED = re.compile(r"The memory capacity is unbalanced")
 _MIN_GPU = re.compile(rf"min_per_gpu_memory={_NUM}")
@@ -67,15 +73,19 @@ def _fraction(text: str | None) -> float | None:
         return None
 
 
-def _torch(line: LogLine, following: Sequence[LogLine]) -> Match:
+def _graph_flag(following: Sequence[LogLine]) -> str | None:
+    return next((m[1] for f in following if (m := _GRAPH_FLAG.match(f.text))), None)
+
+
+def _torch(line: LogLine, mark: re.Match[str], following: Sequence[LogLine]) -> Match:
     text = line.text
-    oom = parse_torch_oom(text)
-    assert oom is not None, "match_line checked OOM_MARK"
+    oom = parse_torch_oom(text[mark.start() :])
+    assert oom is not None, "match_line found OOM_MARK"
     values = {k: v for k, v in vars(oom).items() if v is not None and v != ()}
     # the same OOM re-raised (chained, or wrapped as "Capture cuda graph failed: …", maybe cut) is one finding
     dedupe = f"{oom.gpu}/{oom.tried_bytes}/{oom.total_bytes}/{oom.free_bytes}" if oom.tried_bytes else text[:400]
-    if _CAPTURE.search(text):
-        flag = next((m[1] for f in following if (m := _GRAPH_FLAG.search(f.text))), None)
+    if at_message(_CAPTURE, text):
+        flag = _graph_flag(following)
         if flag:
             values["graph_flag"] = flag
         return Match("cuda_oom_graph_capture", values, phase="graph_capture", dedupe=dedupe)
@@ -84,14 +94,14 @@ def _torch(line: LogLine, following: Sequence[LogLine]) -> Match:
 
 def _startup(line: LogLine) -> Match | None:
     text = line.text
-    if m := _NO_KV.search(text):
+    if m := at_message(_NO_KV, text):
         values = {
             "mem_fraction_static": _fraction(m[1]),
             "suggested_fraction": _fraction(m[2]),
             "minimum_fraction": _fraction(m[3]),
         }
         return Match("kv_pool_too_small_at_startup", {k: v for k, v in values.items() if v is not None})
-    if m := _NOT_ENOUGH.search(text):
+    if m := at_message(_NOT_ENOUGH, text):
         values = {"mem_fraction_static": _fraction(m[1])} if m[1] else {}
         return Match("kv_pool_too_small_at_startup", values)
     return None
@@ -99,21 +109,25 @@ def _startup(line: LogLine) -> Match | None:
 
 def _kv(line: LogLine, following: Sequence[LogLine]) -> Match | None:
     text = line.text
-    if m := _KV_EXHAUSTED.search(text):
+    if m := at_message(_KV_EXHAUSTED, text):
         extra: list[LogLine] = []
         values: dict[str, Any] = {}
+        # sglang's message goes on in the next lines ("Try to allocate N tokens.", "Available tokens: N …")
         for f in [line, *following[:4]]:
-            if (t := _TRY_TOKENS.search(f.text)) and "tokens_requested" not in values:
-                values["tokens_requested"] = int(t[1])
+            rest = text[m.end() :] if f is line else f.text
+            found = _TRY_TOKENS.search(rest) if f is line else _TRY_TOKENS.match(rest)
+            if found and "tokens_requested" not in values:
+                values["tokens_requested"] = int(found[1])
                 extra += [f] if f is not line else []
-            if (a := _AVAILABLE_TOKENS.search(f.text)) and "tokens_available" not in values:
-                values["tokens_available"] = int(a[1])
+            found = _AVAILABLE_TOKENS.search(rest) if f is line else _AVAILABLE_TOKENS.match(rest)
+            if found and "tokens_available" not in values:
+                values["tokens_available"] = int(found[1])
                 extra += [f] if f is not line else []
         phase: Phase = "prefill" if m[1] == "Prefill" else "decode"
         return Match("kv_pool_exhausted", values, phase=phase, extra=tuple(extra))
-    if _REQ_SLOTS.search(text):
+    if slots := at_message(_REQ_SLOTS, text):
         values = {}
-        if n := _REQ_SLOTS_NUMS.search(text):
+        if n := _REQ_SLOTS_NUMS.search(text, slots.end()):
             values = {"slots_available": int(n[1]), "running_requests": int(n[2])}
         return Match("req_slots_exhausted", values)
     return None
@@ -121,23 +135,23 @@ def _kv(line: LogLine, following: Sequence[LogLine]) -> Match | None:
 
 def _cuda_error(line: LogLine) -> Match | None:
     text = line.text
-    if m := _FLASHINFER.search(text):
+    if m := at_message(_FLASHINFER, text):
         return Match("cuda_error_oom", {"tried_bytes": int(m[2]), "note": f"flashinfer buffer {m[1]}"}, dedupe=m[1])
-    if m := _CUDA_ERROR.search(text):
+    if m := at_message(_CUDA_ERROR, text):
         return Match("cuda_error_oom", {}, dedupe=m[0])
-    if _ILLEGAL.search(text):
+    if at_message(_ILLEGAL, text):
         note = "an illegal memory access can be an OOM reported late (sglang FAQ), or a kernel bug"
         return Match("cuda_error_oom", {"is_possible": True, "note": note}, dedupe="illegal")
     return None
 
 
 def _unbalanced(line: LogLine) -> Match | None:
-    if not _UNBALANCED.search(line.text):
+    if (head := at_message(_UNBALANCED, line.text)) is None:
         return None
     values: dict[str, Any] = {}
-    if m := _MIN_GPU.search(line.text):
+    if m := _MIN_GPU.search(line.text, head.end()):
         values["min_gpu_memory_bytes"] = gib_to_bytes(m[1])
-    if m := _LOCAL_GPU.search(line.text):
+    if m := _LOCAL_GPU.search(line.text, head.end()):
         values["local_gpu_memory_bytes"] = gib_to_bytes(m[1])
     return Match("tp_memory_unbalanced", values)
 
@@ -145,9 +159,9 @@ def _unbalanced(line: LogLine) -> Match | None:
 def match_line(line: LogLine, following: Sequence[LogLine]) -> Match | None:
     """The finding one line carries (checked most specific first), or None."""
     text = line.text
-    if OOM_MARK.search(text):
-        return _torch(line, following)
-    if _CAPTURE.search(text) and re.search(r"out of memory", text, re.IGNORECASE):
-        flag = next((m[1] for f in following if (m := _GRAPH_FLAG.search(f.text))), None)
+    if mark := at_message(OOM_MARK, text):
+        return _torch(line, mark, following)
+    if (capture := at_message(_CAPTURE, text)) and _OUT_OF_MEMORY.search(text, capture.end()):
+        flag = _graph_flag(following)
         return Match("cuda_oom_graph_capture", {"graph_flag": flag} if flag else {}, phase="graph_capture")
     return _startup(line) or _kv(line, following) or _cuda_error(line) or _unbalanced(line)

@@ -1,4 +1,8 @@
-"""Split the journal into runs of the server and read each run's memory facts (sglang's startup lines)."""
+"""Split the journal into runs of the server and read each run's memory facts (sglang's startup lines).
+
+Each startup line is matched at the start of its message (after the prefixes): a request or prompt that
+sglang logs ("… max_total_num_tokens=1 …") is not a startup line.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,14 @@ from remediate.core.diagnosis.lines import LogLine
 from remediate.core.diagnosis.sizes import gib_to_bytes
 
 _SERVER_ARGS = re.compile(r"server_args=ServerArgs\(")
+# A field of the ServerArgs repr (dataclass __repr__: "ServerArgs(a=1, b=2)"), not text inside a value.
+_FIELD = r"(?:(?<=\()|(?<=, ))"
 _ARG = {
-    "mem_fraction_static": re.compile(r"\bmem_fraction_static=(\d+(?:\.\d+)?)"),
-    "chunked_prefill_size": re.compile(r"\bchunked_prefill_size=(-?\d+)"),
-    "cuda_graph_max_bs": re.compile(r"\bcuda_graph_max_bs=(\d+)"),
-    "max_running_requests": re.compile(r"\bmax_running_requests=(\d+)"),
-    "tp_size": re.compile(r"\btp_size=(\d+)"),
+    "mem_fraction_static": re.compile(rf"{_FIELD}mem_fraction_static=(\d+(?:\.\d+)?)"),
+    "chunked_prefill_size": re.compile(rf"{_FIELD}chunked_prefill_size=(-?\d+)"),
+    "cuda_graph_max_bs": re.compile(rf"{_FIELD}cuda_graph_max_bs=(\d+)"),
+    "max_running_requests": re.compile(rf"{_FIELD}max_running_requests=(\d+)"),
+    "tp_size": re.compile(rf"{_FIELD}tp_size=(\d+)"),
 }
 _SYSTEMD_START = re.compile(r"^(?:\S+: )?Start(?:ed|ing) \S+")
 _LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(\d+(?:\.\d+)?) GB")
@@ -47,7 +53,8 @@ class RunSplitter:
 
     def feed(self, line: LogLine) -> None:
         text = line.text
-        starts = bool(_SERVER_ARGS.search(text)) or (
+        is_args = bool(_SERVER_ARGS.match(text))
+        starts = is_args or (
             (line.is_systemd or not line.ident) and not line.has_sglang_prefix and bool(_SYSTEMD_START.match(text))
         )
         if starts and self._has_content:
@@ -56,18 +63,18 @@ class RunSplitter:
         if not (line.is_systemd or _SYSTEMD_START.match(text)):
             self._has_content = True
         facts = self.runs[-1]
-        if _SERVER_ARGS.search(text):
+        if is_args:
             values: dict[str, int | float] = {}
             for name, regex in _ARG.items():
                 m = regex.search(text)
                 if m:
                     values[name] = float(m.group(1)) if name == "mem_fraction_static" else int(m.group(1))
             facts = replace(facts, **values)  # type: ignore[arg-type]
-        elif m := _LOAD_BEGIN.search(text):
+        elif m := _LOAD_BEGIN.match(text):
             facts = replace(facts, free_before_weights_bytes=_min(facts.free_before_weights_bytes, gib_to_bytes(m[1])))
-        elif m := _LOAD_END.search(text):
+        elif m := _LOAD_END.match(text):
             facts = replace(facts, free_after_weights_bytes=_min(facts.free_after_weights_bytes, gib_to_bytes(m[1])))
-        elif m := _CAPACITY.search(text):
+        elif m := _CAPACITY.match(text):
             chunk = None if m[2] == "None" else int(m[2])
             facts = replace(
                 facts,
@@ -75,6 +82,6 @@ class RunSplitter:
                 chunked_prefill_size=chunk if chunk is not None else facts.chunked_prefill_size,
                 available_gpu_mem_bytes=gib_to_bytes(m[6]) if m[6] else facts.available_gpu_mem_bytes,
             )
-        elif _READY in text and not facts.is_ready:
+        elif text.startswith(_READY) and not facts.is_ready:
             facts = replace(facts, is_ready=True, ready_index=line.index)
         self.runs[-1] = facts

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from remediate.core.diagnosis.findings import Finding
 from remediate.core.diagnosis.lines import LogLine
 
-_LIMIT = re.compile(r"start-limit-hit|Start request repeated too quickly")
-_COUNTER = re.compile(r"Scheduled restart job, restart counter is at (\d+)")
+# systemd core/unit.c and service.c, each message prefixed by the unit's name ("sglang.service: ").
+_LIMIT = re.compile(r"(?:\S+: )?(?:Failed with result 'start-limit-hit'|Start request repeated too quickly)")
+_COUNTER = re.compile(r"(?:\S+: )?Scheduled restart job, restart counter is at (\d+)")
 CRASH_LOOP_RESTARTS = 3  # this many automatic restarts (without a new start by hand) is a loop
 
 
@@ -24,17 +25,18 @@ def crash_loop_finding(
     lines: Sequence[LogLine], show: Mapping[str, str], previous_restarts: int | None, *, run: int
 ) -> Finding | None:
     """One crash_loop finding when systemd gave up (start-limit-hit) or keeps restarting the server."""
-    evidence = [line for line in lines if _LIMIT.search(line.text) or _COUNTER.search(line.text)]
-    counters = [int(m[1]) for line in evidence if (m := _COUNTER.search(line.text))]
+    said_by_systemd = [line for line in lines if line.is_systemd or not (line.ident or line.has_sglang_prefix)]
+    evidence = [line for line in said_by_systemd if _LIMIT.match(line.text) or _COUNTER.match(line.text)]
+    counters = [int(m[1]) for line in evidence if (m := _COUNTER.match(line.text))]
     restarts = _int(show.get("NRestarts"))
     if restarts is None and counters:
         restarts = counters[-1]
-    hit = show.get("Result") == "start-limit-hit" or any(_LIMIT.search(line.text) for line in evidence)
+    hit = show.get("Result") == "start-limit-hit" or any(_LIMIT.match(line.text) for line in evidence)
     growing = previous_restarts is not None and restarts is not None and restarts > previous_restarts
     if not (hit or growing or (restarts or 0) >= CRASH_LOOP_RESTARTS):
         return None
     if evidence:
-        main = next((line for line in reversed(evidence) if _LIMIT.search(line.text)), evidence[-1])
+        main = next((line for line in reversed(evidence) if _LIMIT.match(line.text)), evidence[-1])
         text, index = main.evidence, main.index
     else:
         text, index = f"NRestarts={restarts} Result={show.get('Result', '')} (systemctl show)", -1

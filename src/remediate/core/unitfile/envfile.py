@@ -129,7 +129,7 @@ class _EnvReader:
                 if nxt:
                     chars.append(nxt)
                     spans.append((self.pos, self.pos + 2))
-                self.pos += 2
+                self.pos = min(self.pos + 2, len(text))  # a backslash that ends the text escapes nothing
                 trailing_blank = 0
             elif char in "'\"":
                 self._quoted(char, chars, spans)

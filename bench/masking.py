@@ -1,0 +1,66 @@
+"""Secret masking (``mask_secrets``) on long journal lines: milliseconds per line, median of N runs.
+
+    python bench/masking.py [LENGTH ...]      (default 48000 96000: journald's LineMax and twice it)
+
+CPU time of this process (time.process_time), which a loaded machine inflates far less than wall time.
+
+Each shape is one line of LENGTH characters: no secret at all, one long word, many short assignments,
+quotes without partners, a long URL userinfo, and a realistic ExecStart= repeated. Masking is one linear
+scan, so twice the length should take about twice the time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from remediate.core.sweep import mask_info  # noqa: E402
+from remediate.core.unitfile.secrets import mask_secrets  # noqa: E402
+from remediate.host.diagnose import masked  # noqa: E402
+
+EXEC = 'bash -c "HF_TOKEN=hf_x exec python3 -m sglang.launch_server --api-key sk-1 --mem-fraction-static 0.94" '
+SHAPES: dict[str, Callable[[int], str]] = {
+    "one word (a…a)": lambda n: "a" * n,
+    "TOKEN=TOKEN=…": lambda n: ("TOKEN=" * (n // 6 + 1))[:n],
+    "A_TOKEN=x A_TOKEN=x …": lambda n: ("A_TOKEN=x " * (n // 10 + 1))[:n],
+    'HF_TOKEN=x" …': lambda n: ('HF_TOKEN=x" ' * (n // 12 + 1))[:n],
+    "http://u:p@@@…": lambda n: ("http://u:" + "p@" * n)[:n],
+    "--api-key --api-key …": lambda n: ("--api-key " * (n // 10 + 1))[:n],
+    "ExecStart= repeated": lambda n: (EXEC * (n // len(EXEC) + 1))[:n],
+}
+# The other two masking entry points: a journal line as diagnose shows it, a /server_info string in bench.
+CALLERS: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {
+    "diagnose.masked(token…)": (masked, lambda n: ("token" * (n // 5 + 1))[:n]),
+    "mask_info(a…a)": (lambda text: mask_info({"chat_template": text}), lambda n: "a" * n),
+}
+RUNS = 5
+
+
+def main(argv: list[str]) -> int:
+    lengths = [int(a) for a in argv[1:]] or [48000, 96000]
+    print(f"{'shape':24} " + " ".join(f"{n:>10,}" for n in lengths) + "   (CPU ms per line, median of 5)")
+    rows: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {
+        name: (mask_secrets, make) for name, make in SHAPES.items()
+    }
+    rows.update(CALLERS)
+    for name, (mask, make) in rows.items():
+        cells = []
+        for n in lengths:
+            text = make(n)
+            times = []
+            for _ in range(RUNS):
+                start = time.process_time()
+                mask(text)
+                times.append((time.process_time() - start) * 1000)
+            cells.append(f"{statistics.median(times):10.1f}")
+        print(f"{name:24} " + " ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
