@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from remediate.errors import CommandError, TransportError
 from remediate.models import CommandResult
-from remediate.transport.base import HttpResponse
+from remediate.transport.base import HttpResponse, Retake
 from remediate.transport.http1 import HttpStream
 
 Reply = CommandResult | str | int | Callable[[str, str | None], CommandResult]
@@ -84,6 +84,8 @@ class FakeTransport:
     closed: int = 0
     reconnects: int = 0
     reconnect_error: TransportError | None = None
+    retakes: list[Retake] = field(default_factory=list)
+    _open_holds: list[tuple[str, str, str, Callable[[str], Retake] | None]] = field(default_factory=list)
     open_error: TransportError | None = None
     _rules: list[_Rule] = field(default_factory=list)
     _http: dict[str, deque[HttpReply]] = field(default_factory=dict)
@@ -138,25 +140,34 @@ class FakeTransport:
         raise UnscriptedCommandError(f"{self.host}: no scripted reply for {command!r} (stdin: {_head(stdin)!r})")
 
     @contextmanager
-    def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[str]:
+    def hold(
+        self, command: str, *, ready: str, timeout: float, again: Callable[[str], Retake] | None = None
+    ) -> Iterator[str]:
         """Held commands are recorded in ``held``; scripted ones (``on``) that do not print ``ready`` fail
-        with CommandError, as a real command that exits early would. Unscripted ones are granted."""
+        with CommandError, as a real command that exits early would. Unscripted ones are granted. A
+        :meth:`reconnect` takes each open hold back (its ``again`` command, recorded in ``held`` too)."""
         self.held.append(command)
-        text = ""
-        for rule in self._rules:
-            if rule.pattern.search(command):
-                rule.hits += 1
-                reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
-                result = _as_result(reply, command, None)
-                if ready not in result.stdout.splitlines():
-                    raise CommandError(self.host, "hold", result)
-                text = result.stdout
-                break
+        text = self._hold_once(command, ready)
+        entry = (command, ready, text, again)
+        self._open_holds.append(entry)
         self.holding += 1
         try:
             yield text
         finally:
             self.holding -= 1
+            self._open_holds.remove(entry)
+
+    def _hold_once(self, command: str, ready: str, expect: str | None = None) -> str:
+        for rule in self._rules:
+            if rule.pattern.search(command):
+                rule.hits += 1
+                reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
+                result = _as_result(reply, command, None)
+                lines = result.stdout.splitlines()
+                if ready not in lines or (expect is not None and expect not in lines):
+                    raise CommandError(self.host, "hold", result)
+                return result.stdout
+        return ""
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
         self.http_calls.append(HttpCall(host, port, path))
@@ -207,6 +218,15 @@ class FakeTransport:
         self.reconnects += 1
         if self.reconnect_error is not None:
             raise self.reconnect_error
+        for command, ready, first, again in list(self._open_holds):
+            if again is None:
+                self.held.append(command)
+                self._hold_once(command, ready)
+                continue
+            retake = again(first)
+            self.held.append(retake.command)
+            self.retakes.append(retake)
+            self._hold_once(retake.command, ready, retake.expect)
 
     def close(self) -> None:
         self.closed += 1
@@ -284,12 +304,15 @@ def probe_output(
     analyze: bool = False,
     now: float = 1_700_000_000.0,
     mode: str = "644",
+    locked: bool = True,
 ) -> str:
-    """The ``@@``-framed stdout of ``templates/probe.sh.j2``; a file of ``None`` is absent."""
+    """The ``@@``-framed stdout of ``templates/probe.sh.j2``; a file of ``None`` is absent. ``locked``: the
+    locked read's ``@@locked`` line (printed once it holds the unit's lock, for a unit found)."""
     lines = [f"@@now {now}", f"@@analyze {1 if analyze else 0}"]
     if candidates is not None:
         lines.append("@@units" + "".join(f" {c}" for c in candidates))
     if unit is not None:
+        lines += ["@@locked"] if locked else []
         lines += [f"@@unit {unit}", "@@show"]
         lines += show_output(properties).splitlines()
     for path, content in files.items():

@@ -84,7 +84,7 @@ def test_a_rename_failing_between_two_files_is_undone_exactly(tmp_path: Path) ->
     assert "@@renamed 0\n" in failed.stdout and "@@renamed 1" not in failed.stdout
     assert unit.read_text() == NEW and env.read_text() == ENV_OLD  # the state the undo must handle
 
-    undone = run(rendered_many(undo_of(writes), run_dir=tmp_path / "run"))
+    undone = run(rendered_many(undo_of(writes), run_dir=tmp_path / "run", token="und0"))
     assert undone.returncode == 0, undone.stdout  # not 76: the env file is checked against its old bytes
     assert unit.read_text() == OLD and env.read_text() == ENV_OLD
     assert "@@renamed 0\n" in undone.stdout and "@@already 1\n" in undone.stdout
@@ -242,3 +242,156 @@ def test_the_lock_holder_keeps_the_lock_until_a_running_commit_is_done(tmp_path:
                 proc.wait()
         if holder.stdout is not None:
             holder.stdout.close()
+
+
+# -- 6. exactly once: the token's claim, the holder's heartbeat, the lock taken back after our commit ------
+
+
+def test_a_second_script_of_the_same_token_touches_nothing(tmp_path: Path) -> None:
+    """The script sent again after a cut, while the first (late) one already claimed the token: @@duplicate,
+    nothing written or backed up twice. (Before the token's claim, the second ran the commit again.)"""
+    unit, env = two_files(tmp_path)
+    script = rendered_many(forward(unit, env), run_dir=tmp_path / "run")
+    first = run(script)
+    assert first.returncode == 0, first.stdout
+    unit.write_text(OLD)  # were it to run again, it would write again
+    second = run(script)
+    assert second.returncode == 80 and second.stdout == "@@duplicate\n", second.stdout
+    assert unit.read_text() == OLD and len(list(unit.parent.glob("*.bak.*"))) == 1
+
+
+def test_two_scripts_of_one_token_started_together_commit_once(tmp_path: Path) -> None:
+    unit, env = two_files(tmp_path)
+    script = rendered_many(forward(unit, env), run_dir=tmp_path / "run")
+    procs = [
+        subprocess.Popen(["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    outs = [p.communicate(script, timeout=60)[0] for p in procs]
+    assert sorted(p.returncode for p in procs) == [0, 80], outs
+    assert sum("@@renamed 0" in out for out in outs) == 1, outs
+    assert len(list(unit.parent.glob("*.bak.*"))) == 1
+
+
+def test_the_claim_is_the_scripts_first_act_under_the_commit_lock(tmp_path: Path) -> None:
+    """The token's log is claimed (and @@started written) before main() runs anything."""
+    unit, env = two_files(tmp_path)
+    done = run(rendered_many(forward(unit, env), run_dir=tmp_path / "run"))
+    assert done.returncode == 0
+    log = (tmp_path / "run" / f"{UNIT}.commit.t0k3n.log").read_text()
+    assert log.startswith("@@started\n") and log.endswith("@@end\n@@exit 0\n"), log
+
+
+def held_lock(lock: Path, **args: object) -> str:
+    return probe_script(lock.name.removesuffix(".lock"), lock_dir=str(lock.parent), **args)
+
+
+def test_the_lock_holder_gives_up_when_its_channel_goes_silent(tmp_path: Path) -> None:
+    """A half-open connection: stdin never closes and no heartbeat comes. The holder lets the lock go after
+    heartbeat_timeout (before: it held it until the channel closed, hours on a half-open connection)."""
+    lock = tmp_path / "run" / "x.lock"
+    holder = subprocess.Popen(
+        ["bash", "-c", held_lock(lock, lock_wait=1, heartbeat_timeout=1)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        assert holder.wait(timeout=20) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        assert holder.stdin is not None
+        holder.stdin.close()
+
+
+def test_the_lock_holder_stays_while_heartbeats_come(tmp_path: Path) -> None:
+    lock = tmp_path / "run" / "x.lock"
+    holder = subprocess.Popen(
+        ["bash", "-c", held_lock(lock, lock_wait=1, heartbeat_timeout=2)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        while holder.stdout.readline() not in ("@@end\n", ""):
+            pass
+        for _ in range(6):  # 3 s of heartbeats, longer than the timeout
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            with pytest.raises(subprocess.TimeoutExpired):
+                holder.wait(timeout=0.5)
+        second = subprocess.run(
+            ["bash", "-c", held_lock(lock, lock_wait=0)], stdin=subprocess.DEVNULL, capture_output=True
+        )
+        assert second.returncode == LOCK_HELD_EXIT
+        holder.stdin.close()
+        assert holder.wait(timeout=10) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+        holder.stdin.close()
+
+
+def test_the_lock_taken_back_waits_for_our_commit_longer_than_the_lock_wait(tmp_path: Path) -> None:
+    """Reconnect behind a slow stop: our commit script still holds the commit lock for longer than the lock
+    wait, and the old holder keeps the unit's lock until it is done. The lock taken back waits for the commit
+    first (its own limit), then gets the unit's lock. (Before: flock -w LOCK_WAIT, exit 75, "(hold)".)"""
+    lock = tmp_path / "run" / "x.lock"
+    old = subprocess.Popen(
+        ["bash", "-c", held_lock(lock, lock_wait=1)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    commit = None
+    again = None
+    try:
+        assert old.stdout is not None and old.stdin is not None
+        while old.stdout.readline() not in ("@@end\n", ""):
+            pass
+        commit = subprocess.Popen(["flock", "-n", f"{lock}.commit", "cat"], stdin=subprocess.PIPE)
+        old.stdin.close()  # the cut
+        again = subprocess.Popen(
+            ["bash", "-c", held_lock(lock, lock_wait=1, commit_wait=30, retake=True)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        with pytest.raises(subprocess.TimeoutExpired):
+            again.wait(timeout=2.5)  # longer than lock_wait: still waiting for the commit, not exit 75
+        assert commit.stdin is not None
+        commit.stdin.close()  # the slow stop ends, the commit script with it
+        assert commit.wait(timeout=10) == 0
+        assert again.stdout is not None
+        seen = []
+        while not seen or seen[-1] not in ("@@end\n", ""):
+            seen.append(again.stdout.readline())
+        assert "@@locked\n" in seen, seen
+    finally:
+        for proc in (old, commit, again):
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                for pipe in (proc.stdin, proc.stdout):
+                    if pipe is not None:
+                        pipe.close()
+
+
+def test_an_alias_takes_the_lock_of_the_units_canonical_id(tmp_path: Path) -> None:
+    env = shim(
+        tmp_path,
+        "systemctl",
+        'if [ "$*" = "show -p Id --value -- llm.service" ]; then echo sglang.service; exit 0; fi\nexit 0',
+    )
+    lock_dir = tmp_path / "run"
+    got = subprocess.run(
+        ["bash", "-c", probe_script("llm.service", lock_dir=str(lock_dir), lock_wait=1)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert got.returncode == 0, got.stderr
+    assert "@@unit sglang.service\n" in got.stdout
+    assert (lock_dir / "sglang.service.lock").exists() and not (lock_dir / "llm.service.lock").exists()

@@ -31,8 +31,11 @@ def rendered(path: str, *, restart: bool = True, run_dir: Path | None = None) ->
     return rendered_many([FileWrite(path, OLD, NEW)], restart=restart, run_dir=run_dir)
 
 
-def rendered_many(writes: list[FileWrite], *, restart: bool = False, run_dir: Path | None = None) -> str:
-    """The commit script for ``writes``; its lock directory (commit lock, log) under ``run_dir``."""
+def rendered_many(
+    writes: list[FileWrite], *, restart: bool = False, run_dir: Path | None = None, token: str = "t0k3n"
+) -> str:
+    """The commit script for ``writes``; its lock directory (commit lock, log) under ``run_dir``. A commit's
+    token names its log: each commit its own (an undo of the same files, say, gets another)."""
     run = run_dir or Path("/run/remediate")
     return templates.render(
         "commit.sh.j2",
@@ -41,7 +44,7 @@ def rendered_many(writes: list[FileWrite], *, restart: bool = False, run_dir: Pa
         epoch=EPOCH,
         restart=restart,
         analyze=False,
-        log_path=str(run / f"{UNIT}.commit.t0k3n.log"),
+        log_path=str(run / f"{UNIT}.commit.{token}.log"),
         commit_lock=str(run / f"{UNIT}.lock.commit"),
     )
 
@@ -137,10 +140,11 @@ def test_commit_report_is_parsed() -> None:
 
 def test_commit_script_takes_no_lock() -> None:
     """The run holds the unit's lock on its own channel (the locked probe.sh.j2); the commit must not wait for
-    it again: it only takes, without waiting, the commit lock that tells the lock holder a commit is running."""
+    it again: it only takes the commit lock that tells the lock holder a commit is running (waiting only for
+    another script of its own token, sent again after a cut)."""
     script = sent_script("/etc/systemd/system/sglang.service")
     flocks = [line.strip() for line in script.splitlines() if "flock" in line and not line.lstrip().startswith("#")]
-    assert flocks == ['if ! { exec 8>>"$commit_lock" && flock -n 8; } 2>/dev/null; then'], flocks
+    assert flocks == ['if ! { exec 8>>"$commit_lock" && flock -w "$commit_wait" 8; } 2>/dev/null; then'], flocks
     assert "commit_lock=/run/remediate/sglang.service.lock.commit\n" in script
 
 
@@ -217,9 +221,11 @@ def test_prune_script_refuses_while_the_lock_is_held(tmp_path: Path) -> None:
 
 
 def test_probe_asks_systemctl_once() -> None:
-    """The paths to read (fragment, drop-ins, environment files) come from the one `systemctl show`."""
+    """The paths to read (fragment, drop-ins, environment files) come from the one `systemctl show` (the
+    locked read asks once more, before the lock, for the unit's canonical Id that keys the lock)."""
     script = probe_script("sglang.service", lock_dir="/run/lock", lock_wait=1)
-    assert len(re.findall(r"^\s*[^#\n]*\bsystemctl\b", script, re.MULTILINE)) == 1
+    calls = re.findall(r"^\s*[^#\n]*\bsystemctl\b.*$", script, re.MULTILINE)
+    assert len(calls) == 2 and "-p Id --value" in calls[0], calls
 
 
 @needs_tools

@@ -16,7 +16,7 @@ from remediate.host.options import RunOptions
 from remediate.models import CommandResult
 from remediate.transport.known_hosts import read_known_hosts
 
-LOG = r"\Acat -- /run/remediate/sglang\.service\.commit\.[0-9a-f]+\.log"
+LOG = r"\Aflock -E 75 -w \d+ /run/remediate/sglang\.service\.lock\.commit true .*\.commit\.[0-9a-f]+\.log"
 
 
 def failing(stdout: str, code: int = 1) -> CommandResult:
@@ -116,7 +116,9 @@ def test_a_commit_script_killed_on_the_host_reports_each_file_state() -> None:
     host.on(r"\Afor p in", f"0000  {PATH}\n")
     result = run(host)
     assert result.outcome == "failed"
-    assert "stopped before its end" in (result.error or "") and f"{PATH} has sha256 0000" in (result.error or "")
+    error = result.error or ""
+    assert "killed on the host before its end" in error and f"{PATH} has sha256 0000" in error, error
+    assert "nothing was written" not in error, error
 
 
 # -- a connection cut during the wait: reconnect and finish ---------------------------------------------

@@ -9,15 +9,26 @@ from typing import Any
 
 from remediate.api.hosts import ConnectAhead, RolloutResult, TransportFactory, _roll_out
 from remediate.errors import ConfigError
+from remediate.fleet.inventory import Inventory
 from remediate.fleet.request import OomRequest
+from remediate.fleet.retry import check_retry_target
 from remediate.fleet.settings import (
     build_strategy,
     parse_desired_args,
     resolve_hosts,
     run_options_for,
 )
+from remediate.host.state import check_state_dir
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions
+
+
+def check_results_kept(inventory: Inventory | None, retry_dir: str | None, retry_file: str | None) -> None:
+    """Before the first host is touched: where the results go (the state directory and its transaction
+    record, the retry file) can be written. ConfigError naming the path (exit 2) otherwise: a run that could
+    not keep its results must not change hosts first."""
+    check_state_dir()
+    check_retry_target(inventory, retry_dir, path=retry_file)
 
 
 def remediate_oom_request(
@@ -33,6 +44,8 @@ def remediate_oom_request(
     inventory, hosts = resolve_hosts(request.targets, request.inventory)
     strategy = build_strategy(request.strategy, inventory)
     per_host = {h.name: run_options_for(h, request) for h in hosts}  # validate all input before touching any host
+    if not request.dry_run:
+        check_results_kept(inventory, retry_dir, request.retry_file)
     ahead = ConnectAhead(transport_factory).start(hosts, strategy, request.ssh)
     try:
         # Imported once the first batch's handshakes are under way: the transaction's modules load meanwhile.
@@ -154,6 +167,8 @@ def rollback(
         )
         for h in hosts
     }
+    if not dry_run:
+        check_results_kept(inventory_obj, retry_dir, retry_file)
     from remediate.fleet import budget as fleet_budget  # the transaction's modules, as in remediate_oom_request
 
     return _roll_out(

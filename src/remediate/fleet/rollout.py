@@ -8,7 +8,10 @@ Semantics (documented in the README):
 - ``max_failures`` (``N`` or ``P%`` of all hosts, default 0) counts failed, rolled-back and unreachable
   hosts over the whole rollout; once it is *exceeded* no new host starts, in-flight hosts finish
   (rolling back per their own policy), and the rest are ``not_attempted``;
-- Ctrl-C: no new hosts start; in-flight ones finish; the report still prints;
+- Ctrl-C: no new hosts start; in-flight ones finish; the report still prints; a second Ctrl-C stops the
+  waiting (those hosts are reported in flight, state unknown), every result already in is kept;
+- a ``confirm``, ``on_event`` or ``stop_when`` callback that raises halts the rollout like a failure budget:
+  in-flight hosts finish, every result is kept;
 - a worker that raises something that is not a RemediateError (a bug, or a library exception that escaped
   translation) fails only its host: ``internal error: <type>: <message>``, exit 70, counted as a failure;
   the other hosts' results and the retry file are kept, and the traceback goes to the log (the logger
@@ -124,6 +127,7 @@ class Rollout(Generic[T]):
     interrupted: bool = False
     batches: list[list[str]] = field(default_factory=list)
     stop_when: Callable[[HostResult], str | None] | None = None
+    given_up: bool = False  # a second Ctrl-C: the in-flight hosts were not waited for
 
     def run(self) -> list[HostResult]:
         if self.strategy.forks < 1:
@@ -137,9 +141,8 @@ class Rollout(Generic[T]):
         index = 0
         running: dict[Future[HostResult], int] = {}
         # One thread per host that can run at once (never more than the hosts): all of them handshake together.
-        with ThreadPoolExecutor(
-            max_workers=max(1, min(self.strategy.forks, total)), thread_name_prefix="remediate"
-        ) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.strategy.forks, total)), thread_name_prefix="remediate")
+        try:
             try:
                 for number, size in enumerate(sizes):
                     if stop.is_set():
@@ -175,15 +178,19 @@ class Rollout(Generic[T]):
                                 if reason:
                                     self._halt(stop, reason)
                     if is_canary and not stop.is_set() and self.strategy.pause_after_canary and index < total:
-                        if self.confirm is None or not self.confirm("canary batch healthy; continue the rollout?"):
+                        if not self._confirmed(stop, "canary batch healthy; continue the rollout?"):
                             self._halt(stop, "stopped after the canary batch")
             except KeyboardInterrupt:
                 # Ctrl-C anywhere in the loop: start nothing new, let in-flight hosts finish (or roll back).
                 self.interrupted = True
                 self._halt(stop, "interrupted (Ctrl-C): in-flight hosts finish, no new host starts")
-                for future, i in list(running.items()):
-                    results[i] = self._collect(future, i)
-                running.clear()
+                self._collect_all(running, results)
+            except Exception as exc:  # noqa: BLE001 - a caller's callback (confirm, on_event, stop_when) raised
+                self._halt(stop, f"a callback raised {type(exc).__name__}: {exc}", announce=False)
+                self._collect_all(running, results)
+        finally:
+            # After a second Ctrl-C the in-flight hosts' threads are not waited for here: they end on their own.
+            pool.shutdown(wait=not self.given_up, cancel_futures=True)
         out: list[HostResult] = []
         for i, host in enumerate(self.hosts):
             if i in results:
@@ -206,15 +213,45 @@ class Rollout(Generic[T]):
         except Exception as exc:  # noqa: BLE001 - a worker's bug must not lose the other hosts' results
             return internal_error(self.name_of(self.hosts[i]), exc)
 
-    def _halt(self, stop: threading.Event, reason: str) -> None:
+    def _collect_all(self, running: dict[Future[HostResult], int], results: dict[int, HostResult]) -> None:
+        """Every in-flight host's result, once it is done. A second Ctrl-C stops the waiting: the hosts still
+        in flight are reported as such (their transactions go on, and record themselves, in the background);
+        every result already in is kept."""
+        try:
+            for future, i in list(running.items()):
+                results[i] = self._collect(future, i)
+                del running[future]
+        except KeyboardInterrupt:
+            self.given_up = True
+            for i in running.values():
+                results[i] = HostResult(
+                    host=self.name_of(self.hosts[i]),
+                    outcome="failed",
+                    error="interrupted twice (Ctrl-C) while this host was in flight: its state is unknown; it "
+                    "finishes (or rolls back) on its own and records itself. `remediate status` shows it",
+                    exit_code=1,
+                )
+        running.clear()
+
+    def _confirmed(self, stop: threading.Event, question: str) -> bool:
+        if self.confirm is None:
+            return False
+        try:
+            return self.confirm(question)
+        except Exception as exc:  # noqa: BLE001 - the caller's callback: the rollout stops, results kept
+            self._halt(stop, f"the confirm callback raised {type(exc).__name__}: {exc}")
+            return False
+
+    def _halt(self, stop: threading.Event, reason: str, *, announce: bool = True) -> None:
         if not stop.is_set():
             self.halted = reason
             stop.set()
-            self._event(f"halting: {reason}")
+            if announce:
+                self._event(f"halting: {reason}")
 
     def _event(self, text: str) -> None:
         if self.on_event:
-            self.on_event(text)
+            self.on_event(text)  # a raising on_event halts the rollout (run() keeps the results)
 
 
 def internal_error(host: str, exc: BaseException, *, clock: Callable[[], float] = time.time) -> HostResult:

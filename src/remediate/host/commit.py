@@ -4,7 +4,8 @@ compare-and-swap, complete backups, every file staged then renamed, daemon-reloa
 The script runs on its own once bash has read all of it, so a connection cut mid-commit does not stop it
 half-way: :func:`commit` reconnects (which takes the unit's lock back only once the script is done), reads
 the script's report from its log on the host and carries on as if the connection had never dropped. When
-the script never started, nothing was written and it is sent again (the compare-and-swap makes that safe).
+the host shows no trace of the commit's token, it is sent again with the same token: a first script that
+starts late then finds its token claimed and touches nothing, so the commit runs exactly once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import base64
 import hashlib
 import secrets
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from remediate.core.unitfile.report import display_text
@@ -25,14 +27,14 @@ from remediate.errors import (
     UnsafePathError,
 )
 from remediate.host import templates
-from remediate.host.lock import commit_lock_path, commit_log_path, lock_path
+from remediate.host.lock import COMMIT_TIMEOUT_S, commit_lock_path, commit_log_path, lock_path
 from remediate.models import CommandResult
 from remediate.transport.base import Transport
 
-COMMIT_TIMEOUT_S = 450  # the script's own limits: daemon-reload 90 s, reset-failed 30 s, restart 300 s, copies
 RESUME_WITHIN_S = 60.0  # how long a commit cut by a lost connection tries to reconnect
 CONFLICT_EXIT = 76  # a file changed since it was read: nothing written
 UNSAFE_EXIT = 79  # a directory another user can change, or a name swapped under the script (@@error unsafe)
+DUPLICATE_EXIT = 80  # the commit's token was claimed by another script of it: nothing touched by this one
 
 
 def _sha256(text: str) -> str:
@@ -86,6 +88,7 @@ def render_commit(
         analyze=analyze,
         log_path=commit_log_path(unit, token),
         commit_lock=commit_lock_path(unit),
+        commit_wait=COMMIT_TIMEOUT_S,
         journal=" ".join(display_text(journal).split()),
     )
 
@@ -100,73 +103,161 @@ def commit(
     analyze: bool = False,
     journal: str = "",
     resume_within: float = RESUME_WITHIN_S,
+    token: str | None = None,
 ) -> CommitReport:
     """Run the remote transaction (``templates/commit.sh.j2``) and parse what it reports.
 
     ``journal``: the line logged to the host's journal (``logger -t remediate``) once the files are
     written, the backup paths appended; masked here, whatever the caller passed.
 
+    Exactly once: one ``token`` for this commit, sent again unchanged after a cut. The script claims it
+    (its log, created O_EXCL) before it does anything else, so a host that shows the token is never sent the
+    commit again (its log is read once the script is done), and a script that starts late, after it was
+    sent again, finds the token claimed and touches nothing (``@@duplicate``). A commit shell that died on
+    the host (no exit status, no report) is read back from its log and the files, never assumed to have
+    written nothing.
+
     The caller holds the unit's lock (:func:`remediate.host.lock.unit_lock`). Raises ConflictError
     (nothing written), CommitError (``written`` says what holds the new bytes), StateUnknownError
     (the connection could not be re-established)."""
+    token = token or secrets.token_hex(8)
+    script = render_commit(unit, writes, epoch=epoch, restart=restart, analyze=analyze, token=token, journal=journal)
     resumed = False
-    for _attempt in range(2):
-        token = secrets.token_hex(8)
-        script = render_commit(
-            unit, writes, epoch=epoch, restart=restart, analyze=analyze, token=token, journal=journal
-        )
+    for _attempt in range(SENDS):
         try:
-            result = transport.run("bash -s", stdin=script, timeout=COMMIT_TIMEOUT_S)
+            sent = transport.run("bash -s", stdin=script, timeout=COMMIT_TIMEOUT_S)
         except ConnectionLost as cut:
             resumed = True
-            recovered = _recover(transport, unit, writes, token, cut, resume_within)
+            recovered = _after_cut(transport, unit, writes, token, cut.message, resume_within)
             if recovered is None:
-                continue  # the script never ran on the host: nothing was written, send it again
-            result = recovered
-        report = _report(transport.host, writes, result)
+                continue  # no trace of the token on the host: safe to send again (a late start is @@duplicate)
+            sent = recovered
+        if _is_duplicate(sent) or _no_report(sent):
+            # Another script of this token ran (the one sent before a cut), or this one died on the host
+            # before it could report: what happened is in the token's log and the files.
+            sent = _read_back(transport, unit, writes, token, resume_within)
+        result = sent
+        report = _report(transport.host, writes, result, lambda: file_states(transport, writes))
         report.resumed = resumed
         return report
     raise StateUnknownError(
-        transport.host, "the connection was lost twice while the commit was being sent; nothing was written"
+        transport.host,
+        f"the connection was lost {SENDS} times while the commit was being sent and the host shows no trace of it: "
+        "nothing was written. Re-running `remediate oom` is safe",
     )
 
 
-def _recover(
-    transport: Transport, unit: str, writes: list[FileWrite], token: str, cut: ConnectionLost, within: float
+SENDS = 3  # a commit is sent at most this often, always with its one token
+
+
+def _is_duplicate(result: CommandResult) -> bool:
+    return result.exited == DUPLICATE_EXIT and "@@duplicate" in result.stdout.splitlines()
+
+
+def _no_report(result: CommandResult) -> bool:
+    """The commit shell gave no exit status (killed: sshd reports a signal) or printed nothing at all."""
+    if result.exited == -1:
+        return True
+    return not result.ok and not any(
+        line.startswith("@@") for line in (result.stdout + "\n" + result.stderr).splitlines()
+    )
+
+
+def _after_cut(
+    transport: Transport, unit: str, writes: list[FileWrite], token: str, why: str, within: float
 ) -> CommandResult | None:
-    """After a cut: reconnect (the lock comes back once the host's commit script is done) and read its log.
-    None when the script never started there."""
+    """After a cut: reconnect (the lock is taken back once our commit script is done) and read the token's
+    log. None when the host shows no trace of the token (the script never started)."""
+    _reconnect(transport, why, within)
+    return _read_log(transport, unit, writes, token, within, missing_ok=True)
+
+
+def _reconnect(transport: Transport, why: str, within: float) -> None:
     try:
         transport.reconnect(within)
     except RemediateError as exc:
         raise StateUnknownError(
             transport.host,
-            f"the connection was lost during the commit ({cut.message}) and could not be re-established within "
+            f"the connection was lost during the commit ({why}) and could not be re-established within "
             f"{within:.0f}s ({_detail(exc)}): the state on the host is unknown. If the commit script started, "
             "it runs to its end there on its own, under the unit's lock (the unit ends as the old bytes or the "
             "new, with a complete backup). Re-running `remediate oom` is safe: it waits for the lock and "
             "reads what the host holds",
         ) from exc
+
+
+def _read_back(transport: Transport, unit: str, writes: list[FileWrite], token: str, within: float) -> CommandResult:
+    result = _read_log(transport, unit, writes, token, within, missing_ok=False)
+    assert result is not None
+    return result
+
+
+def _read_log(
+    transport: Transport, unit: str, writes: list[FileWrite], token: str, within: float, *, missing_ok: bool
+) -> CommandResult | None:
+    """The token's log once its script is done (the commit lock free, waited for up to the commit's own
+    limit), as the script's result. A log without its ``@@exit`` line (the script was killed): exit 0 if the
+    report got to its ``@@end``, else -1 (the caller reads the files back). A cut here: one reconnect."""
     log = shlex.quote(commit_log_path(unit, token))
-    got = transport.run(f"cat -- {log} 2>/dev/null || echo @@nolog", timeout=30)
+    lock = shlex.quote(commit_lock_path(unit))
+    command = (
+        f"flock -E 75 -w {COMMIT_TIMEOUT_S} {lock} true 2>/dev/null; [ $? -ne 75 ] || echo @@busy; "
+        f"if [ -e {log} ]; then cat -- {log}; else echo @@nolog; fi"
+    )
+    for attempt in range(2):
+        try:
+            got = transport.run(command, timeout=COMMIT_TIMEOUT_S + 30)
+            break
+        except ConnectionLost as cut:
+            if attempt:
+                raise StateUnknownError(
+                    transport.host,
+                    f"the connection was lost twice while the commit's report was read back ({cut.message}): "
+                    f"the state on the host is unknown. Re-running `remediate oom` is safe",
+                ) from cut
+            _reconnect(transport, cut.message, within)
     lines = got.stdout.splitlines()
+    busy = "@@busy" in lines
+    lines = [line for line in lines if line != "@@busy"]
     if lines == ["@@nolog"]:
-        return None
+        if missing_ok and not busy:
+            return None
+        raise CommitError(
+            transport.host,
+            f"the commit script left no report on the host (its log is missing): {describe_files(transport, writes)}",
+            written=_holding_new(transport, writes),
+        )
+    if busy:
+        raise StateUnknownError(
+            transport.host,
+            f"the commit script on the host still runs after {COMMIT_TIMEOUT_S}s: "
+            f"{describe_files(transport, writes)}. Re-running `remediate oom` is safe once it is done",
+        )
+    text = "\n".join(lines) + "\n"
     last = lines[-1] if lines else ""
     if last.startswith("@@exit "):
-        return CommandResult("bash -s", int(last.split()[1]), got.stdout, "")
-    raise StateUnknownError(
-        transport.host,
-        "the connection was lost during the commit and the commit script on the host stopped before its end "
-        f"(killed?): {describe_files(transport, writes)}. Re-running `remediate oom` is safe",
-    )
+        return CommandResult("bash -s", int(last.split()[1]), text, "")
+    return CommandResult("bash -s", 0 if "@@end" in lines else -1, text, "")
+
+
+def _holding_new(transport: Transport, writes: list[FileWrite]) -> tuple[str, ...]:
+    states = file_states(transport, writes)
+    return tuple(w.path for w in writes if states.get(w.path) == _sha256(w.new_text))
+
+
+def file_states(transport: Transport, writes: list[FileWrite]) -> dict[str, str]:
+    """Each file's sha256 on the host ('-' when it cannot be read), one round trip."""
+    quoted = " ".join(shlex.quote(w.path) for w in writes)
+    got = transport.run(f'for p in {quoted}; do sha256sum -- "$p" 2>/dev/null || echo "- $p"; done', timeout=30)
+    return {line.split(None, 1)[1].strip(): line.split(None, 1)[0] for line in got.stdout.splitlines() if " " in line}
 
 
 def describe_files(transport: Transport, writes: list[FileWrite]) -> str:
     """Each file's state in words: the old bytes, the new bytes, or neither (one round trip)."""
-    quoted = " ".join(shlex.quote(w.path) for w in writes)
-    got = transport.run(f'for p in {quoted}; do sha256sum -- "$p" 2>/dev/null || echo "- $p"; done', timeout=30)
-    sums = {line.split(None, 1)[1].strip(): line.split(None, 1)[0] for line in got.stdout.splitlines() if " " in line}
+    return _describe(writes, file_states(transport, writes))
+
+
+def _describe(writes: list[FileWrite], sums: dict[str, str]) -> str:
     words = []
     for w in writes:
         sha = sums.get(w.path)
@@ -175,11 +266,16 @@ def describe_files(transport: Transport, writes: list[FileWrite]) -> str:
     return "; ".join(words)
 
 
-def _report(host: str, writes: list[FileWrite], result: CommandResult) -> CommitReport:
+def _report(
+    host: str, writes: list[FileWrite], result: CommandResult, states: Callable[[], dict[str, str]] | None = None
+) -> CommitReport:
+    """The script's report. For a script killed before its end (exit -1), ``states()`` (the files' sha256 on the
+    host) says what holds the new bytes, whatever its report got to say."""
     report = CommitReport()
     errors: list[str] = []
     failed_step = ""
     plain: list[str] = []
+    already: set[str] = set()
     paths = {str(i): w.path for i, w in enumerate(writes)}
     for line in (result.stdout + "\n" + result.stderr).splitlines():
         head, _, rest = line.partition(" ")
@@ -188,6 +284,8 @@ def _report(host: str, writes: list[FileWrite], result: CommandResult) -> Commit
             report.backups[paths.get(index, index)] = backup
         elif head == "@@renamed":
             report.written.append(paths.get(rest, rest))
+        elif head == "@@already":
+            already.add(paths.get(rest, rest))
         elif head == "@@reloaded":
             report.reloaded = True
         elif head == "@@restart":
@@ -208,18 +306,27 @@ def _report(host: str, writes: list[FileWrite], result: CommandResult) -> Commit
             plain.append(line.strip())
     if result.ok:
         return report
+    killed = result.exited == -1
     why = errors[-1] if errors else (plain[-1] if plain else f"exit status {result.exited}")
+    if killed and not errors:
+        why = "the commit script was killed on the host before its end"
     if result.exited == CONFLICT_EXIT:
         raise ConflictError(host, f"aborted, nothing written: {why}")
     if result.exited == UNSAFE_EXIT and not report.written:
         raise UnsafePathError(f"refused, nothing written: {why}", source=host)
+    if killed and states is not None and writes:
+        sums = states()
+        for w in writes:
+            if w.path not in report.written and w.path not in already and sums.get(w.path) == _sha256(w.new_text):
+                report.written.append(w.path)
+        why += f" ({_describe(writes, sums)})"
     where = f" during the {failed_step}" if failed_step and not errors else ""
     if report.written:
         done = f"{', '.join(report.written)} now hold{'s' if len(report.written) == 1 else ''} the new bytes"
         done += "; daemon-reload done" if report.reloaded else ""
         done += "; restart started" if report.restart_epoch else ""
     else:
-        done = "nothing was written" + (
+        done = ("no file holds the new bytes" if killed else "nothing was written") + (
             f" (backup {', '.join(report.backups.values())} kept)" if report.backups else ""
         )
     raise CommitError(

@@ -9,7 +9,8 @@ exit :data:`LOCK_HELD_EXIT` when another run holds it, :data:`LOCK_BROKEN_EXIT` 
 
 The directory is root's own (created 0700, refused when anyone else could write it): a world-writable
 ``/run/lock`` would let any user pre-create and hold the lock and block root's runs. The name comes from
-the normalised unit name, so ``sglang`` and ``sglang.service`` take one lock.
+the unit's canonical name (systemd's ``Id``, resolved on the host before the lock is taken), so
+``sglang``, ``sglang.service`` and an ``Alias=`` of it take one lock.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, host_outcome, new_result
 from remediate.host.read import probe_script, resolve_unit
 from remediate.models import HostResult, ProgressFn
-from remediate.transport.base import Transport
+from remediate.transport.base import Retake, Transport
 
 LOCK_DIR = "/run/remediate"
 LOCK_HELD_EXIT = 75  # EX_TEMPFAIL: flock -w timed out (templates/_flock.sh.j2)
 READ_TIMEOUT_S = 60  # the read itself, once the lock is taken
 LOCK_BROKEN_EXIT = 73  # EX_CANTCREAT: the lock directory or file is unusable (templates/_flock.sh.j2)
+LOCKED = "@@locked"  # what the locked read prints once it holds the unit's lock
+COMMIT_TIMEOUT_S = 450  # a commit script's own limits: daemon-reload 90 s, reset-failed 30 s, restart 300 s, copies
+HEARTBEAT_TIMEOUT_S = 30  # the lock holder gives up when its channel is silent this long (transport HEARTBEAT_S)
 
 
 def lock_path(unit: str) -> str:
@@ -73,13 +77,21 @@ def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines
     """Detect the unit (unless given), take its lock and read it, in one round trip; keep the lock until the
     block ends — read, plan, commit, wait, verify, undo — so concurrent runs serialise: the next one waits
     (≤ ``wait`` s) and then reads what this one left, or fails clearly. The lock lives in a process tied to
-    this SSH channel: it cannot outlive this run. No unit, or several: ConfigError, no lock taken."""
+    this SSH channel: it cannot outlive this run (nor a half-open connection for long: a heartbeat). After a
+    reconnect it is taken back for the unit found (no detection again), once a commit script of this run is
+    done (waited for up to the commit's own limit), and only if ``@@locked`` says so. No unit, or several:
+    ConfigError, no lock taken."""
     unit = normalise_unit(unit) if unit else None
-    script = probe_script(unit, journal_lines=journal_lines, lock_dir=LOCK_DIR, lock_wait=int(wait))
+    script = probe_script(unit, (), journal_lines=journal_lines, journal_since=None, **_lock_args(wait))
     with ExitStack() as held:
         try:
             text = held.enter_context(
-                transport.hold("bash -c " + shlex.quote(script), ready="@@end", timeout=wait + READ_TIMEOUT_S)
+                transport.hold(
+                    "bash -c " + shlex.quote(script),
+                    ready="@@end",
+                    timeout=wait + READ_TIMEOUT_S,
+                    again=lambda first: retake(first, unit, wait),
+                )
             )
         except CommandError as exc:
             if exc.result.exited == LOCK_HELD_EXIT:
@@ -87,7 +99,33 @@ def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines
             if exc.result.exited == LOCK_BROKEN_EXIT:
                 raise RemediationError(transport.host, f"cannot take the unit's lock: {_why(exc)}") from exc
             raise TransportError(transport.host, f"probe failed (exit {exc.result.exited}): {_why(exc)}") from exc
-        yield resolve_unit(transport, probes.parse_probe(text, unit), unit)
+        found = resolve_unit(transport, probes.parse_probe(text, unit), unit)
+        if LOCKED not in text.splitlines():
+            raise TransportError(transport.host, "the locked read did not say @@locked: the unit's lock is not held")
+        yield found
+
+
+def _lock_args(wait: int, **more: object) -> dict[str, object]:
+    return {
+        "lock_dir": LOCK_DIR,
+        "lock_wait": int(wait),
+        "commit_wait": COMMIT_TIMEOUT_S,
+        "heartbeat_timeout": HEARTBEAT_TIMEOUT_S,
+        **more,
+    }
+
+
+def retake(first: str, unit: str | None, wait: int) -> Retake:
+    """How a reconnect takes the lock back: for the unit the first read found (its canonical Id, never detected
+    again), waiting first for a commit script of this run (the commit lock, up to its own limit), then for
+    the unit's lock (the old holder, on a half-open connection, lets go within its heartbeat timeout)."""
+    found = probes.parse_probe(first, unit)
+    name = found.state.unit if found.state is not None else unit
+    if not name:
+        raise TransportError("", "no unit to take the lock back for")  # never: the first read found one
+    lock_wait = int(wait) + HEARTBEAT_TIMEOUT_S + 5
+    script = probe_script(name, (), journal_lines=0, journal_since=None, **_lock_args(lock_wait, retake=True))
+    return Retake("bash -c " + shlex.quote(script), LOCKED, COMMIT_TIMEOUT_S + lock_wait + READ_TIMEOUT_S)
 
 
 @contextmanager

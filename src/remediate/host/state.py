@@ -48,3 +48,16 @@ def record_transaction(record: Mapping[str, Any]) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def check_state_dir() -> Path:
+    """Before any host is touched: the state directory exists (created 0700) and root can write it, and so its
+    transaction record; ConfigError naming the path otherwise."""
+    path = ensure_dir(state_dir())
+    record = path / TRANSACTIONS
+    for target in (path, record):
+        if target.exists() and not os.access(target, os.W_OK | (os.X_OK if target.is_dir() else 0)):
+            raise ConfigError("cannot write here (permissions): fix it or set REMEDIATE_STATE_DIR", source=str(target))
+    if not path.is_dir():
+        raise ConfigError("not a directory: fix it or set REMEDIATE_STATE_DIR", source=str(path))
+    return path

@@ -6,6 +6,7 @@ unit's lock (lock.py) from before its read until this returns.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -16,12 +17,14 @@ from remediate.errors import (
     CommitError,
     ConfigError,
     ConflictError,
+    ConnectionLost,
     RemediateError,
     RemediationError,
     StateUnknownError,
+    TransportError,
     UnhealthyError,
 )
-from remediate.host.commit import CommitReport, FileWrite, commit
+from remediate.host.commit import RESUME_WITHIN_S, CommitReport, FileWrite, commit, file_states
 from remediate.host.health import Healthy, wait_healthy
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer
@@ -50,6 +53,7 @@ def transact(
     result.outcome = "failed"
     what = "rollback" if success == "restored" else "oom"
     changes = "; ".join(result.summary) or ", ".join(w.path for w in writes)
+    report: CommitReport | None = None
     try:
         with timer.phase("commit"):
             note = f"remediate {what} {unit}: {changes}"
@@ -79,6 +83,48 @@ def transact(
         if isinstance(exc, UnhealthyError):
             result.journal = exc.journal
         _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
+    except TransportError as exc:
+        # Once the commit was sent, a transport error (reading its report back, the files, the wait, the
+        # probe) is never "unreachable": it ends in a record and the rollback path.
+        failure = _after_transport_error(transport, unit, writes, result, changes, exc, committed=report is not None)
+        _roll_back(transport, unit, writes, endpoint, options, result, timer, failure, undo_note, changes)
+
+
+def _after_transport_error(
+    transport: Transport,
+    unit: str,
+    writes: list[FileWrite],
+    result: HostResult,
+    changes: str,
+    exc: TransportError,
+    *,
+    committed: bool,
+) -> RemediationError:
+    """The error the rollback path starts from; StateUnknownError (recorded) when the host is gone, and a
+    plain failure (recorded, no undo) when the commit's report never came and no file holds the new bytes."""
+    detail = str(getattr(exc, "message", exc))
+    try:
+        if isinstance(exc, ConnectionLost):
+            transport.reconnect(RESUME_WITHIN_S)
+        held = [] if committed else [w.path for w in writes if file_states(transport, writes).get(w.path) == _new(w)]
+    except RemediateError as again:
+        unknown = StateUnknownError(
+            result.host,
+            f"the connection failed after the commit started ({detail}) and the host cannot be reached "
+            f"({getattr(again, 'message', again)}): the state on the host is unknown. Re-running `remediate oom` "
+            "is safe (it waits for the lock and reads what the host holds)",
+        )
+        _record(result, unit, "unknown", changes, writes, error=str(unknown))
+        raise unknown from exc
+    if not committed and not held:
+        failure = RemediationError(result.host, f"the commit failed ({detail}); no file holds the new bytes")
+        _record(result, unit, "failed", changes, writes, error=str(failure))
+        raise failure from exc
+    return RemediationError(result.host, f"the connection failed after the commit started: {detail}")
+
+
+def _new(write: FileWrite) -> str:
+    return hashlib.sha256(write.new_text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _roll_back(

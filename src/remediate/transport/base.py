@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -9,7 +10,18 @@ from typing import Protocol
 from remediate.models import CommandResult
 from remediate.transport.http1 import HttpStream
 
-__all__ = ["CommandResult", "HttpResponse", "SSHOptions", "Transport", "parse_http"]
+__all__ = ["CommandResult", "HttpResponse", "Retake", "SSHOptions", "Transport", "parse_http"]
+
+
+@dataclass(frozen=True)
+class Retake:
+    """How a ``hold`` is taken back after a reconnect: its own command (e.g. the lock, for the unit the first
+    run found, waiting for a commit of this run first), the line it must print before ``ready`` (else
+    CommandError: no hold is ever taken back without it), and how long it may take."""
+
+    command: str
+    expect: str
+    timeout: float
 
 
 @dataclass(frozen=True)
@@ -49,10 +61,13 @@ class Transport(Protocol):
         """Run a shell command (already quoted) on the host; never raises on non-zero exit."""
         ...
 
-    def hold(self, command: str, *, ready: str, timeout: float) -> AbstractContextManager[str]:
+    def hold(
+        self, command: str, *, ready: str, timeout: float, again: Callable[[str], Retake] | None = None
+    ) -> AbstractContextManager[str]:
         """Run ``command`` until the context exits, once it printed the line ``ready`` (e.g. a lock it took
         and keeps while its stdin stays open); the context's value is its stdout up to that line, included.
-        If it exits first: CommandError with its result."""
+        If it exits first: CommandError with its result. ``again(first output)``: what :meth:`reconnect`
+        runs to take it back (default: ``command`` again)."""
         ...
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:

@@ -3,11 +3,14 @@ the drain of a command's output. ``chan`` is a paramiko Channel."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from remediate.errors import ConnectionLost
+from remediate.transport.base import Retake
 
 
 @dataclass
@@ -19,6 +22,38 @@ class Hold:
     timeout: float
     chan: Any = None  # the paramiko Channel it runs on now
     output: str = ""  # what it printed up to and including ``ready`` (the locked read, for the probe)
+    again: Callable[[str], Retake] | None = None  # how a reconnect takes it back (default: ``command``)
+
+
+class Heartbeat:
+    """While any hold is open: a newline on each hold's stdin every ``every`` seconds, from a daemon thread
+    (templates/probe.sh.j2's holder gives up the lock when none comes for its heartbeat_timeout: a half-open
+    connection never keeps a lock for hours). Send errors are ignored: a dead connection is ConnectionLost
+    where a command runs."""
+
+    def __init__(self, holds: list[Hold], every: float, host: str) -> None:
+        self._holds = holds
+        self._every = every
+        self._name = f"heartbeat-{host}"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._beat, name=self._name, daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while self._holds:
+            time.sleep(self._every)
+            for held in list(self._holds):
+                chan = held.chan
+                if chan is None or chan.closed:
+                    continue
+                try:
+                    chan.sendall(b"\n")
+                except Exception:  # noqa: BLE001, S110 - the run notices a dead connection where it waits
+                    pass
 
 
 def drain(chan: Any, host: str, timeout: float | None) -> tuple[bytes, bytes]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -32,8 +32,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
 from remediate.transport.ahead import Ahead
-from remediate.transport.base import HttpResponse, SSHOptions, parse_http
-from remediate.transport.channels import Hold, drain
+from remediate.transport.base import HttpResponse, Retake, SSHOptions, parse_http
+from remediate.transport.channels import Heartbeat, Hold, drain
 from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
 from remediate.transport.preconnect import Preconnect
 from remediate.transport.ssh_errors import translate_errors
@@ -45,6 +45,7 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "password for")
 KEEPALIVE_S = 10  # SSH keepalive: a dead peer is noticed while a long command or the health wait runs
+HEARTBEAT_S = 5.0  # a line to every hold's stdin this often (templates/probe.sh.j2: heartbeat_timeout)
 COMMAND_TIMEOUT_S = 600.0  # a command given no timeout of its own: nothing waits forever
 
 
@@ -87,6 +88,7 @@ class SSHTransport:
             hop = nxt if isinstance(nxt, Connection) else None
         self._opened = False
         self._holds: list[Hold] = []
+        self._beat = Heartbeat(self._holds, HEARTBEAT_S, self.host)
         self._ahead: Ahead | None = None
         self._pre: Preconnect | None = None
 
@@ -174,8 +176,9 @@ class SSHTransport:
 
     def reconnect(self, within: float) -> None:
         """Connect again after a lost connection — capped backoff, for at most ``within`` seconds — and take
-        back every hold still open (the unit's lock: on the host it is released only once the old holder
-        and any commit script of this run are done). Auth and host-key failures are final at once."""
+        back every hold still open, each with its own :class:`Retake` when it has one (the unit's lock: for the
+        unit found, after any commit script of this run is done; ``@@locked`` required). Auth and host-key
+        failures are final at once; a hold that cannot be taken back is CommandError (or ConnectError)."""
         self._conn.close()
         self._opened = False
         deadline = time.monotonic() + max(within, 1.0)
@@ -190,7 +193,18 @@ class SSHTransport:
                 self._connect_once()
         self._opened = True
         for held in list(self._holds):
-            self._start_hold(held, max(deadline - time.monotonic(), 0.0) + held.timeout)
+            if held.again is None:
+                self._start_hold(held, max(deadline - time.monotonic(), 0.0) + held.timeout)
+                continue
+            retake = held.again(held.output)
+            first = held.output
+            self._start_hold(held, max(deadline - time.monotonic(), 0.0) + retake.timeout, retake.command)
+            taken, held.output = held.output, first
+            if retake.expect not in taken.splitlines():
+                if held.chan is not None:
+                    held.chan.close()
+                result = CommandResult(retake.command, 0, taken, f"no {retake.expect!r} before {held.ready!r}")
+                raise CommandError(self.host, "hold taken back", result)
 
     def _sudo_error(self, result: CommandResult) -> TransportError:
         text = result.stderr.lower()
@@ -243,13 +257,18 @@ class SSHTransport:
         )
 
     @contextmanager
-    def hold(self, command: str, *, ready: str, timeout: float) -> Iterator[str]:
+    def hold(
+        self, command: str, *, ready: str, timeout: float, again: Callable[[str], Retake] | None = None
+    ) -> Iterator[str]:
         """Keep ``command`` running on its own channel for the duration of the context; closing the
         channel (or losing the connection) ends it, so a lock it holds can never outlive this process.
-        After :meth:`reconnect` the command runs again on the new connection (the lock is taken back)."""
-        held = Hold(command, ready, timeout)
+        A heartbeat line goes to its stdin every :data:`HEARTBEAT_S` (the lock holder gives up when none
+        comes: a half-open connection never holds a lock for long). After :meth:`reconnect` it is taken back
+        on the new connection (``again``: its own command for that)."""
+        held = Hold(command, ready, timeout, again=again)
         self._start_hold(held, timeout)
         self._holds.append(held)
+        self._beat.start()
         try:
             yield held.output
         finally:
@@ -257,14 +276,15 @@ class SSHTransport:
             if held.chan is not None:
                 held.chan.close()
 
-    def _start_hold(self, held: Hold, timeout: float) -> None:
+    def _start_hold(self, held: Hold, timeout: float, command: str | None = None) -> None:
         marker = held.ready.encode() + b"\n"
+        command = command or held.command
         with translate_errors(self.host):
             chan = self._active().open_session(timeout=self.options.connect_timeout)
         held.chan = chan
         try:
             with translate_errors(self.host):
-                chan.exec_command(self._wrap(held.command))
+                chan.exec_command(self._wrap(command))
                 chan.settimeout(0.1)
                 seen = b""
                 deadline = time.monotonic() + timeout
@@ -274,7 +294,7 @@ class SSHTransport:
                         status = chan.recv_exit_status()
                         if status == -1:
                             raise ConnectionLost(self.host, f"connection lost before {held.ready!r}")
-                        result = CommandResult(held.command, status, seen.decode(), err.decode())
+                        result = CommandResult(command, status, seen.decode(), err.decode())
                         raise CommandError(self.host, "hold", result)
                     if time.monotonic() > deadline:
                         raise ConnectError(self.host, f"no {held.ready!r} from the host within {timeout:.0f}s")
