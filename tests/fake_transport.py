@@ -35,6 +35,22 @@ Pieces = list[tuple[float, bytes]]
 StreamReply = Pieces | int | None | Callable[[bytes], "Pieces | int | None"]
 
 
+LISTENER_SCRIPT = "# remediate: listener"  # templates/listener.sh.j2: who holds the unit's port
+
+
+def listener_output(
+    *, main_pid: int = 4242, listen: str = "127.0.0.1:30000", inode: int = 777, ours: bool = True, who: str = ""
+) -> str:
+    """templates/listener.sh.j2's answer: the unit holds the listening socket (``ours``) or another process."""
+    held = f"socket:[{inode}]" if ours else "socket:[1]"
+    users = who or f'users:(("python3",pid={main_pid if ours else 9999},fd=7))'
+    return (
+        f"@@show\nMainPID={main_pid}\nControlGroup=/system.slice/sglang.service\nExecStart=\n"
+        f"@@listen\nLISTEN 0 2048 {listen} 0.0.0.0:* ino:{inode} sk:1 <->\n"
+        f"@@sockets\n{held}\n@@who\nLISTEN 0 2048 {listen} 0.0.0.0:* {users}\n@@end\n"
+    )
+
+
 class UnscriptedCommandError(AssertionError):
     """The code under test ran a command the test did not script."""
 
@@ -131,6 +147,8 @@ class FakeTransport:
                 rule.hits += 1
                 reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
                 return _as_result(reply, command, stdin)
+        if command.startswith(LISTENER_SCRIPT):
+            return _as_result(listener_output(), command, stdin)  # unscripted: the unit holds its port
         raise UnscriptedCommandError(f"{self.host}: no scripted reply for {command!r} (stdin: {_head(stdin)!r})")
 
     @contextmanager
