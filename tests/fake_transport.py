@@ -147,8 +147,9 @@ class FakeTransport:
                 rule.hits += 1
                 reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
                 return _as_result(reply, command, stdin)
-        if command.startswith(LISTENER_SCRIPT):
-            return _as_result(listener_output(), command, stdin)  # unscripted: the unit holds its port
+        if command.startswith(LISTENER_SCRIPT):  # unscripted: the unit holds its port
+            port = re.search(r"^port=(\d+)$", command, re.MULTILINE)
+            return _as_result(listener_output(listen=f"0.0.0.0:{port[1] if port else 30000}"), command, stdin)
         raise UnscriptedCommandError(f"{self.host}: no scripted reply for {command!r} (stdin: {_head(stdin)!r})")
 
     @contextmanager
