@@ -10,19 +10,20 @@ import pytest
 import tenacity.nap
 from fake_transport import FakeTransport, listener_output, state_output
 
-from remediate.core.listener import Listener, judge_owner, parse_listeners, reached, who
+from remediate.core.listener import Listener, parse_listeners, who
 from remediate.host.health import wait_healthy
-from remediate.host.listener import listener_script, parse_owner
+from remediate.host.listener import judge_owner, listener_script, parse_owner, reached
 
 UNIT = "sglang.service"
 ENDPOINT = ("127.0.0.1", 30000)
 SS = [
+    "State  Recv-Q Send-Q Local Address:Port  Peer Address:Port Process",
     "LISTEN 0      2048       127.0.0.1:30000      0.0.0.0:* ino:4711 sk:1 cgroup:/system.slice/sglang.service <->",
     "LISTEN 0      5          [::]:30000         [::]:* ino:4712 sk:2 cgroup:/user.slice v6only:1 <->",
 ]
 
 
-def test_ss_lines_give_address_port_and_inode() -> None:
+def test_ss_lines_give_address_port_and_inode_and_the_header_is_skipped() -> None:
     assert parse_listeners(SS) == (Listener("127.0.0.1", 30000, 4711), Listener("::", 30000, 4712))
 
 
@@ -61,6 +62,12 @@ def test_a_container_unit_is_not_checked_and_says_why() -> None:
     )
     owner = parse_owner(text, UNIT, ENDPOINT)
     assert owner.is_ours and "container" in owner.why
+
+
+def test_a_host_where_ss_fails_is_accepted_unchecked_and_says_why() -> None:
+    text = listener_output(ours=False).replace("@@listen\n", "@@listen\n@@nosockets\n")
+    owner = parse_owner(text, UNIT, ENDPOINT)
+    assert owner.is_ours and "not checked" in owner.why
 
 
 def test_an_unfinished_check_is_not_ours() -> None:

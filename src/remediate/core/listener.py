@@ -1,7 +1,7 @@
 """PURE: who serves a port, from the kernel's own words (``templates/listener.sh.j2``).
 
 The answer on the unit's port is the new server only when the listening socket that the connection reaches
-is held by one of the unit's processes: ``ss -Htlne`` gives each listener's socket inode (iproute2
+is held by one of the unit's processes: ``ss -tlne`` gives each listener's socket inode (iproute2
 misc/ss.c prints ``ino:N``), ``/proc/PID/fd`` of the unit's processes gives the inodes they hold
 (``socket:[N]``). A process bound to the port outside the unit (a squatter) answers ``/health`` as well as
 sglang does; it is never taken for the new server.
@@ -9,15 +9,13 @@ sglang does; it is never taken for the new server.
 
 from __future__ import annotations
 
-import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 _INODE = re.compile(r"\bino:(\d+)\b")
 _SOCKET = re.compile(r"^socket:\[(\d+)\]$")
 _USERS = re.compile(r'\("((?:[^"\\]|\\.){0,32})",pid=(\d+),fd=\d+\)')
-_WILDCARDS = frozenset({"*", "0.0.0.0", "::"})
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,8 @@ class Owner:
 
 
 def parse_listeners(lines: Iterable[str]) -> tuple[Listener, ...]:
-    """``ss -Htlne`` lines: ``LISTEN 0 2048 127.0.0.1:30000 0.0.0.0:* ino:123 sk:… cgroup:…``."""
+    """``ss -tlne`` lines: ``LISTEN 0 2048 127.0.0.1:30000 0.0.0.0:* ino:123 sk:… cgroup:…`` (the header line,
+    without ``ino:``, is skipped)."""
     found: list[Listener] = []
     for line in lines:
         words = line.split()
@@ -62,28 +61,6 @@ def parse_socket_inodes(lines: Iterable[str]) -> frozenset[int]:
     return frozenset(inodes)
 
 
-def reached(listeners: Sequence[Listener], host: str) -> tuple[Listener, ...]:
-    """The listeners a connection to ``host`` reaches: a socket bound to that address wins over a wildcard one
-    (Linux: ``__inet_lookup_listener`` scores an exact match above INADDR_ANY); a name, not an address, may
-    reach any of them."""
-    try:
-        wanted = str(ipaddress.ip_address(host))
-    except ValueError:
-        return tuple(listeners)
-    exact = tuple(x for x in listeners if _canonical(x.address) == wanted)
-    if exact:
-        return exact
-    wild = tuple(x for x in listeners if x.address in _WILDCARDS)
-    return wild or tuple(listeners)
-
-
-def _canonical(address: str) -> str:
-    try:
-        return str(ipaddress.ip_address(address))
-    except ValueError:
-        return address
-
-
 def who(lines: Iterable[str]) -> str:
     """The processes ``ss -p`` names for the port, for a message (``python3 pid 4242``), never for a decision."""
     seen: list[str] = []
@@ -93,18 +70,3 @@ def who(lines: Iterable[str]) -> str:
             if text not in seen:
                 seen.append(text)
     return ", ".join(seen[:4]) or "a process not shown"
-
-
-def judge_owner(
-    listeners: Sequence[Listener], ours: frozenset[int], endpoint: tuple[str, int], unit: str, users: str
-) -> Owner:
-    """Ours only when the port has a listener for the endpoint and each one it may reach is held by the unit."""
-    host, port = endpoint
-    serving = reached([x for x in listeners if x.port == port], host)
-    if not serving:
-        return Owner(False, f"nothing listens on port {port} any more")
-    strangers = [x for x in serving if x.inode not in ours]
-    if strangers:
-        where = f"{strangers[0].address}:{strangers[0].port}"
-        return Owner(False, f"{where} is held by a process outside {unit} ({users}): not our server")
-    return Owner(True, f"{unit} holds {serving[0].address}:{serving[0].port}")

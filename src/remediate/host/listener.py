@@ -8,21 +8,61 @@ descendants): :func:`remediate.core.listener.judge_owner`.
 Limits: a container launcher (docker, podman, nerdctl in ExecStart) runs the server in the runtime's own
 cgroup, under containerd/conmon, and publishes the port through docker-proxy or the runtime's netns: its
 processes are not the unit's, so the check cannot prove ownership there and is skipped (``is_ours`` with
-the reason). A host without ``ss`` (iproute2) cannot be checked either; the answer is then accepted, and
-the reason says so.
+the reason). A host where ``ss`` (iproute2) is missing or fails cannot be checked either; the answer is
+then accepted, and the reason says so.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Sequence
 
-from remediate.core.listener import Owner, judge_owner, parse_listeners, parse_socket_inodes, who
+from remediate.core.listener import Listener, Owner, parse_listeners, parse_socket_inodes, who
 from remediate.core.probes import ServiceState, parse_show
 from remediate.host import templates
 from remediate.transport.base import Transport
 
 COMMAND_TIMEOUT_S = 30.0
 _CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl"})
+_WILDCARDS = frozenset({"*", "0.0.0.0", "::"})
+
+
+def reached(listeners: Sequence[Listener], host: str) -> tuple[Listener, ...]:
+    """The listeners a connection to ``host`` reaches: a socket bound to that address wins over a wildcard one
+    (Linux: ``__inet_lookup_listener`` scores an exact match above INADDR_ANY); a name, not an address, may
+    reach any of them."""
+    try:
+        wanted = str(ipaddress.ip_address(host))
+    except ValueError:
+        return tuple(listeners)
+    exact = tuple(x for x in listeners if _canonical(x.address) == wanted)
+    if exact:
+        return exact
+    wild = tuple(x for x in listeners if x.address in _WILDCARDS)
+    return wild or tuple(listeners)
+
+
+def _canonical(address: str) -> str:
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address
+
+
+def judge_owner(
+    listeners: Sequence[Listener], ours: frozenset[int], endpoint: tuple[str, int], unit: str, users: str
+) -> Owner:
+    """Ours only when the port has a listener for the endpoint and each one it may reach is held by the unit."""
+    host, port = endpoint
+    serving = reached([x for x in listeners if x.port == port], host)
+    if not serving:
+        return Owner(False, f"nothing listens on port {port} any more")
+    strangers = [x for x in serving if x.inode not in ours]
+    if strangers:
+        where = f"{strangers[0].address}:{strangers[0].port}"
+        return Owner(False, f"{where} is held by a process outside {unit} ({users}): not our server")
+    return Owner(True, f"{unit} holds {serving[0].address}:{serving[0].port}")
 
 
 def listener_script(unit: str, port: int) -> str:
@@ -56,7 +96,7 @@ def parse_owner(text: str, unit: str, endpoint: tuple[str, int]) -> Owner:
     if _launches_container(state):
         return Owner(True, f"{unit} runs a container: the port's owner is the container runtime's, not checked")
     if "nosockets" in sections:
-        return Owner(True, "ss (iproute2) is not on the host: the port's owner is not checked")
+        return Owner(True, "ss (iproute2) is missing or failed on the host: the port's owner is not checked")
     if state.main_pid <= 0:
         return Owner(False, f"{unit} has no main process")
     listeners = parse_listeners(sections.get("listen", []))
