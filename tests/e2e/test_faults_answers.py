@@ -63,6 +63,12 @@ def lock_is_free(node: Node) -> bool:
     return node.host.run("/usr/bin/flock", "-n", LOCK, "/bin/true").returncode == 0
 
 
+def lock_goes_free(node: Node) -> None:
+    """The run's lock holder lets go within its own bound once the run ended (templates/probe.sh.j2 keeps the
+    lock 0.3 s more, and while a commit of the run still holds the commit lock): nothing else keeps it."""
+    poll(lambda: lock_is_free(node), deadline=10, what=f"{LOCK} free")
+
+
 @pytest.fixture
 def hung_smi(incident: Node) -> Iterator[Node]:
     incident.host.write(SMI, HUNG_SMI, mode=0o755)
@@ -80,11 +86,11 @@ def test_a_hung_nvidia_smi_is_timed_out_noted_and_keeps_no_lock(hung_smi: Node) 
     assert any("nvidia-smi timed out" in n for n in run.result["notes"]), run
     # the hung queries were killed (timeout -k) and none kept the lock's fd: the unit is not locked after the run
     poll(lambda: not node.host.run("/usr/bin/pgrep", "-f", SMI).stdout.strip(), deadline=10, what="no hung nvidia-smi")
-    assert lock_is_free(node)
+    lock_goes_free(node)
     diagnosis = node.cli("diagnose")
     assert diagnosis.returncode == 0, diagnosis
     assert any("nvidia-smi timed out" in n for n in diagnosis.result["notes"]), diagnosis
-    assert lock_is_free(node)
+    lock_goes_free(node)
 
 
 @pytest.fixture
@@ -135,4 +141,4 @@ def test_a_bad_answer_on_the_port_is_never_the_new_server_and_rolls_back(
     assert "not healthy after 8s" in error and any(w in error for w in why), run
     assert "Traceback" not in run.stderr  # type: ignore[attr-defined]
     squatting.wait_healthy()  # the old unit's server, once the squatter left
-    assert lock_is_free(squatting)
+    lock_goes_free(squatting)
