@@ -69,23 +69,35 @@ def lock_goes_free(node: Node) -> None:
     poll(lambda: lock_is_free(node), deadline=10, what=f"{LOCK} free")
 
 
-@pytest.fixture
-def hung_smi(incident: Node) -> Iterator[Node]:
-    incident.host.write(SMI, HUNG_SMI, mode=0o755)
+# A query stuck in the kernel (uninterruptible sleep) outlives its KILL: modelled by a child that leaves
+# timeout's process group (setsid) and keeps every fd it inherited, the pipe to the probe included.
+STUCK_SMI = "#!/bin/bash\nsetsid sleep 600 &\ntrap '' TERM\nwhile :; do sleep 1; done\n"
+
+
+def _pids(node: Node, pattern: str) -> list[str]:
+    return node.host.run("/usr/bin/pgrep", "-f", pattern).stdout.split()
+
+
+@pytest.fixture(params=["hung", "stuck"])
+def hung_smi(incident: Node, request: pytest.FixtureRequest) -> Iterator[Node]:
+    incident.host.write(SMI, HUNG_SMI if request.param == "hung" else STUCK_SMI, mode=0o755)
     yield incident
     incident.host.run("/bin/rm", "-f", SMI)
-    for pid in incident.host.run("/usr/bin/pgrep", "-f", SMI).stdout.split():
+    for pid in _pids(incident, SMI) + _pids(incident, "^sleep 600$"):
         incident.host.run("/bin/kill", "-9", pid)
 
 
 def test_a_hung_nvidia_smi_is_timed_out_noted_and_keeps_no_lock(hung_smi: Node) -> None:
     node = hung_smi
+    stuck = node.host.path(SMI).read_text() == STUCK_SMI
     run = node.cli("oom", "--wait-timeout", "60")
     assert run.returncode == 0, run
     assert run.result["outcome"] == "remediated", run
     assert any("nvidia-smi timed out" in n for n in run.result["notes"]), run
-    # the hung queries were killed (timeout -k) and none kept the lock's fd: the unit is not locked after the run
-    poll(lambda: not node.host.run("/usr/bin/pgrep", "-f", SMI).stdout.strip(), deadline=10, what="no hung nvidia-smi")
+    # the hung queries were killed (timeout -k); whatever outlived them holds no lock fd: the unit is not locked
+    poll(lambda: not _pids(node, SMI), deadline=10, what="no hung nvidia-smi")
+    if stuck:
+        assert _pids(node, "^sleep 600$"), "the stuck query outlives the run, as one in the kernel does"
     lock_goes_free(node)
     diagnosis = node.cli("diagnose")
     assert diagnosis.returncode == 0, diagnosis
