@@ -35,6 +35,22 @@ Pieces = list[tuple[float, bytes]]
 StreamReply = Pieces | int | None | Callable[[bytes], "Pieces | int | None"]
 
 
+LISTENER_SCRIPT = "# remediate: listener"  # templates/listener.sh.j2: who holds the unit's port
+
+
+def listener_output(
+    *, main_pid: int = 4242, listen: str = "127.0.0.1:30000", inode: int = 777, ours: bool = True, who: str = ""
+) -> str:
+    """templates/listener.sh.j2's answer: the unit holds the listening socket (``ours``) or another process."""
+    held = f"socket:[{inode}]" if ours else "socket:[1]"
+    users = who or f'users:(("python3",pid={main_pid if ours else 9999},fd=7))'
+    return (
+        f"@@show\nMainPID={main_pid}\nControlGroup=/system.slice/sglang.service\nExecStart=\n"
+        f"@@listen\nLISTEN 0 2048 {listen} 0.0.0.0:* ino:{inode} sk:1 <->\n"
+        f"@@sockets\n{held}\n@@who\nLISTEN 0 2048 {listen} 0.0.0.0:* {users}\n@@end\n"
+    )
+
+
 class UnscriptedCommandError(AssertionError):
     """The code under test ran a command the test did not script."""
 
@@ -137,6 +153,9 @@ class FakeTransport:
             # host/environ.py's read of the server's environment, unless a test scripts it (``on("environ", …)``):
             # "no main process", so the environment is not checked.
             return CommandResult(command, 0, "@@main 0\n", "")
+        if command.startswith(LISTENER_SCRIPT):  # unscripted: the unit holds its port
+            port = re.search(r"^port=(\d+)$", command, re.MULTILINE)
+            return _as_result(listener_output(listen=f"0.0.0.0:{port[1] if port else 30000}"), command, stdin)
         raise UnscriptedCommandError(f"{self.host}: no scripted reply for {command!r} (stdin: {_head(stdin)!r})")
 
     @contextmanager

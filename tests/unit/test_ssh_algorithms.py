@@ -41,14 +41,40 @@ def test_the_fast_transport_turns_nagle_off_on_a_tcp_socket() -> None:
             s.close()
 
 
+class _Recording(socket.socket):
+    """A real socket that records the options set on it."""
+
+    set_options: list[tuple[int, int, int]]
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:  # type: ignore[override]
+        self.set_options.append((level, option, value))
+        super().setsockopt(level, option, value)
+
+
+def _recording(family: socket.AddressFamily) -> _Recording:
+    sock = _Recording(family, socket.SOCK_STREAM)
+    sock.set_options = []
+    return sock
+
+
 def test_a_socket_that_is_not_tcp_is_left_alone() -> None:
-    left, right = socket.socketpair()  # AF_UNIX: a ProxyJump hop's channel is no TCP socket either
+    unix = _recording(socket.AF_UNIX)  # a ProxyJump hop's channel is no TCP socket either
     try:
-        ssh_security.no_delay(left)
-        ssh_security.no_delay(object())
+        ssh_security.no_delay(unix)
+        assert unix.set_options == []  # no option set on it, not even one whose failure is swallowed
     finally:
-        left.close()
-        right.close()
+        unix.close()
+    ssh_security.no_delay(object())  # not a socket at all: no error
+
+
+def test_a_tcp_socket_gets_nodelay() -> None:
+    tcp = _recording(socket.AF_INET)
+    try:
+        ssh_security.no_delay(tcp)
+        assert tcp.set_options == [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        assert tcp.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        tcp.close()
 
 
 def test_preferences_unknown_to_paramiko_are_skipped() -> None:

@@ -11,12 +11,14 @@ takes them), so each event carries the time of the bytes that completed it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from remediate.core.jsondoc import DocumentError, parse_document
+
 DONE = "[DONE]"
+MAX_LINE_BYTES = 1024 * 1024  # one line or one event: sglang sends a few KiB per chunk (its text so far)
 
 
 class StreamError(ValueError):
@@ -90,6 +92,7 @@ class SSEDecoder:
     def __init__(self) -> None:
         self._buffer = b""
         self._data: list[bytes] = []
+        self._size = 0
 
     def feed(self, at: float, data: bytes) -> list[StreamChunk]:
         self._buffer += data
@@ -97,6 +100,8 @@ class SSEDecoder:
         while True:
             line, sep, rest = self._buffer.partition(b"\n")
             if not sep:
+                if len(self._buffer) > MAX_LINE_BYTES:
+                    raise StreamError(f"a line longer than {MAX_LINE_BYTES} bytes: not sglang's stream")
                 break
             self._buffer = rest
             event = self._line(at, line.removesuffix(b"\r"))
@@ -122,9 +127,14 @@ class SSEDecoder:
             return self._dispatch(at)
         if line.startswith(b":"):
             return None  # a comment (keep-alive)
+        if len(line) > MAX_LINE_BYTES:
+            raise StreamError(f"a line longer than {MAX_LINE_BYTES} bytes: not sglang's stream")
         field, _, value = line.partition(b":")
         if field == b"data":
             self._data.append(value.removeprefix(b" "))
+            self._size += len(value)
+            if self._size > MAX_LINE_BYTES:
+                raise StreamError(f"an event longer than {MAX_LINE_BYTES} bytes: not sglang's stream")
         return None
 
     def _dispatch(self, at: float) -> StreamChunk | None:
@@ -132,12 +142,13 @@ class SSEDecoder:
             return None
         payload = b"\n".join(self._data).strip()
         self._data = []
+        self._size = 0
         if payload == DONE.encode():
             return StreamChunk(at=at, data={}, done=True)
         try:
-            data = json.loads(payload)
-        except ValueError as exc:
-            raise StreamError(f"a chunk is not JSON: {payload[:80]!r}") from exc
+            data = parse_document(payload)
+        except DocumentError as exc:
+            raise StreamError(f"a chunk is not JSON ({exc}): {payload[:80]!r}") from exc
         if not isinstance(data, dict):
             raise StreamError(f"a chunk is not a JSON object: {payload[:80]!r}")
         return StreamChunk(at=at, data=data)

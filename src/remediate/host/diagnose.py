@@ -162,8 +162,12 @@ def read_evidence(found: ProbeResult, sources: UnitSources, since_restarts: int 
     gpus = parse_gpus(found.sections.get("gpus", ()))
     apps = parse_apps(found.sections.get("apps", ()))
     gpu_note = found.section_notes.get("gpus")
+    smi_notes = {gpu_note, found.section_notes.get("apps")}
     if gpu_note == "absent":
         notes.append("nvidia-smi is not on this host: GPU memory not read")
+    elif "timeout" in smi_notes:
+        # templates/probe.sh.j2 runs it under `timeout -k 2 10`: a hung driver (after an Xid error) is a finding
+        notes.append("nvidia-smi timed out (no answer within 10 s; a hung GPU driver?): GPU memory not read")
     elif gpu_note or found.section_notes.get("apps"):
         notes.append("nvidia-smi failed: GPU memory not read")
     server = process_tree(found.sections.get("ps", ()), state.main_pid)

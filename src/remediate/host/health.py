@@ -5,11 +5,15 @@ warm-up request succeeds, then 200. Healthy means ``/health`` 200 *and* a ``max_
 (from ``/server_info`` on sglang ≥ 0.5.6, ``/get_server_info`` before, or the journal's capacity
 line). The unit's state is read alongside (often at first, then every few seconds) so a crash fails fast
 instead of timing out.
+
+The server's answers are not trusted: each GET is bounded in time and size (transport/http1.py), a JSON
+document in depth (core/jsondoc.py); a bad answer is a failed poll. An answer counts only when the socket
+it came through is held by the unit's processes (host/listener.py): a squatter on the port is reported
+and waited past, never taken for the new server.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from collections.abc import Callable
@@ -18,6 +22,7 @@ from typing import Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_before_delay
 
+from remediate.core.jsondoc import DocumentError, parse_document
 from remediate.core.probes import (
     ServiceState,
     explain_crash,
@@ -28,6 +33,7 @@ from remediate.core.probes import (
 )
 from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
+from remediate.host.listener import listener_owner
 from remediate.transport.base import Transport
 
 _STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
@@ -78,9 +84,9 @@ def fetch_json(transport: Transport, host: str, port: int, *paths: str) -> tuple
         response = transport.http_get(host, port, path)
         if response.status == 200:
             try:
-                data = json.loads(response.body)
-            except ValueError:
-                continue
+                data = parse_document(response.body)
+            except DocumentError:
+                continue  # bad JSON, or nested past the depth bound: a bad answer, not a crash of the tool
             if isinstance(data, dict):
                 return data, path
     return None, ""
@@ -224,13 +230,17 @@ def wait_healthy(
             if tokens is None:
                 tokens = parse_capacity_line(journal_since(transport, unit, restart_epoch))
                 source = "journal"
-            if tokens is not None:
+            owner = listener_owner(transport, unit, endpoint) if tokens is not None else None
+            if owner is not None and not owner.is_ours:
+                phase = f"/health answers, but {owner.why}"
+            elif tokens is not None:
                 # The unit we restarted answers, not a crash loop or another server: unless a look under a
                 # second ago saw it running (same InvocationID, MainPID set), look once more (no journal line).
                 if ours_at is None or time.monotonic() - ours_at > max_backoff:
                     check_state(elapsed, newest_line=False)
                 return Healthy(tokens=tokens, source=source, info=info, seconds=time.monotonic() - start, polls=polls)
-            phase = "healthy, waiting for max_total_num_tokens"
+            else:
+                phase = "healthy, waiting for max_total_num_tokens"
         if state_read_at is None or _state_due(waited - state_read_at, waited):
             check_state(elapsed)
         if on_progress:

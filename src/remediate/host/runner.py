@@ -174,6 +174,7 @@ def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOption
     """Refuse the recipe when the latest failure contradicts it (unless --force); the JSON gets the findings."""
     evidence = read_evidence(found, sources)
     result.extra["findings"] = evidence.to_dict()["findings"]
+    result.notes.extend(n for n in evidence.notes if n.startswith("nvidia-smi timed out"))  # a hung driver
     reason = refusal(evidence)
     if reason is None:
         return

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from remediate.models import CommandResult
-from remediate.transport.http1 import HttpStream
+from remediate.transport.http1 import HttpResponse, HttpStream
 
 __all__ = ["CommandResult", "HttpResponse", "Retake", "SSHOptions", "Transport", "parse_http"]
 
@@ -24,13 +24,9 @@ class Retake:
     timeout: float
 
 
-@dataclass(frozen=True)
-class HttpResponse:
-    """A response read through the SSH connection (direct-tcpip), or ``status=None`` when refused."""
-
-    status: int | None
-    body: bytes
-    error: str | None = None
+# Every answer read from a host is bounded (the host, the network and the server's output are not trusted):
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024  # a command's stdout plus stderr (transport.run): past it, CommandError
+# HTTP answers: transport/http1.py (MAX_HEAD_BYTES, MAX_DOCUMENT_BYTES, MAX_STREAM_BYTES, the total deadline).
 
 
 @dataclass(frozen=True)
@@ -58,7 +54,9 @@ class Transport(Protocol):
         ...
 
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
-        """Run a shell command (already quoted) on the host; never raises on non-zero exit."""
+        """Run a shell command (already quoted) on the host; never raises on non-zero exit. ``timeout`` is total
+        (from sending the command to the end of its output; ConnectionLost past it); output beyond
+        :data:`MAX_OUTPUT_BYTES` is a TransportError naming the host and the command."""
         ...
 
     def hold(
@@ -71,7 +69,9 @@ class Transport(Protocol):
         ...
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
-        """GET http://host:port/path as seen from the remote host, through the SSH connection."""
+        """GET http://host:port/path as seen from the remote host, through the SSH connection. ``timeout`` is
+        total (connect, request, head and body); a body past ``MAX_DOCUMENT_BYTES``, a cut or a late answer
+        is ``status=None`` with the error."""
         ...
 
     def http_post(self, host: str, port: int, path: str, body: bytes = b"", *, timeout: float = 30.0) -> HttpResponse:
@@ -79,9 +79,10 @@ class Transport(Protocol):
         ...
 
     def http_stream(
-        self, host: str, port: int, path: str, body: bytes, *, timeout: float = 600.0, method: str = "POST"
+        self, host: str, port: int, path: str, body: bytes | None, *, timeout: float = 600.0, method: str = "POST"
     ) -> AbstractContextManager[HttpStream]:
-        """Send a request and read the answer as it arrives, each piece with its arrival time."""
+        """Send a request and read the answer as it arrives, each piece with its arrival time. ``timeout``
+        is total (the whole answer arrives within it); the body is capped at ``MAX_STREAM_BYTES``."""
         ...
 
     def reconnect(self, within: float) -> None:

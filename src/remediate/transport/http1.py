@@ -4,17 +4,67 @@ The SSH transport sends requests down a ``direct-tcpip`` channel and reads the a
 :class:`HttpStream`, which takes the arrival time of every piece of the body (the benchmark measures
 TTFT and inter-token gaps from them). Bodies are delimited by ``Transfer-Encoding: chunked`` (sglang's
 streaming ``/generate``), ``Content-Length``, or the connection closing.
+
+The server and the network are not trusted: every answer is bounded in size (the head at
+:data:`MAX_HEAD_BYTES`, a JSON document at :data:`MAX_DOCUMENT_BYTES`, a stream at :data:`MAX_STREAM_BYTES`)
+and in time (:func:`channel_recv` keeps one total deadline across every read, on the monotonic clock, besides
+the wait for each piece): a peer that trickles one byte a second is cut at the deadline.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
-_MAX_HEAD = 64 * 1024
+MAX_HEAD_BYTES = 64 * 1024  # status line and headers: sglang (uvicorn) sends a few hundred bytes
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024  # a JSON answer (/server_info is ~10 KiB; /health is empty)
+MAX_STREAM_BYTES = 64 * 1024 * 1024  # a streamed /generate answer (bench, --probe: a few KiB per token)
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    """A response read through the SSH connection (direct-tcpip), or ``status=None`` when refused."""
+
+    status: int | None
+    body: bytes
+    error: str | None = None
 
 
 class StreamBroken(Exception):
     """The channel failed while reading (timeout, connection lost); the message says how."""
+
+
+def channel_recv(
+    chan: Any,
+    where: str,
+    *,
+    idle: float,
+    total: float,
+    errors: tuple[type[BaseException], ...] = (OSError,),
+    clock: Callable[[], float] = time.monotonic,
+) -> Callable[[], bytes]:
+    """A ``recv`` for :class:`HttpStream` over ``chan`` (a paramiko Channel or a socket: ``settimeout`` and
+    ``recv``): each read waits at most ``idle`` seconds for bytes, and all reads together end ``total``
+    seconds from now (:class:`StreamBroken` naming ``where`` and the bound that was hit)."""
+    deadline = clock() + total
+
+    def recv() -> bytes:
+        left = deadline - clock()
+        if left <= 0:
+            raise StreamBroken(f"{where}: no complete answer within {total:.0f}s")
+        chan.settimeout(min(idle, left))
+        try:
+            return bytes(chan.recv(65536))
+        except TimeoutError:
+            if clock() >= deadline:
+                raise StreamBroken(f"{where}: no complete answer within {total:.0f}s") from None
+            raise StreamBroken(f"{where}: no data for {idle:.0f}s") from None
+        except errors as exc:
+            raise StreamBroken(f"{where}: {exc}") from None
+
+    return recv
 
 
 def request_bytes(
@@ -84,8 +134,10 @@ class HttpStream:
         *,
         status: int | None = None,
         error: str | None = None,
+        max_body: int = MAX_STREAM_BYTES,
     ) -> None:
         self._recv = recv
+        self.max_body = max_body
         self._clock = clock
         self.sent_at = sent_at
         self.status = status
@@ -108,8 +160,8 @@ class HttpStream:
                 self.error = "the connection closed before a response" if not raw else "truncated response head"
                 return
             raw += data
-            if len(raw) > _MAX_HEAD:
-                self.error = "response head too large"
+            if len(raw) > MAX_HEAD_BYTES and b"\r\n\r\n" not in raw[: MAX_HEAD_BYTES + 4]:
+                self.error = f"response head larger than {MAX_HEAD_BYTES} bytes"
                 return
         at = self._clock()
         head, _, rest = raw.partition(b"\r\n\r\n")
@@ -135,6 +187,7 @@ class HttpStream:
         dechunker = _Dechunker() if chunked else None
         at, data = self._first
         self._first = None
+        taken = 0
         while True:
             if data:
                 try:
@@ -145,6 +198,10 @@ class HttpStream:
                 if remaining is not None:
                     body = body[:remaining]
                     remaining -= len(body)
+                taken += len(body)
+                if taken > self.max_body:
+                    self.error = f"response body larger than {self.max_body} bytes"
+                    break
                 if body:
                     yield at, body
             if (dechunker and dechunker.finished) or remaining == 0:
@@ -162,5 +219,15 @@ class HttpStream:
         self.ended_at = self._clock()
 
     def read(self) -> bytes:
-        """The whole body."""
+        """The whole body (up to ``max_body``: past it, what was read and ``error`` set)."""
         return b"".join(data for _, data in self.pieces())
+
+    def response(self) -> HttpResponse:
+        """The whole answer as a value: a cut or oversized answer is ``status=None`` with the error (a failed
+        poll), never a truncated body taken for the document."""
+        if self.status is None:
+            return HttpResponse(status=None, body=b"", error=self.error)
+        body = self.read()
+        if self.error:
+            return HttpResponse(status=None, body=b"", error=self.error)
+        return HttpResponse(status=self.status, body=body)

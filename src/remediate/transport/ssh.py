@@ -32,9 +32,15 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
 from remediate.transport.ahead import Ahead
-from remediate.transport.base import HttpResponse, Retake, SSHOptions, parse_http
+from remediate.transport.base import MAX_OUTPUT_BYTES, HttpResponse, Retake, SSHOptions
 from remediate.transport.channels import Heartbeat, Hold, drain
-from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
+from remediate.transport.http1 import (
+    MAX_DOCUMENT_BYTES,
+    MAX_STREAM_BYTES,
+    HttpStream,
+    channel_recv,
+    request_bytes,
+)
 from remediate.transport.preconnect import Preconnect
 from remediate.transport.ssh_errors import translate_errors
 from remediate.transport.ssh_security import HostKeyPolicy, fast_transport, load_keys
@@ -47,6 +53,12 @@ _SUDO_PASSWORD_MARKERS = ("a password is required", "a terminal is required", "p
 KEEPALIVE_S = 10  # SSH keepalive: a dead peer is noticed while a long command or the health wait runs
 HEARTBEAT_S = 5.0  # a line to every hold's stdin this often (templates/probe.sh.j2: heartbeat_timeout)
 COMMAND_TIMEOUT_S = 600.0  # a command given no timeout of its own: nothing waits forever
+
+
+def _command_name(command: str) -> str:
+    """The command as an error names it: its first line, shortened (a script's body is not a name)."""
+    first = command.strip().split("\n", 1)[0]
+    return "`" + (first if len(first) <= 80 else first[:77] + "...") + "`"
 
 
 class SSHTransport:
@@ -232,18 +244,28 @@ class SSHTransport:
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
         """Run ``command`` through the login shell (as root via ``sudo -n`` with --sudo).
 
-        ConnectionLost when the connection dies (or ``timeout`` passes) before the command's exit status
-        arrives: the command may then have run, in part or to its end."""
+        ``timeout`` (else :data:`COMMAND_TIMEOUT_S`) is total: sending stdin, the run and reading its output to
+        the end. ConnectionLost when the connection dies (or the timeout passes) before the command's exit
+        status arrives: the command may then have run, in part or to its end. TransportError past
+        :data:`MAX_OUTPUT_BYTES` of output."""
         wrapped = self._wrap(command)
+        total = COMMAND_TIMEOUT_S if timeout is None else timeout
+        what = _command_name(command)
         with translate_errors(self.host):
             transport = self._active()
             chan = transport.open_session(timeout=self.options.connect_timeout)
             try:
+                deadline = time.monotonic() + total
+                chan.settimeout(total)
                 chan.exec_command(wrapped)
                 if stdin is not None:
-                    chan.sendall(stdin.encode("utf-8"))
+                    try:
+                        chan.sendall(stdin.encode("utf-8"))
+                    except TimeoutError:
+                        raise ConnectionLost(self.host, f"{what}: timed out after {total:.0f}s") from None
                 chan.shutdown_write()
-                out, err = drain(chan, self.host, COMMAND_TIMEOUT_S if timeout is None else timeout)
+                left = max(deadline - time.monotonic(), 0.0)
+                out, err = drain(chan, self.host, left, what=what, limit=MAX_OUTPUT_BYTES)
                 exited = chan.recv_exit_status()
                 if exited == -1 and not transport.is_active():
                     raise ConnectionLost(self.host, "connection lost while a command ran")
@@ -286,15 +308,19 @@ class SSHTransport:
             with translate_errors(self.host):
                 chan.exec_command(self._wrap(command))
                 chan.settimeout(0.1)
-                seen = b""
+                seen = bytearray()
                 deadline = time.monotonic() + timeout
-                while not (seen.startswith(marker) or b"\n" + marker in seen):
+                scanned = 0  # the marker is searched for in new bytes only (a large read stays linear)
+                while not (seen.startswith(marker) or seen.find(b"\n" + marker, max(scanned - len(marker), 0)) >= 0):
+                    scanned = len(seen)
+                    if len(seen) > MAX_OUTPUT_BYTES:
+                        raise TransportError(self.host, f"more than {MAX_OUTPUT_BYTES} bytes before {held.ready!r}")
                     if chan.exit_status_ready() and not chan.recv_ready():
                         err = chan.recv_stderr(65536) if chan.recv_stderr_ready() else b""
                         status = chan.recv_exit_status()
                         if status == -1:
                             raise ConnectionLost(self.host, f"connection lost before {held.ready!r}")
-                        result = CommandResult(command, status, seen.decode(), err.decode())
+                        result = CommandResult(command, status, seen.decode("utf-8", "replace"), err.decode())
                         raise CommandError(self.host, "hold", result)
                     if time.monotonic() > deadline:
                         raise ConnectError(self.host, f"no {held.ready!r} from the host within {timeout:.0f}s")
@@ -308,38 +334,18 @@ class SSHTransport:
             raise
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
-        """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections.
+        """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections, and when the
+        answer is not complete within ``timeout`` (total: connect, request, head and body) or is larger than
+        :data:`MAX_DOCUMENT_BYTES` (``error`` says which).
 
         ConnectionLost when the SSH connection itself is gone (the caller may reconnect)."""
         with translate_errors(self.host):
             transport = self._active()
-        try:
-            chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
-        except ChannelException as exc:
-            return HttpResponse(status=None, body=b"", error=f"{host}:{port}: {exc.text}")
-        except (EOFError, SSHException, OSError) as exc:
-            self._lost_if_dead(transport, exc)
-            return HttpResponse(status=None, body=b"", error=str(exc))
-        try:
-            chan.settimeout(timeout)
-            request = f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-            chan.sendall(request.encode("ascii"))
-            chunks: list[bytes] = []
-            while True:
-                data = chan.recv(65536)
-                if not data:
-                    break
-                chunks.append(data)
-        except TimeoutError:
-            return HttpResponse(status=None, body=b"", error=f"{host}:{port}{path}: timed out")
-        except (EOFError, SSHException, OSError) as exc:
-            self._lost_if_dead(transport, exc)
-            return HttpResponse(status=None, body=b"", error=f"{host}:{port}{path}: {exc}")
-        finally:
-            chan.close()
-        if not chunks:
+        with self.http_stream(host, port, path, None, timeout=timeout, method="GET", max_body=MAX_DOCUMENT_BYTES) as s:
+            response = s.response()
+        if response.status is None:
             self._lost_if_dead(transport, None)
-        return parse_http(b"".join(chunks))
+        return response
 
     def _lost_if_dead(self, transport: paramiko.Transport, exc: BaseException | None) -> None:
         if not transport.is_active():
@@ -347,14 +353,25 @@ class SSHTransport:
 
     @contextmanager
     def http_stream(
-        self, host: str, port: int, path: str, body: bytes, *, timeout: float = 600.0, method: str = "POST"
+        self,
+        host: str,
+        port: int,
+        path: str,
+        body: bytes | None,
+        *,
+        timeout: float = 600.0,
+        method: str = "POST",
+        max_body: int = MAX_STREAM_BYTES,
     ) -> Iterator[HttpStream]:
         """Send a request through a direct-tcpip channel and read the answer as it arrives; ``status`` is None
-        while the port refuses connections. Arrival times are ``time.perf_counter()``; ``timeout`` bounds
-        each wait for more bytes."""
+        while the port refuses connections. Arrival times are ``time.perf_counter()``. ``timeout`` is total:
+        opening the channel, sending, and every read until the answer ends (a trickling peer is cut there);
+        the body is capped at ``max_body`` bytes (``error`` says so)."""
         with translate_errors(self.host):
             transport = self._active()
         clock = time.perf_counter
+        deadline = time.monotonic() + timeout
+        where = f"{host}:{port}{path}"
         try:
             chan = transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
         except ChannelException as exc:
@@ -362,33 +379,29 @@ class SSHTransport:
             return
         except (EOFError, SSHException, OSError) as exc:
             self._lost_if_dead(transport, exc)
-            yield HttpStream(lambda: b"", clock, clock(), error=str(exc))
+            yield HttpStream(lambda: b"", clock, clock(), error=f"{where}: {exc or 'no answer'}")
             return
-        where = f"{host}:{port}{path}"
-
-        def recv() -> bytes:
-            try:
-                return bytes(chan.recv(65536))
-            except TimeoutError:
-                raise StreamBroken(f"{where}: no data for {timeout:.0f}s") from None
-            except (SSHException, OSError) as exc:
-                raise StreamBroken(f"{where}: {exc}") from None
-
         try:
-            chan.settimeout(timeout)
+            left = max(deadline - time.monotonic(), 0.001)
+            recv = channel_recv(chan, where, idle=left, total=left, errors=(SSHException, OSError, EOFError))
+            chan.settimeout(left)
             sent_at = clock()
             try:
                 chan.sendall(request_bytes(method, host, port, path, body))
             except (TimeoutError, SSHException, OSError) as exc:
-                yield HttpStream(lambda: b"", clock, sent_at, error=f"{where}: sending failed: {exc}")
+                self._lost_if_dead(transport, exc)
+                yield HttpStream(lambda: b"", clock, sent_at, error=f"{where}: sending failed: {exc or 'timed out'}")
                 return
-            yield HttpStream(recv, clock, sent_at)
+            stream = HttpStream(recv, clock, sent_at, max_body=max_body)
+            if stream.status is None and not transport.is_active():
+                self._lost_if_dead(transport, None)
+            yield stream
         finally:
             chan.close()
 
     def http_post(self, host: str, port: int, path: str, body: bytes = b"", *, timeout: float = 30.0) -> HttpResponse:
-        """POST through a direct-tcpip channel and read the whole answer."""
-        with self.http_stream(host, port, path, body, timeout=timeout) as stream:
+        """POST through a direct-tcpip channel and read the whole answer (at most :data:`MAX_DOCUMENT_BYTES`)."""
+        with self.http_stream(host, port, path, body, timeout=timeout, max_body=MAX_DOCUMENT_BYTES) as stream:
             data = stream.read()
         if stream.status is None or stream.error:
             return HttpResponse(status=stream.status, body=data, error=stream.error)

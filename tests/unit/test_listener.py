@@ -1,0 +1,102 @@
+"""The new server is ours: the listening socket the endpoint reaches is held by the unit's processes
+(core/listener.py, host/listener.py), and the health wait never takes a squatter's answer for it."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+import tenacity.nap
+from fake_transport import FakeTransport, listener_output, state_output
+
+from remediate.core.listener import Listener, parse_listeners, who
+from remediate.host.health import wait_healthy
+from remediate.host.listener import judge_owner, listener_script, parse_owner, reached
+
+UNIT = "sglang.service"
+ENDPOINT = ("127.0.0.1", 30000)
+SS = [
+    "State  Recv-Q Send-Q Local Address:Port  Peer Address:Port Process",
+    "LISTEN 0      2048       127.0.0.1:30000      0.0.0.0:* ino:4711 sk:1 cgroup:/system.slice/sglang.service <->",
+    "LISTEN 0      5          [::]:30000         [::]:* ino:4712 sk:2 cgroup:/user.slice v6only:1 <->",
+]
+
+
+def test_ss_lines_give_address_port_and_inode_and_the_header_is_skipped() -> None:
+    assert parse_listeners(SS) == (Listener("127.0.0.1", 30000, 4711), Listener("::", 30000, 4712))
+
+
+def test_an_exact_address_wins_over_a_wildcard() -> None:
+    listeners = parse_listeners(SS)
+    assert reached(listeners, "127.0.0.1") == (listeners[0],)
+    assert reached(listeners, "10.0.0.5") == (listeners[1],)  # only the wildcard can take it
+    assert reached(listeners, "localhost") == listeners  # a name: any of them
+
+
+def test_the_units_socket_is_ours_and_a_strangers_is_not() -> None:
+    listeners = parse_listeners(SS)
+    assert judge_owner(listeners, frozenset({4711}), ENDPOINT, UNIT, "").is_ours
+    squatted = judge_owner(listeners, frozenset({99}), ENDPOINT, UNIT, "python3 pid 9999")
+    assert not squatted.is_ours
+    assert squatted.why == f"127.0.0.1:30000 is held by a process outside {UNIT} (python3 pid 9999): not our server"
+    assert not judge_owner((), frozenset({4711}), ENDPOINT, UNIT, "").is_ours  # nothing listens any more
+
+
+def test_a_process_name_decides_nothing_and_is_shown_printable() -> None:
+    # comm is the squatter's to choose: it may spell another pid; only the kernel's inode numbers decide
+    line = 'LISTEN 0 5 127.0.0.1:30000 0.0.0.0:* users:(("x\\",pid=1,fd=3",pid=9999,fd=3))'
+    assert "9999" in who([line])
+    text = listener_output(ours=False, who='users:(("sglang",pid=4242,fd=7))')
+    assert not parse_owner(text, UNIT, ENDPOINT).is_ours
+
+
+def test_the_check_script_quotes_the_unit() -> None:
+    script = listener_script("a'$(touch /tmp/x)'.service", 30000)
+    assert "unit='a'\"'\"'$(touch /tmp/x)'\"'\"'.service'" in script
+
+
+def test_a_container_unit_is_not_checked_and_says_why() -> None:
+    text = listener_output(ours=False).replace(
+        "ExecStart=\n", "ExecStart={ path=/bin/bash ; argv[]=/bin/bash -c exec docker run img ; ignore_errors=no }\n"
+    )
+    owner = parse_owner(text, UNIT, ENDPOINT)
+    assert owner.is_ours and "container" in owner.why
+
+
+def test_a_host_where_ss_fails_is_accepted_unchecked_and_says_why() -> None:
+    text = listener_output(ours=False).replace("@@listen\n", "@@listen\n@@nosockets\n")
+    owner = parse_owner(text, UNIT, ENDPOINT)
+    assert owner.is_ours and "not checked" in owner.why
+
+
+def test_an_unfinished_check_is_not_ours() -> None:
+    assert not parse_owner("@@show\nMainPID=5\n", UNIT, ENDPOINT).is_ours
+
+
+@pytest.fixture
+def naps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    taken: list[float] = []
+    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=taken.append))
+    return taken
+
+
+def test_the_wait_waits_past_a_squatter_naming_it_until_the_unit_holds_the_port(naps: list[float]) -> None:
+    host = FakeTransport("gpu-01")
+    host.on(r"\Asystemctl show", state_output("active", "running", invocation_id="inv-2"))
+    host.on(r"\A# remediate: listener", *([listener_output(ours=False)] * 3), listener_output())
+    host.http("/health", 200)
+    host.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011})))
+    progress: list[str] = []
+    healthy = wait_healthy(
+        host,
+        UNIT,
+        ENDPOINT,
+        timeout=3600,
+        restart_epoch=None,
+        invocation_id="inv-2",
+        on_progress=lambda phase, _elapsed, _line: progress.append(phase),
+    )
+    assert healthy.polls == 4  # three answers from the squatter were not taken for the new server
+    assert len(progress) == 3
+    assert all("outside sglang.service (python3 pid 9999): not our server" in p for p in progress)
