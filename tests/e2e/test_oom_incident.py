@@ -152,7 +152,7 @@ def test_dry_run_changes_nothing_and_shows_diff_and_steps(incident: Node) -> Non
     assert "-    --mem-fraction-static 0.94 \\" in human.stdout
     assert "+    --mem-fraction-static 0.93 \\" in human.stdout
     assert "would run on the host:" in human.stdout
-    for step in ("flock", "cp -p", "daemon-reload", "reset-failed", "restart"):
+    for step in ("flock", "token", "only root can change", "copy ", "daemon-reload", "reset-failed", "restart"):
         assert step in human.stdout, step
 
     as_json = node.cli("oom", "--dry-run")

@@ -224,7 +224,7 @@ def test_dry_run_sends_no_commit() -> None:
     assert result.changed is True
     assert "+    --mem-fraction-static 0.93 \\" in result.diff
     assert any(step.startswith("flock ") for step in result.steps)
-    assert any(step.startswith(f"cp -p {PATH} {PATH}.bak.oom.{EPOCH}") for step in result.steps)
+    assert any(step.startswith(f"copy {PATH} to {PATH}.bak.oom.{EPOCH}") for step in result.steps)
     assert host.scripts("# remediate commit") == []
     assert host.http_calls == []
     assert [c.command for c in host.calls] == ["bash -s"]  # the probe only

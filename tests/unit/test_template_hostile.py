@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from remediate.core import probes
 from remediate.host import templates
 from remediate.host.commit import FileWrite
+from remediate.host.listener import listener_script
 from remediate.host.lock import LOCK_DIR
 from remediate.host.read import probe_script
 
@@ -151,6 +152,7 @@ COVERED = {
     "probe.sh.j2",
     "_flock.sh.j2",
     "_safedir.sh.j2",
+    "listener.sh.j2",
 }  # macros via the others
 # systemd and the GPU tools as scripts that answer and touch nothing (the scratch host has neither).
 _TOOL_SHIMS = {
@@ -159,6 +161,7 @@ _TOOL_SHIMS = {
     "nvidia-smi": "",
     "logger": "",
     "systemd-cat": "cat >/dev/null",
+    "ss": "",
 }
 
 
@@ -272,3 +275,14 @@ def test_backups_listing_runs_hostile_paths_as_data(names: list[str]) -> None:
         code, out, err = _scratch_bash(templates.render("backups.sh.j2", files=files), root)
         assert code == 0, err
         assert out.count("@@file ") == len(files)
+
+
+@needs_tools
+@HYPOTHESIS
+@given(unit=HOSTILE, port=st.integers(min_value=1, max_value=65535))
+def test_listener_check_runs_a_hostile_unit_name_as_data(unit: str, port: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = listener_script(unit, port)
+        code, out, _err = _scratch_bash(script, Path(tmp))
+        assert code == 0
+        assert out.splitlines()[-1] == "@@end"

@@ -347,13 +347,19 @@ def _detail(exc: RemediateError) -> str:
 def planned_steps(unit: str, writes: list[FileWrite], epoch: int, *, restart: bool, lock_wait: int) -> list[str]:
     """What a real run does on the host, in order (``--dry-run`` prints it)."""
     steps = [f"flock {lock_path(unit)} (wait ≤ {lock_wait} s), held until the run ends"]
+    steps.append("claim this commit's token (a re-sent or late copy of the script touches nothing)")
+    for w in writes:
+        steps.append(f"check that only root can change the directories of {w.path} (refuse if not)")
     for w in writes:
         steps.append(f"check sha256({w.path}) == {_sha256(w.old_text)[:12]}… (abort if it changed)")
     for w in writes:
         if w.backup_tag:
-            steps.append(f"cp -p {w.path} {w.path}.bak.{w.backup_tag}.{epoch} (via a temp name, fsynced, verified)")
+            steps.append(
+                f"copy {w.path} to {w.path}.bak.{w.backup_tag}.{epoch} (into a temp file's descriptor: mode, owner "
+                "and times kept, fsynced, verified, renamed)"
+            )
     for w in writes:
-        steps.append(f"stage the new {w.path} beside it (same mode/owner, fsync, verified)")
+        steps.append(f"stage the new {w.path} beside it (through its descriptor: same mode/owner, fsync, verified)")
     steps.append("rename every staged file into place (symlinks written through), fsync the directories")
     if restart:
         steps += [
