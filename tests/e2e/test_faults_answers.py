@@ -99,6 +99,8 @@ def test_a_hung_nvidia_smi_is_timed_out_noted_and_keeps_no_lock(hung_smi: Node) 
     if stuck:
         assert _pids(node, "^sleep 600$"), "the stuck query outlives the run, as one in the kernel does"
     lock_goes_free(node)
+    if stuck:
+        return  # diagnose reads nvidia-smi the same way: one variant shows it (a stuck query costs 25 s a read)
     diagnosis = node.cli("diagnose")
     assert diagnosis.returncode == 0, diagnosis
     assert any("nvidia-smi timed out" in n for n in diagnosis.result["notes"]), diagnosis
