@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tenacity.nap
-from fake_transport import FakeTransport, exec_start_value, probe_output, state_output
+from fake_transport import FakeTransport, exec_start_value, listener_output, probe_output, state_output
 
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.host.options import RunOptions
@@ -448,3 +448,17 @@ def test_lock_held_by_another_run_fails_clearly_before_reading() -> None:
     assert result.error == "gpu-01: another remediation holds the lock on gpu-01"
     assert host.calls == [] and len(host.held) == 1
     assert phases(result) == ["connect", "lock"]
+
+
+def test_an_owner_check_that_could_not_run_is_said_in_the_notes(no_sleep: list[float]) -> None:
+    """ss missing on the host: the answer is taken as the unit's (nothing to check it with), and the result
+    says it was not proven, instead of passing in silence."""
+    host = make_host()
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2", main_pid=5000))
+    host.http("/health", 200)
+    host.http("/server_info", info(206635))
+    host.on(r"\A# remediate: listener", listener_output().replace("@@listen\n", "@@listen\n@@nosockets\n"))
+    result = run(host)
+    assert result.outcome == "remediated", result.error
+    assert any("port's owner is not checked" in note for note in result.notes), result.notes

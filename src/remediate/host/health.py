@@ -51,6 +51,7 @@ class Healthy:
     info: dict[str, Any] | None
     seconds: float
     polls: int
+    unchecked: str | None = None  # why the port's owner could not be checked (a container, no ss), else None
 
 
 def journal_since(transport: Transport, unit: str, since_epoch: float | None, lines: int = 400) -> list[str]:
@@ -238,7 +239,15 @@ def wait_healthy(
                 # second ago saw it running (same InvocationID, MainPID set), look once more (no journal line).
                 if ours_at is None or time.monotonic() - ours_at > max_backoff:
                     check_state(elapsed, newest_line=False)
-                return Healthy(tokens=tokens, source=source, info=info, seconds=time.monotonic() - start, polls=polls)
+                skipped = owner.why if owner is not None and owner.why.endswith("not checked") else None
+                return Healthy(
+                    tokens=tokens,
+                    source=source,
+                    info=info,
+                    seconds=time.monotonic() - start,
+                    polls=polls,
+                    unchecked=skipped,
+                )
             else:
                 phase = "healthy, waiting for max_total_num_tokens"
         if state_read_at is None or _state_due(waited - state_read_at, waited):

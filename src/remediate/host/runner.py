@@ -105,6 +105,8 @@ def _server_env(transport: Transport, unit: str, sources: UnitSources) -> Server
 
 def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> None:
     result.max_total_num_tokens = healthy.tokens
+    if healthy.unchecked and healthy.unchecked not in result.notes:
+        result.notes.append(healthy.unchecked)  # the answer was taken as the unit's without proof: say so
     result.target_tokens = options.target_tokens
     longest = (healthy.info or {}).get("max_req_input_len")
     if isinstance(longest, int):
