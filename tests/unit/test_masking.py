@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from remediate.cli import cli
@@ -116,6 +116,7 @@ _VALUE = st.sampled_from(
 
 @settings(max_examples=400, deadline=None)
 @given(_NOISY)
+@example("TOKEN=Bearer a@")  # the value stopped at the credential's last token character: '***@', then '***'
 def test_masking_is_idempotent(text: str) -> None:
     once = mask_secrets(text)
     assert mask_secrets(once) == once

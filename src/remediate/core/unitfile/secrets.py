@@ -127,7 +127,8 @@ def _assignment_end(index: _Text, name_start: int, start: int) -> int:
     end = index.word_end(start, eol)
     scheme = _SCHEME_VALUE.match(text, start, eol) if text[start : start + 1] in ("B", "b") else None
     if scheme is not None and scheme.end("word") == end:
-        end = scheme.end()  # AUTH_HEADER=Bearer <token>: the token is part of the value
+        # AUTH_HEADER=Bearer <token>: the token's whole word is part of the value (``Bearer a@b``: not ``***@b``)
+        end = index.word_end(scheme.end(), eol)
     return end
 
 
