@@ -35,6 +35,7 @@ Pieces = list[tuple[float, bytes]]
 StreamReply = Pieces | int | None | Callable[[bytes], "Pieces | int | None"]
 
 
+ENVIRON_SCRIPT = "# remediate: environ"  # templates/environ.sh.j2: the server's allocator variables
 LISTENER_SCRIPT = "# remediate: listener"  # templates/listener.sh.j2: who holds the unit's port
 
 
@@ -149,7 +150,7 @@ class FakeTransport:
                 rule.hits += 1
                 reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
                 return _as_result(reply, command, stdin)
-        if stdin and "/proc/$pick/environ" in stdin:
+        if stdin and stdin.startswith(ENVIRON_SCRIPT):
             # host/environ.py's read of the server's environment, unless a test scripts it (``on("environ", …)``):
             # "no main process", so the environment is not checked.
             return CommandResult(command, 0, "@@main 0\n", "")

@@ -35,7 +35,7 @@ def test_no_main_process_or_a_cut_read_is_unknown(out: str) -> None:
 
 
 def test_the_script_quotes_the_unit() -> None:
-    assert "-- 'a b;rm -rf /.service'" in environ_script("a b;rm -rf /.service")
+    assert "unit='a b;rm -rf /.service'" in environ_script("a b;rm -rf /.service")
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from remediate.core import probes
 from remediate.host import templates
 from remediate.host.commit import FileWrite
+from remediate.host.environ import environ_script
 from remediate.host.listener import listener_script
 from remediate.host.lock import LOCK_DIR
 from remediate.host.read import probe_script
@@ -153,6 +154,7 @@ COVERED = {
     "_flock.sh.j2",
     "_safedir.sh.j2",
     "listener.sh.j2",
+    "environ.sh.j2",
 }  # macros via the others
 # systemd and the GPU tools as scripts that answer and touch nothing (the scratch host has neither).
 _TOOL_SHIMS = {
@@ -286,3 +288,13 @@ def test_listener_check_runs_a_hostile_unit_name_as_data(unit: str, port: int) -
         code, out, _err = _scratch_bash(script, Path(tmp))
         assert code == 0
         assert out.splitlines()[-1] == "@@end"
+
+
+@needs_tools
+@HYPOTHESIS
+@given(unit=HOSTILE)
+def test_environ_read_runs_a_hostile_unit_name_as_data(unit: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        code, out, _err = _scratch_bash(environ_script(unit), Path(tmp))
+        assert code == 0
+        assert out.splitlines() == ["@@main 0"]  # the shim knows no MainPID: nothing else is read

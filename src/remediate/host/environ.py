@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW
+from remediate.host import templates
 from remediate.transport.base import Transport
 
 _ENVIRON_MAX = 1 << 20  # bytes read from /proc/PID/environ (the kernel's ARG_MAX-bound env is far smaller)
@@ -33,36 +34,17 @@ class ServerEnv:
 
 
 def environ_script(unit: str) -> str:
-    """The read: MainPID, the nearest process under it that runs sglang, its allocator variables (``@@none``
-    where no process there runs it as its own argv: nothing is checked rather than the wrong process)."""
-    grep = "^(" + "|".join(_NAMES) + ")="
-    return f"""set -u
-export LC_ALL=C
-main=$(systemctl show -p MainPID --value -- {shlex.quote(unit)} 2>/dev/null || echo 0)
-case "$main" in ''|*[!0-9]*) main=0 ;; esac
-echo "@@main $main"
-[ "$main" -gt 0 ] || exit 0
-queue=$main; seen=0; pick=
-while [ -n "${{queue// /}}" ] && [ "$seen" -lt {_PIDS_MAX} ]; do
-  set -- $queue; p=$1; shift; queue="$*"; seen=$((seen + 1))
-  # one argv word is the entry point (a `bash -c '… sglang.launch_server …'` script is not: its exports
-  # are not in its environ)
-  if head -c 65536 "/proc/$p/cmdline" 2>/dev/null | tr '\\0' '\\n' | grep -qxE {shlex.quote(_ENTRY)}; then
-    pick=$p; break
-  fi
-  queue="$queue $(cat /proc/$p/task/*/children 2>/dev/null | tr '\\n' ' ')"
-done
-if [ -z "$pick" ]; then
-  echo "@@none"
-elif [ -r "/proc/$pick/environ" ]; then
-  echo "@@environ $pick"
-  head -c {_ENVIRON_MAX} "/proc/$pick/environ" | grep -zE {shlex.quote(grep)} | tr '\\0' '\\n'
-else
-  echo "@@show $pick"
-  systemctl show -p Environment --value -- {shlex.quote(unit)} 2>/dev/null
-fi
-echo "@@end"
-"""
+    """The read (``templates/environ.sh.j2``): MainPID, the nearest process under it that runs sglang, its
+    allocator variables (``@@none`` where no process there runs it as its own argv: nothing is checked rather
+    than the wrong process)."""
+    return templates.render(
+        "environ.sh.j2",
+        unit=unit,
+        pids_max=_PIDS_MAX,
+        entry=_ENTRY,
+        environ_max=_ENVIRON_MAX,
+        names="^(" + "|".join(_NAMES) + ")=",
+    )
 
 
 def parse_environ(stdout: str) -> ServerEnv | None:
