@@ -32,7 +32,7 @@ from remediate.core.sweep import (
     skip_reason,
 )
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
-from remediate.host.health import fetch_json, fetch_server_info, journal_since, read_state
+from remediate.host.facts import fetch_json, fetch_server_info, journal_since, read_state
 from remediate.host.options import RunOptions
 from remediate.host.read import endpoint_of, probe, resolve_unit
 from remediate.transport.base import Transport

@@ -24,7 +24,7 @@ from remediate.core.unitfile.edit import DesiredState, Settings, read_settings
 from remediate.core.unitfile.report import mask_secrets
 from remediate.core.unitfile.sources import UnitSources
 from remediate.errors import ConfigError
-from remediate.host.health import fetch_server_info
+from remediate.host.facts import fetch_server_info
 from remediate.host.options import BudgetOptions, RunOptions
 from remediate.host.read import endpoint_of
 from remediate.transport.base import Transport

@@ -14,7 +14,6 @@ and waited past, never taken for the new server.
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,22 +21,11 @@ from typing import Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_before_delay
 
-from remediate.core.jsondoc import DocumentError, parse_document
-from remediate.core.probes import (
-    ServiceState,
-    explain_crash,
-    gave_up_restarting,
-    parse_capacity_line,
-    parse_show,
-    tokens_from_info,
-)
-from remediate.core.unitfile.report import mask_secrets
+from remediate.core.probes import ServiceState, explain_crash, gave_up_restarting, parse_capacity_line, tokens_from_info
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
+from remediate.host.facts import fetch_server_info, journal_since, read_state
 from remediate.host.listener import listener_owner
 from remediate.transport.base import Transport
-
-_STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
-COMMAND_TIMEOUT_S = 30.0  # each systemctl/journalctl round trip of the wait
 
 
 class _NotReady(Exception):
@@ -52,53 +40,6 @@ class Healthy:
     seconds: float
     polls: int
     unchecked: str | None = None  # why the port's owner could not be checked (a container, no ss), else None
-
-
-def journal_since(transport: Transport, unit: str, since_epoch: float | None, lines: int = 400) -> list[str]:
-    """Journal lines of the unit since an epoch (or the last ``lines``), secrets masked."""
-    since = f" --since @{int(since_epoch)}" if since_epoch else ""
-    result = transport.run(
-        f"journalctl -u {shlex.quote(unit)} -o cat --no-pager -n {lines}{since} 2>/dev/null", timeout=COMMAND_TIMEOUT_S
-    )
-    return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
-
-
-def read_state(transport: Transport, unit: str, *, newest_line: bool = True) -> tuple[ServiceState, str]:
-    """One round trip: the unit's state and (for the progress line) its newest journal line."""
-    quoted = shlex.quote(unit)
-    journal = f"journalctl -u {quoted} -o cat --no-pager -n 1 2>/dev/null" if newest_line else "true"
-    result = transport.run(
-        f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; {journal}", timeout=COMMAND_TIMEOUT_S
-    )
-    show, _, tail = result.stdout.partition("@@journal\n")
-    return ServiceState(unit=unit, properties=parse_show(show)), mask_secrets(tail.strip())
-
-
-def fetch_server_info(transport: Transport, host: str, port: int) -> tuple[dict[str, Any] | None, str]:
-    """The server's info document: ``/server_info`` (sglang ≥ 0.5.6), else ``/get_server_info``."""
-    return fetch_json(transport, host, port, "/server_info", "/get_server_info")
-
-
-def fetch_json(transport: Transport, host: str, port: int, *paths: str) -> tuple[dict[str, Any] | None, str]:
-    """The first of ``paths`` that answers 200 with a JSON object, and which one it was (else None, "")."""
-    for path in paths:
-        response = transport.http_get(host, port, path)
-        if response.status == 200:
-            try:
-                data = parse_document(response.body)
-            except DocumentError:
-                continue  # bad JSON, or nested past the depth bound: a bad answer, not a crash of the tool
-            if isinstance(data, dict):
-                return data, path
-    return None, ""
-
-
-def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None, str]:
-    """``max_total_num_tokens`` from the server's info endpoint (new name first, then the old one)."""
-    info, path = fetch_server_info(transport, host, port)
-    if info is None:
-        return None, ""
-    return tokens_from_info(info), path
 
 
 FIRST_GAP_S = 0.02  # the first poll comes right after the restart returns; then the gaps grow ×1.3 …
@@ -116,6 +57,175 @@ def _state_due(since_last: float, waited: float) -> bool:
     """Whether this poll also reads the unit's state: often at first (a crash fails the wait fast), then
     every few seconds (minutes of loading must not keep systemctl and journalctl busy on the host)."""
     return since_last >= min(STATE_EVERY_S, 0.5 + waited / 10)
+
+
+class HealthWait:
+    """One wait for a restarted server: what it has seen so far (the baselines, the last state read) as
+    attributes, and one method per step of a poll. :func:`wait_healthy` is how callers use it."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        unit: str,
+        endpoint: tuple[str, int],
+        *,
+        timeout: float,
+        restart_epoch: float | None,
+        invocation_id: str | None,
+        on_progress: Callable[[str, float, str], None] | None,
+        max_backoff: float,
+    ) -> None:
+        self.transport = transport
+        self.unit = unit
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.restart_epoch = restart_epoch
+        self.invocation_id = invocation_id
+        self.on_progress = on_progress
+        self.max_backoff = max_backoff
+        self.start = time.monotonic()
+        self.baseline_restarts: int | None = None  # NRestarts at the first state read
+        self.baseline_pid: int | None = None  # the first MainPID seen
+        self.polls = 0
+        self.waited = 0.0  # the pauses so far (monotonic in production, and in tests whose sleeps are recorded)
+        self.state_read_at: float | None = None  # ``waited`` at the last state read
+        self.ours_at: float | None = None  # monotonic time of the last state read that showed our server running
+        self.newest = ""  # the unit's newest journal line, for the progress line
+
+    def run(self, initial_state: ServiceState | None = None) -> Healthy:
+        """Poll until healthy (the gaps from :func:`_gap`, within ``timeout``); raise UnhealthyError otherwise."""
+        if initial_state is not None and initial_state.properties:
+            self.judge(initial_state, 0.0)
+        retrying = Retrying(
+            retry=retry_if_exception_type(_NotReady),
+            wait=self.pause,
+            stop=stop_before_delay(self.timeout),
+            reraise=False,
+        )
+        try:
+            result: Healthy = retrying(self.attempt)
+            return result
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            raise self.fail(f"server not healthy after {self.timeout:.0f}s (last: {last})") from None
+
+    def fail(self, message: str) -> UnhealthyError:
+        """The verdict, with the journal since the restart (OOM lines first)."""
+        try:
+            lines = journal_since(self.transport, self.unit, self.restart_epoch)
+        except TransportError:
+            lines = []  # the verdict stands without the journal
+        journal = explain_crash(lines)
+        # systemd 252 keeps the first crash's Result (exit-code, signal) and shows start-limit-hit only after a
+        # clean exit: the journal's "Start request repeated too quickly" is what tells a crash loop from a crash.
+        if gave_up_restarting(journal):
+            message += ": the server crash-looped until systemd's start limit (StartLimitBurst) stopped restarting it"
+        return UnhealthyError(self.transport.host, message, journal=journal)
+
+    def check_state(self, elapsed: float, *, newest_line: bool = True) -> None:
+        """Read the unit's state (and its newest journal line) and judge it."""
+        state, self.newest = read_state(self.transport, self.unit, newest_line=newest_line)
+        self.judge(state, elapsed)
+
+    def judge(self, state: ServiceState, elapsed: float) -> None:
+        """Fail fast on a failed unit, a crash, a restart by systemd or a new MainPID; note our server running."""
+        unit = self.unit
+        self.state_read_at = self.waited
+        self.ours_at = None
+        if state.active_state == "failed":
+            raise self.fail(f"{unit} failed (Result={state.result}) while waiting for the server")
+        # With Restart=on-failure a crash shows as `activating (auto-restart)`, not `failed`, and
+        # NRestarts only grows after RestartSec (10 s in the incident's unit). A restart we asked for
+        # never passes through auto-restart, so seeing it means the new server's process died.
+        if state.get("SubState") == "auto-restart":
+            raise self.fail(f"{unit} crashed while loading (Result={state.result}); systemd is about to restart it")
+        if self.invocation_id and state.invocation_id and state.invocation_id != self.invocation_id:
+            raise self.fail(f"{unit} was restarted by systemd while loading (crash): new InvocationID")
+        if self.baseline_restarts is None:
+            self.baseline_restarts = state.n_restarts
+        elif state.n_restarts > self.baseline_restarts:
+            raise self.fail(
+                f"{unit} crashed and was restarted (NRestarts {self.baseline_restarts} → {state.n_restarts})"
+            )
+        if state.main_pid:
+            if self.baseline_pid is None:
+                self.baseline_pid = state.main_pid
+            elif state.main_pid != self.baseline_pid:
+                raise self.fail(f"{unit} MainPID changed {self.baseline_pid} → {state.main_pid} (crash)")
+        if state.active_state in ("inactive", "deactivating") and elapsed > 1.0:
+            raise self.fail(f"{unit} is {state.active_state} ({state.get('SubState')}) while waiting for the server")
+        if state.active_state == "active" and state.main_pid and (not self.invocation_id or state.invocation_id):
+            self.ours_at = time.monotonic()
+
+    def attempt(self) -> Healthy:
+        """One poll; a lost connection is re-established and counts as not ready yet."""
+        try:
+            return self.poll_once()
+        except ConnectionLost as cut:
+            # The server keeps loading whatever the connection does: reconnect (within what is left of
+            # --timeout) and keep waiting; the baselines (NRestarts, MainPID, InvocationID) still hold.
+            left = self.timeout - (time.monotonic() - self.start)
+            try:
+                self.transport.reconnect(max(left, 1.0))
+            except RemediateError as exc:
+                raise StateUnknownError(
+                    self.transport.host,
+                    f"the connection was lost while waiting for the server ({cut.message}) and could not be "
+                    f"re-established ({getattr(exc, 'message', exc)}): the new unit is written and {self.unit} was "
+                    "restarted; whether the server came up is unknown. Re-running `remediate oom` is safe "
+                    "(it reads what the host holds; `remediate status` shows it)",
+                ) from exc
+            raise _NotReady(f"reconnected after a lost connection ({cut.message})") from None
+
+    def poll_once(self) -> Healthy:
+        """``/health``, then (on 200) the capacity and the port's owner; the state when it is due."""
+        transport, unit, endpoint = self.transport, self.unit, self.endpoint
+        host, port = endpoint
+        self.polls += 1
+        elapsed = time.monotonic() - self.start
+        health = transport.http_get(host, port, "/health")
+        if health.status is None:
+            # A refused port is the loading server; anything else (a timeout, no route) is named as it is.
+            refused = not health.error or any(w in health.error.lower() for w in ("connect failed", "refused"))
+            phase = "loading (port closed)" if refused else f"loading (no answer on {host}:{port}: {health.error})"
+        elif health.status != 200:
+            phase = f"warming up (/health {health.status})"
+        else:
+            info, source = fetch_server_info(transport, host, port)
+            tokens = tokens_from_info(info) if info is not None else None
+            if tokens is None:
+                tokens = parse_capacity_line(journal_since(transport, unit, self.restart_epoch))
+                source = "journal"
+            owner = listener_owner(transport, unit, endpoint) if tokens is not None else None
+            if owner is not None and not owner.is_ours:
+                phase = f"/health answers, but {owner.why}"
+            elif tokens is not None:
+                # The unit we restarted answers, not a crash loop or another server: unless a look under a
+                # second ago saw it running (same InvocationID, MainPID set), look once more (no journal line).
+                if self.ours_at is None or time.monotonic() - self.ours_at > self.max_backoff:
+                    self.check_state(elapsed, newest_line=False)
+                skipped = owner.why if owner is not None and owner.why.endswith("not checked") else None
+                return Healthy(
+                    tokens=tokens,
+                    source=source,
+                    info=info,
+                    seconds=time.monotonic() - self.start,
+                    polls=self.polls,
+                    unchecked=skipped,
+                )
+            else:
+                phase = "healthy, waiting for max_total_num_tokens"
+        if self.state_read_at is None or _state_due(self.waited - self.state_read_at, self.waited):
+            self.check_state(elapsed)
+        if self.on_progress:
+            self.on_progress(phase, elapsed, self.newest)
+        raise _NotReady(phase)
+
+    def pause(self, retry_state: RetryCallState) -> float:
+        """The gap before the next poll, added to ``waited``."""
+        gap = _gap(retry_state.attempt_number, self.max_backoff)
+        self.waited += gap
+        return gap
 
 
 def wait_healthy(
@@ -139,138 +249,14 @@ def wait_healthy(
     crash, a systemd restart or another server on the port is never taken for the new server.
     ``initial_state``: the unit's state read right after the restart (the commit script's): it is the first
     state read, so the wait begins with a /health poll."""
-    host, port = endpoint
-    start = time.monotonic()
-    baseline: dict[str, int] = {}
-    polls = 0
-    waited = 0.0  # the pauses so far (monotonic in production, and in tests whose sleeps are recorded)
-    state_read_at: float | None = None  # ``waited`` at the last state read
-    ours_at: float | None = None  # monotonic time of the last state read that showed our server running
-    newest = ""
-
-    def fail(message: str) -> UnhealthyError:
-        try:
-            lines = journal_since(transport, unit, restart_epoch)
-        except TransportError:
-            lines = []  # the verdict stands without the journal
-        journal = explain_crash(lines)
-        # systemd 252 keeps the first crash's Result (exit-code, signal) and shows start-limit-hit only after a
-        # clean exit: the journal's "Start request repeated too quickly" is what tells a crash loop from a crash.
-        if gave_up_restarting(journal):
-            message += ": the server crash-looped until systemd's start limit (StartLimitBurst) stopped restarting it"
-        return UnhealthyError(transport.host, message, journal=journal)
-
-    def check_state(elapsed: float, *, newest_line: bool = True) -> None:
-        nonlocal newest
-        state, newest = read_state(transport, unit, newest_line=newest_line)
-        judge(state, elapsed)
-
-    def judge(state: ServiceState, elapsed: float) -> None:
-        nonlocal state_read_at, ours_at
-        state_read_at = waited
-        ours_at = None
-        if state.active_state == "failed":
-            raise fail(f"{unit} failed (Result={state.result}) while waiting for the server")
-        # With Restart=on-failure a crash shows as `activating (auto-restart)`, not `failed`, and
-        # NRestarts only grows after RestartSec (10 s in the incident's unit). A restart we asked for
-        # never passes through auto-restart, so seeing it means the new server's process died.
-        if state.get("SubState") == "auto-restart":
-            raise fail(f"{unit} crashed while loading (Result={state.result}); systemd is about to restart it")
-        if invocation_id and state.invocation_id and state.invocation_id != invocation_id:
-            raise fail(f"{unit} was restarted by systemd while loading (crash): new InvocationID")
-        if "restarts" not in baseline:
-            baseline["restarts"] = state.n_restarts
-        elif state.n_restarts > baseline["restarts"]:
-            raise fail(f"{unit} crashed and was restarted (NRestarts {baseline['restarts']} → {state.n_restarts})")
-        if state.main_pid:
-            if "pid" not in baseline:
-                baseline["pid"] = state.main_pid
-            elif state.main_pid != baseline["pid"]:
-                raise fail(f"{unit} MainPID changed {baseline['pid']} → {state.main_pid} (crash)")
-        if state.active_state in ("inactive", "deactivating") and elapsed > 1.0:
-            raise fail(f"{unit} is {state.active_state} ({state.get('SubState')}) while waiting for the server")
-        if state.active_state == "active" and state.main_pid and (not invocation_id or state.invocation_id):
-            ours_at = time.monotonic()
-
-    if initial_state is not None and initial_state.properties:
-        judge(initial_state, 0.0)
-
-    def attempt() -> Healthy:
-        try:
-            return poll_once()
-        except ConnectionLost as cut:
-            # The server keeps loading whatever the connection does: reconnect (within what is left of
-            # --timeout) and keep waiting; the baselines (NRestarts, MainPID, InvocationID) still hold.
-            left = timeout - (time.monotonic() - start)
-            try:
-                transport.reconnect(max(left, 1.0))
-            except RemediateError as exc:
-                raise StateUnknownError(
-                    transport.host,
-                    f"the connection was lost while waiting for the server ({cut.message}) and could not be "
-                    f"re-established ({getattr(exc, 'message', exc)}): the new unit is written and {unit} was "
-                    "restarted; whether the server came up is unknown. Re-running `remediate oom` is safe "
-                    "(it reads what the host holds; `remediate status` shows it)",
-                ) from exc
-            raise _NotReady(f"reconnected after a lost connection ({cut.message})") from None
-
-    def poll_once() -> Healthy:
-        nonlocal polls
-        polls += 1
-        elapsed = time.monotonic() - start
-        health = transport.http_get(host, port, "/health")
-        if health.status is None:
-            # A refused port is the loading server; anything else (a timeout, no route) is named as it is.
-            refused = not health.error or any(w in health.error.lower() for w in ("connect failed", "refused"))
-            phase = "loading (port closed)" if refused else f"loading (no answer on {host}:{port}: {health.error})"
-        elif health.status != 200:
-            phase = f"warming up (/health {health.status})"
-        else:
-            info, source = fetch_server_info(transport, host, port)
-            tokens = tokens_from_info(info) if info is not None else None
-            if tokens is None:
-                tokens = parse_capacity_line(journal_since(transport, unit, restart_epoch))
-                source = "journal"
-            owner = listener_owner(transport, unit, endpoint) if tokens is not None else None
-            if owner is not None and not owner.is_ours:
-                phase = f"/health answers, but {owner.why}"
-            elif tokens is not None:
-                # The unit we restarted answers, not a crash loop or another server: unless a look under a
-                # second ago saw it running (same InvocationID, MainPID set), look once more (no journal line).
-                if ours_at is None or time.monotonic() - ours_at > max_backoff:
-                    check_state(elapsed, newest_line=False)
-                skipped = owner.why if owner is not None and owner.why.endswith("not checked") else None
-                return Healthy(
-                    tokens=tokens,
-                    source=source,
-                    info=info,
-                    seconds=time.monotonic() - start,
-                    polls=polls,
-                    unchecked=skipped,
-                )
-            else:
-                phase = "healthy, waiting for max_total_num_tokens"
-        if state_read_at is None or _state_due(waited - state_read_at, waited):
-            check_state(elapsed)
-        if on_progress:
-            on_progress(phase, elapsed, newest)
-        raise _NotReady(phase)
-
-    def pause(retry_state: RetryCallState) -> float:
-        nonlocal waited
-        gap = _gap(retry_state.attempt_number, max_backoff)
-        waited += gap
-        return gap
-
-    retrying = Retrying(
-        retry=retry_if_exception_type(_NotReady),
-        wait=pause,
-        stop=stop_before_delay(timeout),
-        reraise=False,
+    wait = HealthWait(
+        transport,
+        unit,
+        endpoint,
+        timeout=timeout,
+        restart_epoch=restart_epoch,
+        invocation_id=invocation_id,
+        on_progress=on_progress,
+        max_backoff=max_backoff,
     )
-    try:
-        result: Healthy = retrying(attempt)
-        return result
-    except RetryError as exc:
-        last = exc.last_attempt.exception()
-        raise fail(f"server not healthy after {timeout:.0f}s (last: {last})") from None
+    return wait.run(initial_state)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from remediate.core.observation import Observation, observation_from
 from remediate.core.startup import parse_startup
-from remediate.host.health import journal_since
+from remediate.host.facts import journal_since
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 

@@ -17,7 +17,7 @@ from remediate.core.unitfile.edit import UnitSources
 from remediate.core.unitfile.sources import server_args
 from remediate.errors import ConfigError, RemediationError
 from remediate.host.bench import probe_prefill
-from remediate.host.health import fetch_server_info, read_state
+from remediate.host.facts import fetch_server_info, read_state
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer
 from remediate.models import HostResult

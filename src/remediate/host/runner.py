@@ -23,7 +23,8 @@ from remediate.errors import ConfigError, RefusedError, RemediationError, Unheal
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
 from remediate.host.environ import ServerEnv, read_server_env
-from remediate.host.health import Healthy, fetch_server_info, fetch_tokens, wait_healthy
+from remediate.host.facts import fetch_server_info, fetch_tokens
+from remediate.host.health import Healthy, wait_healthy
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit

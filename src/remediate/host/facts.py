@@ -1,0 +1,66 @@
+"""What a host tells us, read-only: the unit's state, its journal, the server's JSON documents.
+
+Each helper is one bounded round trip through the host's Transport; nothing here changes the host. The
+server's answers are not trusted: each GET is bounded in time and size (transport/http1.py), a JSON
+document in depth (core/jsondoc.py); a bad answer reads as no answer.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from remediate.core.jsondoc import DocumentError, parse_document
+from remediate.core.probes import ServiceState, parse_show, tokens_from_info
+from remediate.core.unitfile.report import mask_secrets
+from remediate.transport.base import Transport
+
+_STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
+COMMAND_TIMEOUT_S = 30.0  # each systemctl/journalctl round trip
+
+
+def journal_since(transport: Transport, unit: str, since_epoch: float | None, lines: int = 400) -> list[str]:
+    """Journal lines of the unit since an epoch (or the last ``lines``), secrets masked."""
+    since = f" --since @{int(since_epoch)}" if since_epoch else ""
+    result = transport.run(
+        f"journalctl -u {shlex.quote(unit)} -o cat --no-pager -n {lines}{since} 2>/dev/null", timeout=COMMAND_TIMEOUT_S
+    )
+    return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def read_state(transport: Transport, unit: str, *, newest_line: bool = True) -> tuple[ServiceState, str]:
+    """One round trip: the unit's state and (for the progress line) its newest journal line."""
+    quoted = shlex.quote(unit)
+    journal = f"journalctl -u {quoted} -o cat --no-pager -n 1 2>/dev/null" if newest_line else "true"
+    result = transport.run(
+        f"systemctl show {quoted} -p {_STATE_PROPS} 2>/dev/null; echo @@journal; {journal}", timeout=COMMAND_TIMEOUT_S
+    )
+    show, _, tail = result.stdout.partition("@@journal\n")
+    return ServiceState(unit=unit, properties=parse_show(show)), mask_secrets(tail.strip())
+
+
+def fetch_server_info(transport: Transport, host: str, port: int) -> tuple[dict[str, Any] | None, str]:
+    """The server's info document: ``/server_info`` (sglang ≥ 0.5.6), else ``/get_server_info``."""
+    return fetch_json(transport, host, port, "/server_info", "/get_server_info")
+
+
+def fetch_json(transport: Transport, host: str, port: int, *paths: str) -> tuple[dict[str, Any] | None, str]:
+    """The first of ``paths`` that answers 200 with a JSON object, and which one it was (else None, "")."""
+    for path in paths:
+        response = transport.http_get(host, port, path)
+        if response.status == 200:
+            try:
+                data = parse_document(response.body)
+            except DocumentError:
+                continue  # bad JSON, or nested past the depth bound: a bad answer, not a crash of the tool
+            if isinstance(data, dict):
+                return data, path
+    return None, ""
+
+
+def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None, str]:
+    """``max_total_num_tokens`` from the server's info endpoint (new name first, then the old one)."""
+    info, path = fetch_server_info(transport, host, port)
+    if info is None:
+        return None, ""
+    return tokens_from_info(info), path
