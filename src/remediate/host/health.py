@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_before_delay
@@ -59,38 +59,27 @@ def _state_due(since_last: float, waited: float) -> bool:
     return since_last >= min(STATE_EVERY_S, 0.5 + waited / 10)
 
 
+@dataclass
 class HealthWait:
     """One wait for a restarted server: what it has seen so far (the baselines, the last state read) as
     attributes, and one method per step of a poll. :func:`wait_healthy` is how callers use it."""
 
-    def __init__(
-        self,
-        transport: Transport,
-        unit: str,
-        endpoint: tuple[str, int],
-        *,
-        timeout: float,
-        restart_epoch: float | None,
-        invocation_id: str | None,
-        on_progress: Callable[[str, float, str], None] | None,
-        max_backoff: float,
-    ) -> None:
-        self.transport = transport
-        self.unit = unit
-        self.endpoint = endpoint
-        self.timeout = timeout
-        self.restart_epoch = restart_epoch
-        self.invocation_id = invocation_id
-        self.on_progress = on_progress
-        self.max_backoff = max_backoff
-        self.start = time.monotonic()
-        self.baseline_restarts: int | None = None  # NRestarts at the first state read
-        self.baseline_pid: int | None = None  # the first MainPID seen
-        self.polls = 0
-        self.waited = 0.0  # the pauses so far (monotonic in production, and in tests whose sleeps are recorded)
-        self.state_read_at: float | None = None  # ``waited`` at the last state read
-        self.ours_at: float | None = None  # monotonic time of the last state read that showed our server running
-        self.newest = ""  # the unit's newest journal line, for the progress line
+    transport: Transport
+    unit: str
+    endpoint: tuple[str, int]
+    timeout: float
+    restart_epoch: float | None
+    invocation_id: str | None = None
+    on_progress: Callable[[str, float, str], None] | None = None
+    max_backoff: float = MAX_GAP_S
+    start: float = field(default_factory=time.monotonic, init=False)
+    baseline_restarts: int | None = field(default=None, init=False)  # NRestarts at the first state read
+    baseline_pid: int | None = field(default=None, init=False)  # the first MainPID seen
+    polls: int = field(default=0, init=False)
+    waited: float = field(default=0.0, init=False)  # the pauses so far (monotonic, or the tests' recorded naps)
+    state_read_at: float | None = field(default=None, init=False)  # ``waited`` at the last state read
+    ours_at: float | None = field(default=None, init=False)  # monotonic time of the last read showing our server
+    newest: str = field(default="", init=False)  # the unit's newest journal line, for the progress line
 
     def run(self, initial_state: ServiceState | None = None) -> Healthy:
         """Poll until healthy (the gaps from :func:`_gap`, within ``timeout``); raise UnhealthyError otherwise."""

@@ -39,7 +39,7 @@ from remediate.host.lock import LOCK_HELD_EXIT, Held, lock_path, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.read import endpoint_of, read_unit, run_read_only
-from remediate.host.transaction import transact
+from remediate.host.transaction import Change, transact
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
@@ -202,16 +202,14 @@ def _rollback_locked(
         result.max_total_num_tokens = healthy.tokens
         result.target_tokens = options.target_tokens
 
-    transact(
-        transport,
-        unit,
-        writes,
-        endpoint_of(found, options),
-        options,
-        result,
-        timer,
+    change = Change(
+        unit=unit,
+        writes=tuple(writes),
+        endpoint=endpoint_of(found, options),
+        options=options,
         epoch=epoch,
         verify=record,
         success="restored",
         undo_note="put the pre-rollback unit back",
     )
+    transact(transport, change, result, timer)

@@ -31,7 +31,7 @@ from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.plan import auto_step
 from remediate.host.prefill import check_probe, run_probe
 from remediate.host.read import endpoint_of, read_unit, run_read_only
-from remediate.host.transaction import transact
+from remediate.host.transaction import Change, transact
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
@@ -260,20 +260,18 @@ def _remediate_locked(
         verify_tokens(result, healthy, options)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
-    transact(
-        transport,
-        unit,
-        writes,
-        endpoint_of(found, options),
-        options,
-        result,
-        timer,
+    change = Change(
+        unit=unit,
+        writes=tuple(writes),
+        endpoint=endpoint_of(found, options),
+        options=options,
         epoch=epoch,
         analyze=found.has_systemd_analyze,
         verify=check,
         success="drift" if drift else "remediated",
         undo_note="rolled back to the previous unit",
     )
+    transact(transport, change, result, timer)
 
 
 def _status_drift(

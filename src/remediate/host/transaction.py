@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from remediate.core.probes import ServiceState
@@ -33,67 +34,73 @@ from remediate.models import HostResult
 from remediate.transport.base import Transport
 
 
-def transact(
-    transport: Transport,
-    unit: str,
-    writes: list[FileWrite],
-    endpoint: tuple[str, int],
-    options: RunOptions,
-    result: HostResult,
-    timer: Timer,
-    *,
-    epoch: int,
-    verify: Callable[[Healthy], object],
-    success: str,
-    undo_note: str,
-    analyze: bool = False,
-) -> None:
-    """Commit ``writes``, wait for the server, verify it; if it does not come back, put the previous bytes
-    back the same way and wait for the old server (outcome ``rolled_back``), unless ``--no-rollback``."""
+@dataclass(frozen=True)
+class Change:
+    """One verified transaction's input, as its callers (``oom``, ``rollback``) build it: which files get
+    which bytes, the server that must come back, and how it is judged."""
+
+    unit: str
+    writes: tuple[FileWrite, ...]  # each with its old bytes (compared before, put back by the undo) and new ones
+    endpoint: tuple[str, int]  # the server's --host/--port as seen from the host (read.endpoint_of)
+    options: RunOptions  # the wait's timeout, --no-rollback
+    epoch: int  # the backups' timestamp, as the planned steps showed it
+    verify: Callable[[Healthy], object]  # raises RemediationError when the healthy server is not what was written
+    success: str  # the outcome when it holds: "remediated", "drift", "restored"
+    undo_note: str  # appended to the error once the undo held
+    analyze: bool = False  # systemd-analyze verify the new unit (when the host has it)
+
+    @property
+    def verb(self) -> str:
+        """The command, as the host's journal line names it."""
+        return "rollback" if self.success == "restored" else "oom"
+
+
+def transact(transport: Transport, change: Change, result: HostResult, timer: Timer) -> None:
+    """Commit the change's writes, wait for the server, verify it; if it does not come back, put the previous
+    bytes back the same way and wait for the old server (outcome ``rolled_back``), unless ``--no-rollback``."""
     result.outcome = "failed"
-    what = "rollback" if success == "restored" else "oom"
+    unit, writes = change.unit, change.writes
     changes = "; ".join(result.summary) or ", ".join(w.path for w in writes)
     report: CommitReport | None = None
     try:
         with timer.phase("commit"):
-            note = f"remediate {what} {unit}: {changes}"
-            report = commit(transport, unit, writes, epoch=epoch, analyze=analyze, journal=note)
+            note = f"remediate {change.verb} {unit}: {changes}"
+            report = commit(transport, unit, list(writes), epoch=change.epoch, analyze=change.analyze, journal=note)
         result.backups = list(report.backups.values())
         result.backup = result.backups[0] if result.backups else None
-        _record(result, unit, "committed", changes, writes)
+        _record(result, change, "committed", changes)
         result.warnings += [f"systemd-analyze: {line}" for line in report.analyze]
         with timer.phase("wait"):
-            healthy = _wait(transport, unit, endpoint, options, report, timer.waiting)
+            healthy = _wait(transport, change, report, timer.waiting)
         with timer.phase("verify"):
-            verify(healthy)
-        result.outcome = success
-        _record(result, unit, success, changes, writes)
+            change.verify(healthy)
+        result.outcome = change.success
+        _record(result, change, change.success, changes)
     except ConflictError:
         raise  # nothing was written
     except StateUnknownError as exc:
-        _record(result, unit, "unknown", changes, writes, error=str(exc))
+        _record(result, change, "unknown", changes, error=str(exc))
         raise  # the host cannot be reached to undo anything; the message says what is known
     except CommitError as exc:
         result.backups = list(exc.backups)
         result.backup = result.backups[0] if result.backups else None
         if not exc.written:
             raise  # nothing was written: nothing to undo, no rollback phase
-        _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
+        _roll_back(transport, change, result, timer, exc, changes)
     except RemediationError as exc:
         if isinstance(exc, UnhealthyError):
             result.journal = exc.journal
-        _roll_back(transport, unit, writes, endpoint, options, result, timer, exc, undo_note, changes)
+        _roll_back(transport, change, result, timer, exc, changes)
     except TransportError as exc:
         # Once the commit was sent, a transport error (reading its report back, the files, the wait, the
         # probe) is never "unreachable": it ends in a record and the rollback path.
-        failure = _after_transport_error(transport, unit, writes, result, changes, exc, committed=report is not None)
-        _roll_back(transport, unit, writes, endpoint, options, result, timer, failure, undo_note, changes)
+        failure = _after_transport_error(transport, change, result, changes, exc, committed=report is not None)
+        _roll_back(transport, change, result, timer, failure, changes)
 
 
 def _after_transport_error(
     transport: Transport,
-    unit: str,
-    writes: list[FileWrite],
+    change: Change,
     result: HostResult,
     changes: str,
     exc: TransportError,
@@ -103,6 +110,7 @@ def _after_transport_error(
     """The error the rollback path starts from; StateUnknownError (recorded) when the host is gone, and a
     plain failure (recorded, no undo) when the commit's report never came and no file holds the new bytes."""
     detail = str(getattr(exc, "message", exc))
+    writes = list(change.writes)
     try:
         if isinstance(exc, ConnectionLost):
             transport.reconnect(RESUME_WITHIN_S)
@@ -114,11 +122,11 @@ def _after_transport_error(
             f"({getattr(again, 'message', again)}): the state on the host is unknown. Re-running `remediate oom` "
             "is safe (it waits for the lock and reads what the host holds)",
         )
-        _record(result, unit, "unknown", changes, writes, error=str(unknown))
+        _record(result, change, "unknown", changes, error=str(unknown))
         raise unknown from exc
     if not committed and not held:
         failure = RemediationError(result.host, f"the commit failed ({detail}); no file holds the new bytes")
-        _record(result, unit, "failed", changes, writes, error=str(failure))
+        _record(result, change, "failed", changes, error=str(failure))
         raise failure from exc
     return RemediationError(result.host, f"the connection failed after the commit started: {detail}")
 
@@ -128,46 +136,35 @@ def _new(write: FileWrite) -> str:
 
 
 def _roll_back(
-    transport: Transport,
-    unit: str,
-    writes: list[FileWrite],
-    endpoint: tuple[str, int],
-    options: RunOptions,
-    result: HostResult,
-    timer: Timer,
-    exc: RemediationError,
-    undo_note: str,
-    changes: str,
+    transport: Transport, change: Change, result: HostResult, timer: Timer, exc: RemediationError, changes: str
 ) -> None:
     """Undo a commit that wrote something (unless ``--no-rollback``); outcome ``rolled_back``."""
-    if not options.rollback or not writes:
-        _record(result, unit, "failed", changes, writes, error=str(exc))
+    if not change.options.rollback or not change.writes:
+        _record(result, change, "failed", changes, error=str(exc))
         raise exc
     result.error = str(exc)
     try:
         with timer.phase("rollback"):
-            _undo(transport, unit, writes, endpoint, options, result)
+            _undo(transport, change, result)
     except RemediateError as undo_exc:
-        _record(result, unit, "failed", changes, writes, error=str(undo_exc))
+        _record(result, change, "failed", changes, error=str(undo_exc))
         raise
     result.outcome = "rolled_back"
-    result.error = f"{exc}; {undo_note}"
+    result.error = f"{exc}; {change.undo_note}"
     result.exit_code = 1
-    _record(result, unit, "rolled_back", changes, writes, error=result.error)
+    _record(result, change, "rolled_back", changes, error=result.error)
 
 
-def _record(
-    result: HostResult, unit: str, event: str, changes: str, writes: list[FileWrite], *, error: str | None = None
-) -> None:
+def _record(result: HostResult, change: Change, event: str, changes: str, *, error: str | None = None) -> None:
     """The controller-side line of this transaction (state dir ``transactions.jsonl``), masked; a state dir
     that cannot be written is a warning, never a reason to leave a host half done."""
     record = {
         "time": datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": result.host,
-        "unit": unit,
+        "unit": change.unit,
         "event": event,
         "changes": changes,
-        "files": [w.path for w in writes],
+        "files": [w.path for w in change.writes],
         "backups": list(result.backups),
         "error": error,
     }
@@ -181,37 +178,29 @@ def _record(
 
 def _wait(
     transport: Transport,
-    unit: str,
-    endpoint: tuple[str, int],
-    options: RunOptions,
+    change: Change,
     report: CommitReport,
     on_progress: Callable[[str, float, str], None] | None = None,
 ) -> Healthy:
     return wait_healthy(
         transport,
-        unit,
-        endpoint,
-        timeout=options.timeout,
+        change.unit,
+        change.endpoint,
+        timeout=change.options.timeout,
         restart_epoch=report.restart_epoch,
         invocation_id=report.invocation_id,
         on_progress=on_progress,
-        initial_state=ServiceState(unit=unit, properties=report.state) if report.state else None,
+        initial_state=ServiceState(unit=change.unit, properties=report.state) if report.state else None,
     )
 
 
-def _undo(
-    transport: Transport,
-    unit: str,
-    writes: list[FileWrite],
-    endpoint: tuple[str, int],
-    options: RunOptions,
-    result: HostResult,
-) -> None:
+def _undo(transport: Transport, change: Change, result: HostResult) -> None:
     """Restore the pre-change bytes the same atomic way, restart, and wait for the old server.
 
     Every file is in the undo: the script compares each one against the hash it should have now — the new
     bytes (renamed by the commit: restored) or still the old ones (a commit that failed part-way: left as
     is) — so an undo after a partial commit restores exactly what was renamed."""
+    unit, writes = change.unit, change.writes
     undo = [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
     first = (result.error or "remediation failed").removeprefix(f"{result.host}: ").removeprefix(f"{transport.host}: ")
     paths = ", ".join(w.path for w in writes)
@@ -223,7 +212,7 @@ def _undo(
         detail = str(getattr(exc, "message", exc))
         raise RemediationError(result.host, f"{first}; the rollback failed too: {detail}") from exc
     try:
-        result.max_total_num_tokens = _wait(transport, unit, endpoint, options, report).tokens
+        result.max_total_num_tokens = _wait(transport, change, report).tokens
     except RemediateError as exc:
         # The undo's commit held: the previous bytes are on disk and the unit was reset and restarted on them.
         # What is left is the old server itself not coming up (the same fault may hit both configurations).
