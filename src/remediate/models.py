@@ -63,7 +63,8 @@ class HostResult:
     warnings: list[str] = field(default_factory=list)
     journal: list[str] = field(default_factory=list)
     error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    is_dry_run: bool = False  # --dry-run stopped before the commit: no observation is recorded (JSON "dry_run")
+    extra: dict[str, Any] = field(default_factory=dict)  # the command's own data (status, plan, probe…), shown as is
     exit_code: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -106,6 +107,7 @@ class HostResult:
             "journal": self.journal,
             "error": self.error,
             **self.extra,
+            **({"dry_run": True} if self.is_dry_run else {}),
             "started_at": round(self.started_at, 3),
             "finished_at": round(self.finished_at, 3),
             "seconds": self.seconds,

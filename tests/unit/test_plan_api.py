@@ -220,7 +220,7 @@ def test_nothing_recorded_for_failures_dry_runs_or_another_server(tmp_path: Path
     entry = HostEntry(name="gpu-01", address="gpu-01")
     failed = HostResult("gpu-01", outcome="rolled_back", unit="sglang.service", max_total_num_tokens=195011)
     dry = _healthy()
-    dry.extra["dry_run"] = True
+    dry.is_dry_run = True
     for result in (failed, dry, _healthy()):
         fleet_budget.observing(lambda t, e, r=result: r, "oom", log)(fake, entry)
     assert not log.exists()

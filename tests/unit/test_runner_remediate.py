@@ -220,7 +220,7 @@ def test_dry_run_sends_no_commit() -> None:
     host = make_host()
     result = run(host, dry_run=True)
     assert result.outcome == "unchanged"  # nothing was changed; `changed` and the diff say what a real run would do
-    assert result.extra.get("dry_run") is True
+    assert result.is_dry_run is True and result.to_dict()["dry_run"] is True
     assert result.changed is True
     assert "+    --mem-fraction-static 0.93 \\" in result.diff
     assert any(step.startswith("flock ") for step in result.steps)

@@ -75,7 +75,7 @@ def observing(
 
     def run(transport: Transport, entry: HostEntry) -> HostResult:
         result = job(transport, entry)
-        if not result.ok or result.extra.get("dry_run"):
+        if not result.ok or result.is_dry_run:
             return result
         at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:

@@ -21,7 +21,7 @@ def _float(text: object) -> float | None:
 def observe(transport: Transport, result: HostResult, *, command: str, at: str) -> Observation | None:
     """One record for a host that ended healthy (None when it did not, or the journal does not say)."""
     tokens = result.max_total_num_tokens
-    if not result.ok or result.extra.get("dry_run") or not result.unit or not tokens:
+    if not result.ok or result.is_dry_run or not result.unit or not tokens:
         return None
     startup = parse_startup(journal_since(transport, result.unit, None, lines=JOURNAL_LINES))
     args = startup.server_args

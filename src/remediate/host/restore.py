@@ -195,7 +195,7 @@ def _rollback_locked(
         return
     if options.dry_run:
         result.outcome = "unchanged"
-        result.extra["dry_run"] = True
+        result.is_dry_run = True
         return
 
     def record(healthy: Healthy) -> None:

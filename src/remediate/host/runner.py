@@ -250,7 +250,7 @@ def _remediate_locked(
     if options.dry_run:
         # Nothing was changed: the outcome says so; `changed` and the diff say what a real run would do.
         result.outcome = "drift" if drift else "unchanged"
-        result.extra["dry_run"] = True
+        result.is_dry_run = True
         return
 
     def check(healthy: Healthy) -> None:
