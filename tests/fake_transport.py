@@ -26,6 +26,7 @@ from remediate.errors import CommandError, TransportError
 from remediate.models import CommandResult
 from remediate.transport.base import HttpResponse, Retake
 from remediate.transport.http1 import HttpStream
+from remediate.transport.preconnect import Preconnect
 
 Reply = CommandResult | str | int | Callable[[str, str | None], CommandResult]
 HttpReply = HttpResponse | int | None | tuple[int, bytes | str]
@@ -98,6 +99,7 @@ class FakeTransport:
     held: list[str] = field(default_factory=list)
     holding: int = 0
     opened: int = 0
+    opened_ahead: int = 0
     closed: int = 0
     reconnects: int = 0
     reconnect_error: TransportError | None = None
@@ -141,6 +143,15 @@ class FakeTransport:
         self.opened += 1
         if self.open_error is not None:
             raise self.open_error
+
+    def open_ahead(self) -> None:
+        """No background connect: :meth:`open` is where a scripted host connects (and fails)."""
+        self.opened_ahead += 1
+
+    def preconnected(self, pre: Preconnect) -> None:
+        """A scripted host has no socket to adopt: the proposal is dropped, as the SSH transport drops one
+        it cannot use."""
+        pre.close()
 
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
         call = Call(command, stdin, timeout)

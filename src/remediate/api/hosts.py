@@ -124,10 +124,8 @@ class ConnectAhead:
         for entry, options, pre in first:
             transport = self._factory(entry, options)
             if pre is not None:
-                transport.preconnected(pre)  # type: ignore[attr-defined]  # the SSH transport's
-            opener = getattr(transport, "open_ahead", None)  # the SSH transport's; others connect in open()
-            if opener is not None:
-                opener()
+                transport.preconnected(pre)
+            transport.open_ahead()
             self._ready[entry.name] = transport
         return self
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from remediate.models import CommandResult
 from remediate.transport.http1 import HttpResponse, HttpStream
+
+if TYPE_CHECKING:  # the name only: the protocol is read by every layer, the socket code loads where it is used
+    from remediate.transport.preconnect import Preconnect
 
 __all__ = ["CommandResult", "HttpResponse", "Retake", "SSHOptions", "Transport", "parse_http"]
 
@@ -51,6 +54,16 @@ class Transport(Protocol):
 
     def open(self) -> None:
         """Connect (host key verified) and authenticate; idempotent."""
+        ...
+
+    def open_ahead(self) -> None:
+        """Start connecting in the background: :meth:`open` waits for it and raises what it raised. A
+        transport that has no background connect does nothing here and connects in :meth:`open`."""
+        ...
+
+    def preconnected(self, pre: Preconnect) -> None:
+        """A TCP connection already under way (transport/preconnect.py), for the first connect to adopt; a
+        transport that cannot use it closes it (``pre.close()``)."""
         ...
 
     def run(self, command: str, *, stdin: str | None = None, timeout: float | None = None) -> CommandResult:
