@@ -11,7 +11,7 @@ import importlib
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 
@@ -39,6 +39,8 @@ else:  # `--help`, `--version` and option parsing need none of these: each loads
 __all__ = ["api", "budget", "render", "render_bench", "render_evidence", "settings", "sweep"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "REMEDIATE", "max_content_width": 100}
 
@@ -55,18 +57,18 @@ def stderr() -> Console:
     return render.stderr_console()
 
 
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     from remediate.core.unitfile.report import display_text
 
     click.echo(f"remediate: {display_text(message)}", err=True)
     sys.exit(code)
 
 
-def handle_errors(fn: F) -> F:
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """The CLI boundary: RemediateError → one line + its exit code; anything else is a bug (70)."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except RemediateError as exc:
@@ -77,9 +79,8 @@ def handle_errors(fn: F) -> F:
             traceback.print_exc()
             click.echo("remediate: internal error (a bug); please report it with the traceback above", err=True)
             sys.exit(EXIT_BUG)
-        return None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def desired_options(fn: F) -> F:

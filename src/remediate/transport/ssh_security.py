@@ -29,15 +29,19 @@ def preferred_first(preferred: tuple[str, ...], offered: tuple[str, ...]) -> tup
     return tuple(a for a in preferred if a in offered) + tuple(a for a in offered if a not in preferred)
 
 
-def fast_transport(sock: object, disabled_algorithms: dict[str, list[str]] | None = None) -> paramiko.Transport:
+def fast_transport(
+    sock: socket.socket | paramiko.Channel | paramiko.ProxyCommand,
+    disabled_algorithms: dict[str, list[str]] | None = None,
+) -> paramiko.Transport:
     """paramiko's Transport with the fastest secure algorithms offered first (SSHClient's transport_factory);
-    host-key verification is untouched (the client's known_hosts and policy).
+    host-key verification is untouched (the client's known_hosts and policy). ``sock`` is what paramiko's
+    ``SSHClient.connect`` hands its ``transport_factory``: the TCP socket, a gateway's channel, a ProxyCommand.
 
     TCP_NODELAY on the socket, as OpenSSH sets it: SSH sends small messages and waits for the answer (open a
     channel, exec, EOF; each health poll), and with Nagle on each waited for the peer's delayed ACK — 40 ms
     per command round trip on Linux, 10x what the command itself cost (docs/PERFORMANCE.md)."""
     no_delay(sock)
-    transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)  # type: ignore[arg-type]
+    transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
     security = transport.get_security_options()
     security.kex = preferred_first(PREFERRED_KEX, tuple(security.kex))
     security.ciphers = preferred_first(PREFERRED_CIPHERS, tuple(security.ciphers))
