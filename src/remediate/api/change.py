@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from remediate.api.hosts import ConnectAhead, RolloutResult, TransportFactory, _roll_out
+from remediate.controller.state import check_state_dir
 from remediate.errors import ConfigError
 from remediate.fleet.inventory import Inventory
 from remediate.fleet.request import OomRequest
@@ -18,7 +19,6 @@ from remediate.fleet.settings import (
     resolve_hosts,
     run_options_for,
 )
-from remediate.host.state import check_state_dir
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions
 

@@ -1,20 +1,14 @@
-"""The fleet side of the budget: the calibration log on this machine, `oom --auto` options, the `plan` job.
-
-The log (``$XDG_STATE_HOME/remediate/observations.jsonl``) holds one JSON line per healthy start: `oom`
-and `rollback` append to it when a host ends healthy; `plan` and `oom --auto` read it. Appends from
-parallel hosts are serialised by a lock and go out as one ``write`` of one line each.
-"""
+"""The fleet side of the budget: `oom --auto` options, the `plan` job, recording healthy starts in the
+calibration log (controller/observations.py)."""
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from remediate.core.observation import Observation, parse_observations
+from remediate.controller.observations import append_observation, log_path, read_observations
 from remediate.errors import ConfigError, RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
@@ -26,46 +20,6 @@ from remediate.host.restore import rollback_host
 from remediate.host.runner import remediate_host
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
-
-ENV = "REMEDIATE_OBSERVATIONS"
-FILENAME = "observations.jsonl"
-_LOCK = threading.Lock()
-
-
-def default_path(env: Mapping[str, str]) -> Path:
-    """``$REMEDIATE_OBSERVATIONS``, else ``$XDG_STATE_HOME/remediate/observations.jsonl`` (``~/.local/state``)."""
-    if env.get(ENV):
-        return Path(env[ENV]).expanduser()
-    state = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
-    return Path(state).expanduser() / "remediate" / FILENAME
-
-
-def read_observations(path: Path) -> tuple[Observation, ...]:
-    """Every well-formed record; a missing file is none, an unreadable one is bad input."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return ()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the observations file: {exc.strerror or exc}", source=str(path)) from None
-    return tuple(parse_observations(text.splitlines()))
-
-
-def append_observation(path: Path, observation: Observation) -> None:
-    """Append one record (the directory is created private to the user). Raises OSError."""
-    line = (observation.to_json() + "\n").encode("utf-8")
-    with _LOCK:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
-
-
-def log_path(path: str | None) -> Path:
-    """The calibration log: the path given, else ``$REMEDIATE_OBSERVATIONS`` or the XDG state directory."""
-    return Path(path).expanduser() if path else default_path(os.environ)
 
 
 def observing(
