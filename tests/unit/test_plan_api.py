@@ -17,7 +17,7 @@ from remediate.core.headroom import Spike
 from remediate.core.observation import Observation, parse_observations
 from remediate.core.startup import parse_server_info
 from remediate.core.unitfile.edit import DesiredState, Settings
-from remediate.fleet import budget as fleet_budget
+from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
 from remediate.host.budget import auto_desired, diagnosed_spike, evidence_from, plan_budget
 from remediate.host.options import BudgetOptions
@@ -196,7 +196,7 @@ def _healthy(unit: str | None = "sglang.service") -> HostResult:
 def test_a_healthy_run_appends_one_record(tmp_path: Path) -> None:
     log = tmp_path / "deep" / "obs.jsonl"
     fake = host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093)
-    job = fleet_budget.observing(lambda t, e: _healthy(), "oom", log)
+    job = jobs.observing(lambda t, e: _healthy(), "oom", log)
     entry = HostEntry(name="gpu-01", address="gpu-01")
     job(fake, entry)
     result = job(fake, entry)
@@ -223,7 +223,7 @@ def test_nothing_recorded_for_failures_dry_runs_or_another_server(tmp_path: Path
     dry = _healthy()
     dry.extra["dry_run"] = True
     for result in (failed, dry, _healthy()):
-        fleet_budget.observing(lambda t, e, r=result: r, "oom", log)(fake, entry)
+        jobs.observing(lambda t, e, r=result: r, "oom", log)(fake, entry)
     assert not log.exists()
 
 
@@ -231,7 +231,7 @@ def test_an_unwritable_log_is_a_warning_not_a_failure(tmp_path: Path) -> None:
     log = tmp_path / "dir.jsonl"
     log.mkdir()
     fake = host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093)
-    result = fleet_budget.observing(lambda t, e: _healthy(), "oom", log)(fake, HostEntry(name="gpu-01", address="x"))
+    result = jobs.observing(lambda t, e: _healthy(), "oom", log)(fake, HostEntry(name="gpu-01", address="x"))
     assert result.ok and any("observation was not recorded" in w for w in result.warnings)
 
 

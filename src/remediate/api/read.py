@@ -7,8 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from remediate.api.hosts import TransportFactory, _default_transport, for_each_host
-from remediate.fleet import budget as fleet_budget
-from remediate.fleet import sweep
+from remediate.fleet import jobs, sweep
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import (
@@ -87,6 +86,6 @@ def bench(targets: Sequence[str] = (), **kw: Any) -> list[sweep.HostBench]:
 
 
 def plan(targets: Sequence[str] = (), *, inventory: str | None = None, **kw: Any) -> list[HostResult]:
-    """`remediate plan`, read-only (``kw``: ssh, transport_factory and fleet.budget.plan_job's options)."""
+    """`remediate plan`, read-only (``kw``: ssh, transport_factory and fleet.jobs.plan_job's options)."""
     ssh, factory = kw.pop("ssh", None) or SSHOptions(), kw.pop("transport_factory", None)
-    return for_each_host(targets, inventory, ssh, fleet_budget.plan_job(**kw), transport_factory=factory)
+    return for_each_host(targets, inventory, ssh, jobs.plan_job(**kw), transport_factory=factory)
