@@ -234,7 +234,7 @@ def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
         ("remediate.host.runner", "import click"),
         ("remediate.fleet.rollout", "from remediate.cli import cli"),
         ("remediate.fleet.rollout", "from remediate.api import status"),
-        ("remediate.transport.base", "from remediate.host.read import probe"),
+        ("remediate.transport.base", "from remediate.host.probe import probe"),
         ("remediate.transport.ssh", "from ..host import runner"),
         ("remediate.controller.state", "from remediate.host.runner import remediate_host"),
         ("remediate.controller.retry", "from remediate.fleet.inventory import Inventory"),
