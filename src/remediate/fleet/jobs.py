@@ -38,11 +38,14 @@ Job = Callable[[Transport, HostEntry], HostResult]
 
 @dataclass
 class RolloutResult:
+    """A rollout's end: one result per host (inventory order), its batches, why it halted, the retry file."""
+
     results: list[HostResult]
     batches: list[list[str]] = field(default_factory=list)
     halted: str | None = None
     interrupted: bool = False
     retry_file: str | None = None
+    warnings: list[str] = field(default_factory=list)  # the rollout's own, said once (not each host's)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +58,7 @@ class RolloutResult:
                 "halted": self.halted,
                 "interrupted": self.interrupted,
                 "retry_file": self.retry_file,
+                "warnings": self.warnings,
             }
         }
 
@@ -175,8 +179,13 @@ def roll_out(
     work = connected(job, ssh, transport_factory)
     events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
     results, rollout = run_on_hosts(hosts, work, strategy, confirm=confirm, on_event=events, stop_when=stop_when)
-    retry = None if dry_run else write_retry_file(inventory, results, retry_dir, path=retry_file)
-    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry)
+    retry, warnings = None, []
+    if not dry_run:
+        try:
+            retry = write_retry_file(inventory, results, retry_dir, path=retry_file)
+        except ConfigError as exc:  # written after the hosts were changed: a warning, never a reason to lose them
+            warnings.append(f"retry file not written: {exc}")
+    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry, warnings)
 
 
 def for_each_host(

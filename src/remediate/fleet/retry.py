@@ -30,17 +30,12 @@ def write_retry_file(
     *,
     path: str | None = None,
 ) -> str | None:
-    """``remediate-retry-<UTC>.yaml`` (or ``path``) holding the failed and not-attempted hosts, or None.
-
-    Written after the hosts were changed: a file that cannot be written (a disk that filled meanwhile) is a
-    warning on each of those hosts' results, never a reason to lose them."""
+    """``remediate-retry-<UTC>.yaml`` (or ``path``) holding the failed and not-attempted hosts; None when every
+    host is ok or there is no inventory. ConfigError when it cannot be written (the rollout's warning)."""
     names = [r.host for r in results if not r.ok]
     if not names or inventory is None:
         return None
     try:
         return write_retry_text(dump_inventory(inventory, names), directory, path=path)
-    except (ConfigError, OSError) as exc:
-        for result in results:
-            if not result.ok:
-                result.warnings.append(f"retry file not written: {exc}")
-        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot write the retry file: {exc.strerror or exc}", source=path or directory) from None
