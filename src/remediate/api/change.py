@@ -12,7 +12,6 @@ from remediate.controller.state import check_state_dir
 from remediate.errors import ConfigError
 from remediate.fleet import jobs
 from remediate.fleet.inventory import Inventory
-from remediate.fleet.jobs import roll_out
 from remediate.fleet.request import OomRequest
 from remediate.fleet.retry import check_retry_target
 from remediate.fleet.settings import (
@@ -50,7 +49,7 @@ def remediate_oom_request(
         check_results_kept(inventory, retry_dir, request.retry_file)
     ahead = connect_ahead(transport_factory).start(hosts, strategy, request.ssh)
     try:
-        return roll_out(
+        return jobs.roll_out(
             hosts,
             inventory,
             strategy,
@@ -169,7 +168,7 @@ def rollback(
     }
     if not dry_run:
         check_results_kept(inventory_obj, retry_dir, retry_file)
-    return roll_out(
+    return jobs.roll_out(
         hosts,
         inventory_obj,
         plan,

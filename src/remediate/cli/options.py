@@ -191,10 +191,11 @@ def exit_with_rollout(rollout: api.RolloutResult, *, as_json: bool, dry_run: boo
     code = emit(rollout.results, as_json=as_json, dry_run=dry_run, extra=rollout.extra())
     if rollout.retry_file and not as_json:
         stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
-    for warning in [] if as_json else rollout.warnings:  # the rollout's own (the retry file's), said once
+    if rollout.warnings and not as_json:  # the rollout's own (the retry file's): said once, not per host
         from remediate.core.unitfile.report import display_text
 
-        stderr().print(f"warning: {display_text(warning)}", highlight=False, markup=False)
+        for warning in rollout.warnings:
+            stderr().print(f"warning: {display_text(warning)}", highlight=False, markup=False)
     sys.exit(code)
 
 
