@@ -224,8 +224,8 @@ class Node:
 
     @property
     def observations(self) -> Path:
-        """This test's calibration log (every healthy oom/rollback appends to it)."""
-        return self.tmp_path / "state" / "remediate" / "observations.jsonl"
+        """This test's calibration log (every healthy oom/rollback appends to it): in its state directory."""
+        return Path(os.environ["REMEDIATE_STATE_DIR"]) / "observations.jsonl"
 
     def env(self) -> dict[str, str]:
         return {**_cli_env(), "XDG_STATE_HOME": str(self.tmp_path / "state")}

@@ -20,10 +20,11 @@ from pytest_mock import MockerFixture
 from remediate import api
 from remediate.api import hosts as api_hosts
 from remediate.cli import cli
+from remediate.controller.internal_errors import INTERNAL_ERRORS
 from remediate.errors import EXIT_BUG
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
-from remediate.fleet.rollout import INTERNAL_ERRORS, Rollout, Strategy
+from remediate.fleet.rollout import Rollout, Strategy
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
 

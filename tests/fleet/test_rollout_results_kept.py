@@ -96,7 +96,7 @@ def test_the_cli_says_one_line_naming_the_retry_path_and_exits_2(
     assert hosts.touched() == []
 
 
-def test_a_retry_file_that_cannot_be_written_after_the_run_is_a_warning_beside_every_result(
+def test_a_retry_file_that_cannot_be_written_after_the_run_is_the_rollout_s_warning_beside_every_result(
     inventory: Path, tmp_path: Path
 ) -> None:
     folder = tmp_path / "retry"
@@ -114,8 +114,9 @@ def test_a_retry_file_that_cannot_be_written_after_the_run_is_a_warning_beside_e
     assert list(by_host) == list(NAMES)
     assert by_host[NAMES[0]].outcome == "remediated" and by_host[NAMES[2]].outcome == "remediated"
     failed = by_host[NAMES[1]]
-    assert failed.outcome == "failed" and any("retry file not written" in w for w in failed.warnings), failed.warnings
-    assert rollout.retry_file is None
+    assert failed.outcome == "failed" and not failed.warnings
+    assert rollout.retry_file is None and len(rollout.warnings) == 1 and "retry file not written" in rollout.warnings[0]
+    assert rollout.extra()["rollout"]["warnings"] == rollout.warnings  # --json says it too
 
 
 def test_a_raising_confirm_keeps_the_canary_result(inventory: Path) -> None:
@@ -213,3 +214,24 @@ def test_the_cli_keeps_every_result_after_a_second_ctrl_c(inventory: Path, mocke
     assert outcomes == {NAMES[0]: "remediated", NAMES[1]: "failed", NAMES[2]: "not_attempted"}, outcomes
     assert doc["rollout"]["interrupted"] is True
     assert got.exit_code == 1
+
+
+def test_a_retry_file_that_cannot_be_written_is_one_warning_for_the_rollout(
+    inventory: Path, tmp_path: Path, mocker: MockerFixture
+) -> None:
+    """Two hosts fail and the retry file cannot be written: the terminal says so once, not once per host."""
+    where = tmp_path / "retry.yaml"
+    hosts = Hosts()
+    second = hosts.hosts[NAMES[2]]  # fails like NAMES[1]: its unit changed since it was read
+    second.on(r"# remediate commit", CommandResult("bash -s", 76, "@@error conflict it changed\n@@exit 76\n", ""))
+    second._rules.insert(0, second._rules.pop())
+
+    def factory(entry: HostEntry, options: SSHOptions) -> object:
+        where.mkdir(exist_ok=True)  # the retry file's name is taken by a directory while the hosts are worked on
+        return hosts(entry, options)
+
+    mocker.patch.object(api_hosts, "_default_transport", factory)
+    argv = ["oom", "all", "-i", str(inventory), "--canary", "0", "--max-failures", "100%", "--retry-file", str(where)]
+    got = CliRunner().invoke(cli, argv)
+    assert got.exit_code == 1, got.output
+    assert (got.stdout + got.stderr).count("retry file not written") == 1, got.stdout + got.stderr

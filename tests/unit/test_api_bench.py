@@ -17,7 +17,8 @@ from remediate import api, render_bench
 from remediate.cli import cli
 from remediate.core.benchrecord import RunArgs
 from remediate.errors import ConnectError
-from remediate.fleet import sweep
+from remediate.fleet import bench as fleet_bench
+from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry
 from remediate.host.bench import BenchOptions
 from remediate.transport.base import SSHOptions
@@ -87,7 +88,7 @@ def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_hosts_one_after_another_with_progress_and_document() -> None:
     fakes = {"a": host("a"), "b": host("b")}
     results, progress = run(["a", "b"], fakes)
-    assert [r.host for r in results] == ["a", "b"] and sweep.bench_exit_code(results) == 0
+    assert [r.host for r in results] == ["a", "b"] and fleet_bench.bench_exit_code(results) == 0
     assert progress.events[:3] == [("host", ("a", 0, 2)), ("request", ("a", 1024, 1)), ("point", 1024)]
     assert ("host", ("b", 1, 2)) in progress.events and progress.events.count(("point", 204800)) == 2
     for fake in fakes.values():
@@ -129,11 +130,13 @@ def test_table_progress_bar_and_log_lines() -> None:
 def test_files(tmp_path: Path) -> None:
     results, _ = run(["a"], {"a": host("a")})
     args = RunArgs((1024, 8192, 204800), 4, seed=3)
-    request = sweep.BenchRequest(
+    request = fleet_bench.BenchRequest(
         args, BenchOptions(args.contexts), output="out.jsonl", csv_path="out.csv", plot="out.png"
     )
-    sweep.write_outputs(results, request, version="9.9")
-    sweep.write_outputs(results, sweep.BenchRequest(args, request.options, output="out.jsonl"), version="9.9")
+    bench_files.write_outputs(results, request, version="9.9")
+    bench_files.write_outputs(
+        results, fleet_bench.BenchRequest(args, request.options, output="out.jsonl"), version="9.9"
+    )
     lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["requested"] for r in lines] == [1024, 8192, 204800] * 2  # appended
     assert lines[0]["version"] == "9.9" and lines[0]["seed"] == 3 and lines[0]["random_output_len"] == 4
@@ -147,7 +150,7 @@ def test_an_unreachable_host_exits_3_and_the_next_host_still_runs() -> None:
     down.open_error = ConnectError("down", "connection refused")
     results, _ = run(["down", "up"], {"down": down, "up": host("up")})
     assert results[0].error == "down: connection refused" and results[1].points[0].status == "ok"
-    assert sweep.bench_exit_code(results) == 3  # the only failure is an unreachable host
+    assert fleet_bench.bench_exit_code(results) == 3  # the only failure is an unreachable host
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,10 @@ def test_the_api_package_loads_a_function_s_modules_on_first_use() -> None:
     """`remediate oom` loads the change path only: not bench's, plan's or diagnose's modules."""
     modules = _modules_after("from remediate import api\napi.remediate_oom_request")
     assert "remediate.api.change" in modules
-    assert not {"remediate.api.read", "remediate.host.bench", "remediate.fleet.budget"} & modules
+    assert (
+        not {"remediate.api.read", "remediate.host.bench", "remediate.host.plan", "remediate.host.diagnose"} & modules
+    )
+    assert "remediate.host.runner" not in modules  # the job's: it loads while the first handshakes are under way
 
 
 def test_every_api_name_resolves_and_is_listed() -> None:

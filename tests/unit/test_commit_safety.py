@@ -22,7 +22,7 @@ from remediate.core import probes
 from remediate.errors import EXIT_BAD_INPUT, UnsafePathError
 from remediate.host import commit
 from remediate.host.commit import UNSAFE_EXIT, FileWrite
-from remediate.host.read import probe_script
+from remediate.host.probe import probe_script
 from remediate.models import CommandResult
 
 SERVICE_UID = 1001  # the service account: not root, owns nothing we trust

@@ -17,7 +17,7 @@ from test_remote_scripts import EPOCH, NEW, OLD, UNIT, rendered_many
 
 from remediate.host.commit import FileWrite
 from remediate.host.lock import LOCK_BROKEN_EXIT, LOCK_HELD_EXIT
-from remediate.host.read import probe_script
+from remediate.host.probe import probe_script
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("bash", "flock", "sha256sum", "base64", "mktemp", "sync", "readlink")),

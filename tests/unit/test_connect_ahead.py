@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from remediate.api.hosts import ConnectAhead
 from remediate.errors import ConnectError
 from remediate.fleet.inventory import HostEntry
+from remediate.fleet.jobs import ConnectAhead
 from remediate.fleet.rollout import Strategy
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport

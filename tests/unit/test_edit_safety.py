@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from remediate.cli import cli
+from remediate.controller import localfile
 from remediate.errors import ConflictError
-from remediate.host import localfile
 
 INCIDENT = (Path(__file__).parents[1] / "cases" / "incident" / "before.service").read_text()
 NEW = INCIDENT.replace("0.94", "0.93")

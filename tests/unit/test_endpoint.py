@@ -9,7 +9,7 @@ import pytest
 from remediate.core.probes import ProbeResult, RemoteFile, ServiceState
 from remediate.errors import ConfigError
 from remediate.host.options import RunOptions
-from remediate.host.read import endpoint_of
+from remediate.host.probe import endpoint_of
 
 ARGV = "/opt/sglang/bin/python3 -m sglang.launch_server --model-path /m --host 10.0.0.5"
 

@@ -6,6 +6,7 @@
     fleet/      inventory, settings, rollout, request           not the faces
     host/       one host's transaction, health, restore, ...    not fleet/, not the faces
     transport/  base.py, ssh.py (the only fabric/paramiko)      core, errors, models only
+    controller/ the controller's own files (state dir, logs)    core, errors, models only (transport's floor)
     core/       PURE: unitfile/, probes.py, backups.py          core, errors, models + pure stdlib only
     errors.py models.py                                         each other only
 
@@ -24,7 +25,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "remediate"
 
-RANK = {"base": 0, "core": 1, "transport": 2, "host": 3, "fleet": 4, "face": 5}
+RANK = {"base": 0, "core": 1, "transport": 2, "controller": 2, "host": 3, "fleet": 4, "face": 5}
 FACES = {
     "remediate",
     "remediate.__main__",
@@ -80,9 +81,11 @@ def layer_of(module: str) -> str:
     if module in FACES or module.startswith(FACE_PACKAGES):
         return "face"
     parts = module.split(".")
-    if len(parts) >= 2 and parts[1] in {"core", "transport", "host", "fleet"}:
+    if len(parts) >= 2 and parts[1] in {"core", "transport", "controller", "host", "fleet"}:
         return parts[1]
-    raise AssertionError(f"{module}: not in any layer (errors/models, core/, transport/, host/, fleet/, faces)")
+    raise AssertionError(
+        f"{module}: not in any layer (errors/models, core/, transport/, controller/, host/, fleet/, faces)"
+    )
 
 
 def imports_of(module: str, tree: ast.AST, known: set[str], is_package: bool = False) -> list[Import]:
@@ -107,8 +110,8 @@ def _may_import(importer: str, imported: str) -> bool:
     mine, theirs = layer_of(importer), layer_of(imported)
     if mine == "base":
         return theirs == "base"
-    if mine == "transport":
-        return theirs in {"base", "core", "transport"}
+    if mine in {"transport", "controller"}:  # one floor, two rooms: neither imports the other
+        return theirs in {"base", "core", mine}
     if mine == "face":
         if imported in CLI_MODULES:
             return importer == "remediate.__main__" or importer in CLI_MODULES
@@ -169,6 +172,7 @@ def test_the_tree_has_its_layers() -> None:
     assert layers == set(RANK)
     assert {"remediate.core.unitfile.edit", "remediate.core.probes", "remediate.core.backups"} <= set(MODULES)
     assert {"remediate.host.runner", "remediate.host.transaction", "remediate.fleet.rollout"} <= set(MODULES)
+    assert {"remediate.controller.state", "remediate.controller.transactions"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -230,8 +234,15 @@ def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
         ("remediate.host.runner", "import click"),
         ("remediate.fleet.rollout", "from remediate.cli import cli"),
         ("remediate.fleet.rollout", "from remediate.api import status"),
-        ("remediate.transport.base", "from remediate.host.read import probe"),
+        ("remediate.transport.base", "from remediate.host.probe import probe"),
         ("remediate.transport.ssh", "from ..host import runner"),
+        ("remediate.controller.state", "from remediate.host.runner import remediate_host"),
+        ("remediate.controller.retry", "from remediate.fleet.inventory import Inventory"),
+        ("remediate.controller.state", "from remediate.transport.base import Transport"),
+        ("remediate.controller.state", "from remediate import api"),
+        ("remediate.controller.state", "import paramiko"),
+        ("remediate.transport.base", "from remediate.controller.state import state_dir"),
+        ("remediate.core.probes", "from remediate.controller.state import state_dir"),
         ("remediate.models", "from remediate.core.unitfile.edit import DesiredState"),
         ("remediate.models", "from remediate.transport.base import SSHOptions"),
         ("remediate.errors", "import os"),
@@ -257,6 +268,11 @@ def test_checker_catches_an_upward_or_misplaced_import(module: str, source: str)
         ("remediate.core.unitfile.edit", "from . import model\nfrom .model import parse_unit"),
         ("remediate.host.runner", "from remediate.core.probes import ProbeResult\nimport time"),
         ("remediate.fleet.settings", "from remediate.host.options import RunOptions"),
+        ("remediate.controller.retry", "import os\nfrom remediate.controller.state import state_dir"),
+        ("remediate.controller.observations", "from remediate.core.observation import Observation"),
+        ("remediate.host.transaction", "from remediate.controller.transactions import record_transaction"),
+        ("remediate.fleet.retry", "from remediate.controller.retry import write_retry_text"),
+        ("remediate.api.change", "from remediate.controller.state import check_state_dir"),
         ("remediate.api.hosts", "from remediate.transport.ssh import SSHTransport"),
         ("remediate.cli", "import click\nfrom remediate import api, render"),
         ("remediate.errors", "from remediate.models import CommandResult"),

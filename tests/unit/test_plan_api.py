@@ -12,11 +12,12 @@ from fake_transport import FakeTransport, exec_start_value, probe_output
 
 from remediate import api
 from remediate.cli import cli
+from remediate.controller import observations
 from remediate.core.headroom import Spike
 from remediate.core.observation import Observation, parse_observations
 from remediate.core.startup import parse_server_info
 from remediate.core.unitfile.edit import DesiredState, Settings
-from remediate.fleet import budget as fleet_budget
+from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
 from remediate.host.budget import auto_desired, diagnosed_spike, evidence_from, plan_budget
 from remediate.host.options import BudgetOptions
@@ -72,7 +73,7 @@ def host(journal_lines: list[str], info: dict[str, object] | None, reply: str | 
 def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.delenv(fleet_budget.ENV, raising=False)
+    monkeypatch.delenv(observations.ENV, raising=False)
 
 
 def test_plan_reads_the_journal_and_the_info_document_and_calibrates() -> None:
@@ -195,7 +196,7 @@ def _healthy(unit: str | None = "sglang.service") -> HostResult:
 def test_a_healthy_run_appends_one_record(tmp_path: Path) -> None:
     log = tmp_path / "deep" / "obs.jsonl"
     fake = host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093)
-    job = fleet_budget.observing(lambda t, e: _healthy(), "oom", log)
+    job = jobs.observing(lambda t, e: _healthy(), "oom", log)
     entry = HostEntry(name="gpu-01", address="gpu-01")
     job(fake, entry)
     result = job(fake, entry)
@@ -222,7 +223,7 @@ def test_nothing_recorded_for_failures_dry_runs_or_another_server(tmp_path: Path
     dry = _healthy()
     dry.is_dry_run = True
     for result in (failed, dry, _healthy()):
-        fleet_budget.observing(lambda t, e, r=result: r, "oom", log)(fake, entry)
+        jobs.observing(lambda t, e, r=result: r, "oom", log)(fake, entry)
     assert not log.exists()
 
 
@@ -230,17 +231,28 @@ def test_an_unwritable_log_is_a_warning_not_a_failure(tmp_path: Path) -> None:
     log = tmp_path / "dir.jsonl"
     log.mkdir()
     fake = host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093)
-    result = fleet_budget.observing(lambda t, e: _healthy(), "oom", log)(fake, HostEntry(name="gpu-01", address="x"))
+    result = jobs.observing(lambda t, e: _healthy(), "oom", log)(fake, HostEntry(name="gpu-01", address="x"))
     assert result.ok and any("observation was not recorded" in w for w in result.warnings)
 
 
 def test_log_path_and_reading(tmp_path: Path) -> None:
-    assert fleet_budget.default_path({"XDG_STATE_HOME": "/s"}) == Path("/s/remediate/observations.jsonl")
-    assert fleet_budget.default_path({"HOME": "/h"}) == Path("/h/.local/state/remediate/observations.jsonl")
-    assert fleet_budget.default_path({fleet_budget.ENV: "/x.jsonl", "XDG_STATE_HOME": "/s"}) == Path("/x.jsonl")
-    assert fleet_budget.read_observations(tmp_path / "missing.jsonl") == ()
+    assert observations.default_path({"XDG_STATE_HOME": "/s"}) == Path("/s/remediate/observations.jsonl")
+    assert observations.default_path({"HOME": "/h"}) == Path("/h/.local/state/remediate/observations.jsonl")
+    assert observations.default_path({observations.ENV: "/x.jsonl", "XDG_STATE_HOME": "/s"}) == Path("/x.jsonl")
+    assert observations.read_observations(tmp_path / "missing.jsonl") == ()
     with pytest.raises(Exception, match="cannot read the observations file"):
-        fleet_budget.read_observations(tmp_path)
+        observations.read_observations(tmp_path)
+
+
+def test_the_calibration_log_lives_in_the_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """REMEDIATE_STATE_DIR moves every controller file, the calibration log too (it was left in XDG's)."""
+    assert observations.default_path({"REMEDIATE_STATE_DIR": "/st", "XDG_STATE_HOME": "/s"}) == Path(
+        "/st/observations.jsonl"
+    )
+    monkeypatch.setenv("REMEDIATE_STATE_DIR", str(tmp_path / "st"))
+    assert observations.log_path(None) == tmp_path / "st" / "observations.jsonl"
+    monkeypatch.setenv(observations.ENV, str(tmp_path / "x.jsonl"))
+    assert observations.log_path(None) == tmp_path / "x.jsonl"
 
 
 # --------------------------------------------------------------------------------------------- CLI

@@ -16,7 +16,7 @@ from remediate.core import probes
 from remediate.host import commit, templates
 from remediate.host.commit import FileWrite
 from remediate.host.lock import LOCK_HELD_EXIT, lock_path
-from remediate.host.read import probe_script
+from remediate.host.probe import probe_script
 
 EPOCH = 1_764_400_000
 UNIT = "sglang.service"

@@ -23,7 +23,7 @@ from remediate.host.commit import FileWrite
 from remediate.host.environ import environ_script
 from remediate.host.listener import listener_script
 from remediate.host.lock import LOCK_DIR
-from remediate.host.read import probe_script
+from remediate.host.probe import probe_script
 
 EPOCH = 1_764_400_000
 META = " '\"$`\\;&|<>(){}[]*?!#~%^=,\t:@+"

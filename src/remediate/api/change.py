@@ -7,8 +7,10 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from remediate.api.hosts import ConnectAhead, RolloutResult, TransportFactory, _roll_out
+from remediate.api.hosts import RolloutResult, TransportFactory, connect_ahead, transports
+from remediate.controller.state import check_state_dir
 from remediate.errors import ConfigError
+from remediate.fleet import jobs
 from remediate.fleet.inventory import Inventory
 from remediate.fleet.request import OomRequest
 from remediate.fleet.retry import check_retry_target
@@ -18,7 +20,6 @@ from remediate.fleet.settings import (
     resolve_hosts,
     run_options_for,
 )
-from remediate.host.state import check_state_dir
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions
 
@@ -46,17 +47,15 @@ def remediate_oom_request(
     per_host = {h.name: run_options_for(h, request) for h in hosts}  # validate all input before touching any host
     if not request.dry_run:
         check_results_kept(inventory, retry_dir, request.retry_file)
-    ahead = ConnectAhead(transport_factory).start(hosts, strategy, request.ssh)
+    ahead = connect_ahead(transport_factory).start(hosts, strategy, request.ssh)
     try:
-        # Imported once the first batch's handshakes are under way: the transaction's modules load meanwhile.
-        from remediate.fleet import budget as fleet_budget
-
-        return _roll_out(
+        return jobs.roll_out(
             hosts,
             inventory,
             strategy,
             request.ssh,
-            fleet_budget.oom_job(request, per_host, progress),  # --auto planning; healthy ends are recorded
+            # The job imports the transaction's modules: the first batch's handshakes are under way meanwhile.
+            jobs.oom_job(request, per_host, progress),  # --auto planning; healthy ends are recorded
             dry_run=request.dry_run,
             progress=progress,
             confirm=confirm,
@@ -169,18 +168,16 @@ def rollback(
     }
     if not dry_run:
         check_results_kept(inventory_obj, retry_dir, retry_file)
-    from remediate.fleet import budget as fleet_budget  # the transaction's modules, as in remediate_oom_request
-
-    return _roll_out(
+    return jobs.roll_out(
         hosts,
         inventory_obj,
         plan,
         ssh or SSHOptions(),
-        fleet_budget.rollback_job(options, to, progress),  # a healthy end is recorded
+        jobs.rollback_job(options, to, progress),  # a healthy end is recorded
         dry_run=dry_run,
         progress=progress,
         confirm=confirm,
-        transport_factory=transport_factory,
+        transport_factory=transports(transport_factory),
         retry_dir=retry_dir,
         retry_file=retry_file,
     )

@@ -1,50 +1,27 @@
-"""Running a per-host function over the selected hosts: connections, the rollout, results and exit codes."""
+"""The API's side of running a per-host function over the selected hosts: the default SSH transport (the one
+place it is chosen), results and exit codes. The plumbing itself (connections, the rollout, the retry file)
+is the fleet's: fleet/jobs.py."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
-from remediate.fleet.inventory import HostEntry, Inventory
-from remediate.fleet.retry import write_retry_file
-from remediate.fleet.rollout import Rollout, Strategy, plan_batches
-from remediate.fleet.settings import (
-    resolve_hosts,
-    ssh_for,
-)
-from remediate.models import HostResult, ProgressFn
+from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from remediate.fleet import jobs
+from remediate.fleet.inventory import HostEntry
+from remediate.fleet.jobs import ConnectAhead, RolloutResult, TransportFactory, run_on_hosts
+from remediate.models import HostResult
 from remediate.transport.base import SSHOptions, Transport
-from remediate.transport.preconnect import Preconnect, resolve
 
-TransportFactory = Callable[[HostEntry, SSHOptions], Transport]
-"""Opens a host's one connection: ``(inventory entry, resolved SSH options) -> Transport``. Every remote
-function takes one as ``transport_factory`` (default: SSH), so scripts and tests can bring their own."""
-
-
-@dataclass
-class RolloutResult:
-    results: list[HostResult]
-    batches: list[list[str]] = field(default_factory=list)
-    halted: str | None = None
-    interrupted: bool = False
-    retry_file: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.results)
-
-    def extra(self) -> dict[str, Any]:
-        return {
-            "rollout": {
-                "batches": self.batches,
-                "halted": self.halted,
-                "interrupted": self.interrupted,
-                "retry_file": self.retry_file,
-            }
-        }
+__all__ = [
+    "RolloutResult",
+    "TransportFactory",
+    "connect_ahead",
+    "exit_code",
+    "for_each_host",
+    "run_on_hosts",
+    "transports",
+]
 
 
 def exit_code(results: Sequence[HostResult]) -> int:
@@ -71,123 +48,14 @@ def _default_transport(entry: HostEntry, options: SSHOptions) -> Transport:
     return SSHTransport(entry.address, options, label=entry.name)
 
 
-def _ssh_config_files(options: SSHOptions) -> list[Path]:
-    """The files Fabric reads: --ssh-config alone, else the user's and the system's."""
-    if options.ssh_config:
-        return [Path(options.ssh_config)]
-    return [Path("~/.ssh/config"), Path("/etc/ssh/ssh_config")]
+def transports(factory: TransportFactory | None) -> TransportFactory:
+    """The caller's transport factory, else SSH."""
+    return factory or _default_transport
 
 
-def run_on_hosts(
-    hosts: list[HostEntry],
-    work: Callable[[HostEntry], HostResult],
-    strategy: Strategy,
-    *,
-    confirm: Callable[[str], bool] | None = None,
-    on_event: Callable[[str], None] | None = None,
-    stop_when: Callable[[HostResult], str | None] | None = None,
-) -> tuple[list[HostResult], Rollout[HostEntry]]:
-    rollout = Rollout(
-        hosts=hosts,
-        name_of=lambda h: h.name,
-        work=work,
-        strategy=strategy,
-        confirm=confirm,
-        on_event=on_event,
-        stop_when=stop_when,
-    )
-    return rollout.run(), rollout
-
-
-class ConnectAhead:
-    """The first batch's connections, started before the per-host job exists: their handshakes overlap the
-    import of the transaction's modules (the job's). A factory: each host's work takes its transport once;
-    hosts beyond the first batch connect when their turn comes. :meth:`close` closes what was never taken."""
-
-    def __init__(self, factory: TransportFactory | None) -> None:
-        self._factory = factory or _default_transport
-        self._ssh = factory is None
-        self._ready: dict[str, Transport] = {}
-
-    def start(self, hosts: Sequence[HostEntry], strategy: Strategy, ssh: SSHOptions) -> ConnectAhead:
-        """Over SSH, first the TCP connections (transport/preconnect.py), then the transports (paramiko is
-        imported meanwhile), each handed its socket and told to connect in the background."""
-        sizes = plan_batches(len(hosts), strategy)
-        first: list[tuple[HostEntry, SSHOptions, Preconnect | None]] = []
-        for entry in hosts[: min(sizes[0], max(strategy.forks, 1))] if sizes else []:
-            try:
-                options = ssh_for(entry, ssh)
-            except ConfigError:
-                continue  # the host's work reports it, as it would without the head start
-            where = resolve(entry.address, options.port, _ssh_config_files(options)) if self._ssh else None
-            first.append((entry, options, Preconnect(where, options.connect_timeout) if where else None))
-        for entry, options, pre in first:
-            transport = self._factory(entry, options)
-            if pre is not None:
-                transport.preconnected(pre)
-            transport.open_ahead()
-            self._ready[entry.name] = transport
-        return self
-
-    def __call__(self, entry: HostEntry, options: SSHOptions) -> Transport:
-        return self._ready.pop(entry.name, None) or self._factory(entry, options)
-
-    def close(self) -> None:
-        while self._ready:
-            self._ready.popitem()[1].close()
-
-
-def _safely(entry: HostEntry, fn: Callable[[], HostResult]) -> HostResult:
-    """Input errors found per host (bad inventory values) become that host's result, not a crash."""
-    try:
-        return fn()
-    except ConfigError as exc:
-        return HostResult(host=entry.name, outcome="failed", error=str(exc), exit_code=exc.exit_code)
-
-
-def _connected(
-    job: Callable[[Transport, HostEntry], HostResult],
-    ssh: SSHOptions,
-    transport_factory: TransportFactory | None,
-) -> Callable[[HostEntry], HostResult]:
-    """Wrap a per-host job: open the host's one connection, run the job, always close it."""
-    factory = transport_factory or _default_transport
-
-    def work(entry: HostEntry) -> HostResult:
-        def go() -> HostResult:
-            transport = factory(entry, ssh_for(entry, ssh))
-            try:
-                return job(transport, entry)
-            finally:
-                transport.close()
-
-        return _safely(entry, go)
-
-    return work
-
-
-def _roll_out(
-    hosts: list[HostEntry],
-    inventory: Inventory | None,
-    strategy: Strategy,
-    ssh: SSHOptions,
-    job: Callable[[Transport, HostEntry], HostResult],
-    *,
-    dry_run: bool,
-    progress: ProgressFn | None,
-    confirm: Callable[[str], bool] | None,
-    transport_factory: TransportFactory | None,
-    stop_when: Callable[[HostResult], str | None] | None = None,
-    retry_dir: str | None = None,
-    retry_file: str | None = None,
-) -> RolloutResult:
-    """Run a mutating per-host job as a rollout, one connection per host, and write the retry file
-    (inventory rollouts only: into ``retry_dir``, default the state directory's ``retry/``, or ``retry_file``)."""
-    work = _connected(job, ssh, transport_factory)
-    events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
-    results, rollout = run_on_hosts(hosts, work, strategy, confirm=confirm, on_event=events, stop_when=stop_when)
-    retry = None if dry_run else write_retry_file(inventory, results, retry_dir, path=retry_file)
-    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry)
+def connect_ahead(factory: TransportFactory | None) -> ConnectAhead:
+    """The first batch's connections ahead of the job: over SSH (TCP first) unless a factory is given."""
+    return ConnectAhead(transports(factory), preconnect=factory is None)
 
 
 def for_each_host(
@@ -199,8 +67,7 @@ def for_each_host(
     forks: int = 10,
     transport_factory: TransportFactory | None = None,
 ) -> list[HostResult]:
-    """Run a read-only per-host function over the selected hosts, ``forks`` at a time."""
-    _, hosts = resolve_hosts(targets, inventory_path)
-    work = _connected(fn, ssh, transport_factory)
-    results, _ = run_on_hosts(hosts, work, Strategy(canary=0, forks=forks, max_failures="100%"))
-    return results
+    """Run a read-only per-host function over the selected hosts, ``forks`` at a time (SSH by default)."""
+    return jobs.for_each_host(
+        targets, inventory_path, ssh, fn, forks=forks, transport_factory=transports(transport_factory)
+    )

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+from remediate.controller import localfile
 from remediate.core.unitfile.edit import EditPlan, SourceFile, UnitSources, plan_edit
 from remediate.errors import ConfigError
 from remediate.fleet.settings import (
     desired_state,
     parse_desired_args,
 )
-from remediate.host import localfile
 
 
 @dataclass

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from remediate.api.hosts import TransportFactory, _default_transport, for_each_host
-from remediate.fleet import budget as fleet_budget
-from remediate.fleet import sweep
+from remediate.fleet import bench as fleet_bench
+from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import (
@@ -81,12 +81,12 @@ def backups(
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
 
 
-def bench(targets: Sequence[str] = (), **kw: Any) -> list[sweep.HostBench]:
-    """`remediate bench`: :func:`remediate.fleet.sweep.bench` (``options``, ``progress``…), SSH by default."""
-    return sweep.bench(targets, **{"transport_factory": _default_transport, **kw})
+def bench(targets: Sequence[str] = (), **kw: Any) -> list[fleet_bench.HostBench]:
+    """`remediate bench`: :func:`remediate.fleet.bench.bench` (``options``, ``progress``…), SSH by default."""
+    return fleet_bench.bench(targets, **{"transport_factory": _default_transport, **kw})
 
 
 def plan(targets: Sequence[str] = (), *, inventory: str | None = None, **kw: Any) -> list[HostResult]:
-    """`remediate plan`, read-only (``kw``: ssh, transport_factory and fleet.budget.plan_job's options)."""
+    """`remediate plan`, read-only (``kw``: ssh, transport_factory and fleet.jobs.plan_job's options)."""
     ssh, factory = kw.pop("ssh", None) or SSHOptions(), kw.pop("transport_factory", None)
-    return for_each_host(targets, inventory, ssh, fleet_budget.plan_job(**kw), transport_factory=factory)
+    return for_each_host(targets, inventory, ssh, jobs.plan_job(**kw), transport_factory=factory)

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from remediate import api, render, render_bench, render_evidence
-    from remediate.fleet import settings, sweep
+    from remediate.fleet import bench as sweep
+    from remediate.fleet import settings
     from remediate.host import budget
     from remediate.models import HostResult
 else:  # `--help`, `--version` and option parsing need none of these: each loads when a command first uses it
@@ -33,7 +34,7 @@ else:  # `--help`, `--version` and option parsing need none of these: each loads
         def __getattr__(self, attr: str) -> Any:
             return getattr(importlib.import_module(self._name), attr)
 
-    _LAZY = ("api", "render", "render_bench", "render_evidence", "fleet.settings", "fleet.sweep", "host.budget")
+    _LAZY = ("api", "render", "render_bench", "render_evidence", "fleet.settings", "fleet.bench", "host.budget")
     api, render, render_bench, render_evidence, settings, sweep, budget = (_OnFirstUse(f"remediate.{n}") for n in _LAZY)
 
 __all__ = ["api", "budget", "render", "render_bench", "render_evidence", "settings", "sweep"]
@@ -191,6 +192,11 @@ def exit_with_rollout(rollout: api.RolloutResult, *, as_json: bool, dry_run: boo
     code = emit(rollout.results, as_json=as_json, dry_run=dry_run, extra=rollout.extra())
     if rollout.retry_file and not as_json:
         stderr().print(f"retry file: {rollout.retry_file}", highlight=False)
+    if rollout.warnings and not as_json:  # the rollout's own (the retry file's): said once, not per host
+        from remediate.core.unitfile.report import display_text
+
+        for warning in rollout.warnings:
+            stderr().print(f"warning: {display_text(warning)}", highlight=False, markup=False)
     sys.exit(code)
 
 

@@ -31,7 +31,7 @@ class OomRequest:
     auto: bool = False  # --auto: the budget plan of each host chooses fraction, chunk and alloc conf
     margin: float = 0.10  # --auto: headroom kept beyond the diagnosed need
     allow_raise: bool = False  # --auto --allow-raise: the plan may raise the fraction above the one that crashed
-    observations: str | None = None  # the calibration log (None: $XDG_STATE_HOME/remediate/observations.jsonl)
+    observations: str | None = None  # the calibration log (None: the state dir's observations.jsonl)
 
     def __post_init__(self) -> None:
         if self.unit is not None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import threading
 import time
@@ -32,14 +31,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from remediate.controller.internal_errors import append_traceback
 from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import EXIT_BUG, ConfigError
-from remediate.host.state import ensure_dir, state_dir
 from remediate.models import HostResult
 
 T = TypeVar("T")
 _SPEC = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
-INTERNAL_ERRORS = "internal-errors.log"
 
 log = logging.getLogger(__name__)
 log.addHandler(logging.NullHandler())  # no traceback on the terminal unless the caller configures logging
@@ -260,28 +258,7 @@ def internal_error(host: str, exc: BaseException, *, clock: Callable[[], float] 
     text = mask_secrets("".join(traceback.format_exception(exc)))  # an exception's text may quote a unit or env
     log.error("%s: internal error (a bug)\n%s", host, text.rstrip())
     error = mask_secrets(f"internal error: {type(exc).__name__}: {exc}")
-    where = _append_traceback(host, text, clock)
+    where = append_traceback(host, text, clock)
     error += f" (a bug; the traceback is in {where})" if where else " (a bug)"
     now = clock()
     return HostResult(host=host, outcome="failed", error=error, exit_code=EXIT_BUG, started_at=now, finished_at=now)
-
-
-def _append_traceback(host: str, text: str, clock: Callable[[], float]) -> str | None:
-    """Append ``text`` under a header line to ``internal-errors.log``; its path, or None if it cannot be.
-    The file is the user's alone (0600, an existing file's mode fixed too) and never followed as a symlink."""
-    try:
-        path = ensure_dir(state_dir()) / INTERNAL_ERRORS
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as out:
-            os.fchmod(fd, 0o600)
-            out.write(f"--- {stamp} {host}\n{text}")
-    except (ConfigError, OSError):
-        return None
-    return str(path)
-
-
-def now_stamp(clock: Callable[[], float] = time.time) -> str:
-    """UTC timestamp for file names: 20261129T071422Z."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))

@@ -34,7 +34,7 @@ from remediate.core.sweep import (
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
 from remediate.host.facts import fetch_json, fetch_server_info, journal_since, read_state
 from remediate.host.options import RunOptions
-from remediate.host.read import endpoint_of, probe, resolve_unit
+from remediate.host.probe import endpoint_of, probe, resolve_unit
 from remediate.transport.base import Transport
 from remediate.transport.http1 import HttpStream
 

@@ -26,7 +26,7 @@ from remediate.core.unitfile.sources import UnitSources
 from remediate.errors import ConfigError
 from remediate.host.facts import fetch_server_info
 from remediate.host.options import BudgetOptions, RunOptions
-from remediate.host.read import endpoint_of
+from remediate.host.probe import endpoint_of
 from remediate.transport.base import Transport
 
 JOURNAL_LINES = 5000  # enough for the last start and the crash before it, even with chatty access logs
@@ -35,7 +35,7 @@ EXPANDABLE = "expandable_segments:True"
 
 
 @dataclass(frozen=True)
-class Evidence:
+class BudgetEvidence:
     """What the host says about its memory: the last start, the server's settings, a diagnosed spike."""
 
     startup: StartupNumbers
@@ -50,7 +50,7 @@ class Evidence:
 
 @dataclass(frozen=True)
 class HostBudget:
-    evidence: Evidence
+    evidence: BudgetEvidence
     model: BudgetModel | None
     plan: Plan | None
     errors: tuple[CalibrationError, ...] = ()
@@ -123,7 +123,9 @@ def read_journal(transport: Transport, unit: str) -> tuple[list[str], list[str]]
     return clean, [mask_secrets(line) for line in tail.splitlines() if line.strip()]
 
 
-def read_evidence(transport: Transport, found: ProbeResult, sources: UnitSources, options: RunOptions) -> Evidence:
+def read_budget_evidence(
+    transport: Transport, found: ProbeResult, sources: UnitSources, options: RunOptions
+) -> BudgetEvidence:
     """The journal (startup lines and the tail), ``/server_info`` when the server is up, the unit's settings."""
     state = found.state
     assert state is not None
@@ -138,7 +140,7 @@ def read_evidence(transport: Transport, found: ProbeResult, sources: UnitSources
 
 def evidence_from(
     journal: list[str], info: ServerSettings | None, unit: Settings, *, startup_lines: Sequence[str] = ()
-) -> Evidence:
+) -> BudgetEvidence:
     """``journal``: the tail (crash evidence); the startup lines come before it in time (duplicates are fine)."""
     startup = parse_startup([*startup_lines, *journal])
     args = startup.server_args
@@ -158,7 +160,7 @@ def evidence_from(
     spike, note = diagnosed_spike(journal)
     model_path = (info.model_path if info else None) or args.get("model_path")
     tp_size = (info.tp_size if info else None) or args.get("tp_size")
-    return Evidence(
+    return BudgetEvidence(
         startup=startup,
         info=info,
         fraction=fraction,
@@ -179,7 +181,7 @@ def proposed_knobs(current: Knobs, options: BudgetOptions) -> Knobs:
     return Knobs(chunk, True)
 
 
-def plan_budget(evidence: Evidence, options: BudgetOptions, host: str) -> HostBudget:
+def plan_budget(evidence: BudgetEvidence, options: BudgetOptions, host: str) -> HostBudget:
     """Model (calibrated with this host's observations and its running server), then choose."""
     built = _model_from_server(evidence.startup, evidence.info, anchor=False)
     notes = [evidence.spike_note] if evidence.spike_note else []

@@ -30,7 +30,7 @@ from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError
 from remediate.host.options import RunOptions
 from remediate.host.outcome import host_outcome, new_result, record_unit
-from remediate.host.read import read_unit
+from remediate.host.probe import read_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
@@ -94,7 +94,7 @@ def _finding_dict(finding: Finding) -> dict[str, object]:
 
 
 @dataclass(frozen=True)
-class Evidence:
+class DiagnosisEvidence:
     """What a host's journal, unit and GPUs say about its latest failure."""
 
     diagnosis: Diagnosis
@@ -146,7 +146,9 @@ def unit_settings(
     )
 
 
-def read_evidence(found: ProbeResult, sources: UnitSources, since_restarts: int | None = None) -> Evidence:
+def read_diagnosis_evidence(
+    found: ProbeResult, sources: UnitSources, since_restarts: int | None = None
+) -> DiagnosisEvidence:
     """Parse the evidence sections of a probe (``journal_lines`` > 0) into a diagnosis and a recommendation."""
     state = found.state
     assert state is not None
@@ -180,10 +182,10 @@ def read_evidence(found: ProbeResult, sources: UnitSources, since_restarts: int 
     for app in foreign:
         notes.append(f"GPU process {app.pid} ({app.used_bytes >> 20} MiB) is not part of {state.unit}")
     rec = advise(diagnosis, unit_settings(sources, server, gpus, foreign))
-    return Evidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))
+    return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))
 
 
-def refusal(evidence: Evidence) -> str | None:
+def refusal(evidence: DiagnosisEvidence) -> str | None:
     """Why ``oom`` must not apply its recipe here (None: go ahead)."""
     rec = evidence.recommendation
     if not rec.blocking or evidence.diagnosis.is_stale:
@@ -207,7 +209,7 @@ def diagnose_host(
         transport.open()
         found, sources = read_unit(transport, options.unit, journal_lines=lines, journal_since=since)
         state = record_unit(result, found)
-        evidence = read_evidence(found, sources, since_restarts)
+        evidence = read_diagnosis_evidence(found, sources, since_restarts)
         command = oom_command(result.host, options.unit, evidence.recommendation)
         result.outcome = "unchanged"  # read-only: nothing was changed
         result.notes = list(evidence.notes)

@@ -27,7 +27,7 @@ from remediate.core.unitname import normalise_unit
 from remediate.errors import CommandError, LockHeldError, RemediationError, TransportError
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, host_outcome, new_result
-from remediate.host.read import probe_script, resolve_unit
+from remediate.host.probe import probe_script, resolve_unit
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Retake, Transport
 
@@ -57,7 +57,7 @@ def commit_log_path(unit: str, token: str) -> str:
 @dataclass(frozen=True)
 class Held:
     """What a mutating run starts from: the unit (detected when not given) and, unless it is a dry run,
-    everything read under its lock (None: read it without the lock, :func:`remediate.host.read.read_unit`)."""
+    everything read under its lock (None: read it without the lock, :func:`remediate.host.probe.read_unit`)."""
 
     unit: str | None
     found: ProbeResult | None = None

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from remediate.core.probes import ProbeResult
 from remediate.core.unitfile.edit import DesiredState
 from remediate.core.unitfile.sources import UnitSources
-from remediate.host.budget import auto_desired, plan_budget, plan_document, read_evidence
+from remediate.host.budget import auto_desired, plan_budget, plan_document, read_budget_evidence
 from remediate.host.options import BudgetOptions, RunOptions
-from remediate.host.read import run_read_only
+from remediate.host.probe import run_read_only
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
@@ -26,7 +26,7 @@ def plan_host(
     """Read the host's evidence and plan the fraction; changes nothing (outcome ``unchanged``)."""
 
     def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
-        planned = plan_budget(read_evidence(transport, found, sources, options), budget, result.host)
+        planned = plan_budget(read_budget_evidence(transport, found, sources, options), budget, result.host)
         result.outcome = "unchanged"  # read-only
         document = plan_document(planned)
         result.extra["plan"] = document
@@ -44,7 +44,7 @@ def auto_step(
 ) -> DesiredState:
     """`oom --auto`: plan from this host's evidence; the plan goes into the result, the choice into the edit."""
     assert options.auto is not None
-    planned = plan_budget(read_evidence(transport, found, sources, options), options.auto, result.host)
+    planned = plan_budget(read_budget_evidence(transport, found, sources, options), options.auto, result.host)
     result.extra["plan"] = plan_document(planned)
     desired, notes = auto_desired(planned, options.desired, allow_raise=options.auto.allow_raise)
     result.notes.extend(notes)

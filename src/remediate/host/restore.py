@@ -38,7 +38,7 @@ from remediate.host.health import Healthy
 from remediate.host.lock import LOCK_HELD_EXIT, Held, lock_path, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
-from remediate.host.read import endpoint_of, read_unit, run_read_only
+from remediate.host.probe import endpoint_of, read_unit, run_read_only
 from remediate.host.transaction import Change, transact
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport

@@ -21,7 +21,7 @@ from remediate.core.unitfile.report import flag_values, summary_lines, unified_d
 from remediate.core.unitfile.sources import load_service, refuse_template_edit
 from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
 from remediate.host.commit import FileWrite, planned_steps
-from remediate.host.diagnose import GATE_LINES, read_evidence, refusal
+from remediate.host.diagnose import GATE_LINES, read_diagnosis_evidence, refusal
 from remediate.host.environ import ServerEnv, read_server_env
 from remediate.host.facts import fetch_server_info, fetch_tokens
 from remediate.host.health import Healthy, wait_healthy
@@ -30,7 +30,7 @@ from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.plan import auto_step
 from remediate.host.prefill import check_probe, run_probe
-from remediate.host.read import endpoint_of, read_unit, run_read_only
+from remediate.host.probe import endpoint_of, read_unit, run_read_only
 from remediate.host.transaction import Change, transact
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
@@ -175,7 +175,7 @@ def _already_healthy(
 
 def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOptions, result: HostResult) -> None:
     """Refuse the recipe when the latest failure contradicts it (unless --force); the JSON gets the findings."""
-    evidence = read_evidence(found, sources)
+    evidence = read_diagnosis_evidence(found, sources)
     result.extra["findings"] = evidence.to_dict()["findings"]
     result.notes.extend(n for n in evidence.notes if n.startswith("nvidia-smi timed out"))  # a hung driver
     reason = refusal(evidence)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from remediate.controller.transactions import record_transaction
 from remediate.core.probes import ServiceState
 from remediate.core.unitfile.report import mask_data
 from remediate.errors import (
@@ -29,7 +30,6 @@ from remediate.host.commit import RESUME_WITHIN_S, CommitReport, FileWrite, comm
 from remediate.host.health import Healthy, wait_healthy
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer
-from remediate.host.state import record_transaction
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 

@@ -14,13 +14,12 @@ from remediate.core.sweep import DEFAULT_GEN as DEFAULT_GEN
 from remediate.core.sweep import BenchPoint, parse_contexts
 from remediate.core.sweep import HostBench as HostBench
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
-from remediate.fleet import sweepfiles
+from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry
+from remediate.fleet.jobs import TransportFactory
 from remediate.fleet.settings import resolve_hosts, ssh_for
 from remediate.host.bench import BenchOptions, bench_host
-from remediate.transport.base import SSHOptions, Transport
-
-TransportFactory = Callable[[HostEntry, SSHOptions], Transport]
+from remediate.transport.base import SSHOptions
 
 
 class SweepProgress(Protocol):
@@ -56,18 +55,13 @@ def request_from_cli(kw: dict[str, Any], ssh: SSHOptions) -> BenchRequest:
     targets = tuple(kw.get("targets") or ())
     files: dict[str, str | None] = {k: kw.get(k) for k in ("output", "csv_path", "plot")}
     request = BenchRequest(args, options, ssh, targets, kw.get("inventory"), **files)
-    sweepfiles.check_outputs(request.output, request.csv_path, request.plot)
+    bench_files.check_outputs(request.output, request.csv_path, request.plot)
     return request
-
-
-def write_outputs(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> None:
-    files = {"output": request.output, "csv_path": request.csv_path, "plot": request.plot}
-    sweepfiles.write_outputs(results, request.args, **files, version=version)
 
 
 def finish(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> int:
     """The end of `remediate bench`: write the files asked for; the exit code."""
-    write_outputs(results, request, version=version)
+    bench_files.write_outputs(results, request, version=version)
     return bench_exit_code(results)
 
 

@@ -1,30 +1,31 @@
-"""The controller's state directory: retry files and the record of every transaction.
+"""The controller's state directory, resolved in one place for every file remediate keeps on this machine.
 
 ``$REMEDIATE_STATE_DIR``, else ``$XDG_STATE_HOME/remediate``, else ``~/.local/state/remediate`` (the XDG
-base-directory default). Created private (0700) on first use. A killed or non-TTY run still leaves a
-line here saying what it committed, and the host's journal says the same (``logger -t remediate``).
+base-directory default; a relative ``$XDG_STATE_HOME`` is ignored, as the specification says). Created
+private (0700) on first use.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from remediate.errors import ConfigError
 
+ENV = "REMEDIATE_STATE_DIR"
 TRANSACTIONS = "transactions.jsonl"
 
 
-def state_dir() -> Path:
-    """Where remediate keeps its controller-side state (not created here)."""
-    explicit = os.environ.get("REMEDIATE_STATE_DIR")
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where remediate keeps its controller-side state (not created here); ``env`` defaults to ``os.environ``."""
+    env = os.environ if env is None else env
+    explicit = env.get(ENV)
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    xdg = env.get("XDG_STATE_HOME")
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else home / ".local" / "state"
     return base / "remediate"
 
 
@@ -34,19 +35,6 @@ def ensure_dir(path: Path) -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the state directory: {exc.strerror}", source=str(path)) from None
-    return path
-
-
-def record_transaction(record: Mapping[str, Any]) -> Path:
-    """Append one JSON line (already masked by the caller) to ``transactions.jsonl``; return its path."""
-    path = ensure_dir(state_dir()) / TRANSACTIONS
-    line = json.dumps(dict(record), ensure_ascii=False, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode("utf-8", "surrogateescape"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     return path
 
 

@@ -13,10 +13,14 @@ import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from remediate.core.benchrecord import CSV_COLUMNS, RunArgs, csv_rows, point_record
 from remediate.core.sweep import HostBench
 from remediate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from remediate.fleet.bench import BenchRequest  # it imports this module
 
 PLOT_EXTRA = "pip install 'remediate[plot]'"
 
@@ -45,21 +49,14 @@ def check_outputs(output: str | None, csv_path: str | None, plot: str | None) ->
             check_writable(path, flag)
 
 
-def write_outputs(
-    benches: Sequence[HostBench],
-    args: RunArgs,
-    *,
-    output: str | None,
-    csv_path: str | None,
-    plot: str | None,
-    version: str,
-) -> None:
-    if output:
-        append_jsonl(output, benches, args, version=version)
-    if csv_path:
-        write_csv(csv_path, benches)
-    if plot:
-        write_plot(plot, benches, args)
+def write_outputs(benches: Sequence[HostBench], request: BenchRequest, *, version: str) -> None:
+    """Every file the request names: ``--output`` (appended), ``--csv``, ``--plot``."""
+    if request.output:
+        append_jsonl(request.output, benches, request.args, version=version)
+    if request.csv_path:
+        write_csv(request.csv_path, benches)
+    if request.plot:
+        write_plot(request.plot, benches, request.args)
 
 
 def append_jsonl(path: str, benches: Sequence[HostBench], args: RunArgs, *, version: str) -> int:

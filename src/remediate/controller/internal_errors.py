@@ -1,0 +1,29 @@
+"""``internal-errors.log`` in the state directory: the tracebacks of the bugs a rollout caught (masked by
+the caller), so that they reach a log and not the terminal."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from remediate.controller.state import ensure_dir, state_dir
+from remediate.errors import ConfigError
+
+INTERNAL_ERRORS = "internal-errors.log"
+
+
+def append_traceback(host: str, text: str, clock: Callable[[], float] = time.time) -> str | None:
+    """Append ``text`` under a header line to ``internal-errors.log``; its path, or None if it cannot be.
+    The file is the user's alone (0600, an existing file's mode fixed too) and never followed as a symlink."""
+    try:
+        path = ensure_dir(state_dir()) / INTERNAL_ERRORS
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:
+            os.fchmod(fd, 0o600)
+            out.write(f"--- {stamp} {host}\n{text}")
+    except (ConfigError, OSError):
+        return None
+    return str(path)

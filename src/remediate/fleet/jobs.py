@@ -1,0 +1,272 @@
+"""The job plumbing of every fleet command: a per-host job (one host's function over its one transport),
+its connections (the first batch's started ahead), the rollout that runs it, and the job factories of
+`oom`, `rollback` and `plan`.
+
+A job is ``(transport, inventory entry) -> HostResult``. :func:`roll_out` runs a mutating job as a
+rollout (canary, batches, failure budget; fleet/rollout.py) and writes the retry file; :func:`for_each_host`
+runs a read-only one ``forks`` at a time. The factories import their host modules when they are called:
+the first batch's handshakes (:class:`ConnectAhead`) overlap that import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from remediate.controller.observations import append_observation, log_path, read_observations
+from remediate.errors import ConfigError, RemediateError
+from remediate.fleet.inventory import HostEntry, Inventory
+from remediate.fleet.plan import with_auto
+from remediate.fleet.request import OomRequest
+from remediate.fleet.retry import write_retry_file
+from remediate.fleet.rollout import Rollout, Strategy, plan_batches
+from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
+from remediate.host.options import BudgetOptions, RunOptions
+from remediate.models import HostResult, ProgressFn
+from remediate.transport.base import SSHOptions, Transport
+from remediate.transport.preconnect import Preconnect, resolve
+
+TransportFactory = Callable[[HostEntry, SSHOptions], Transport]
+"""Opens a host's one connection: ``(inventory entry, resolved SSH options) -> Transport``. Every remote
+function takes one as ``transport_factory`` (the api's default: SSH), so scripts and tests can bring their own."""
+
+Job = Callable[[Transport, HostEntry], HostResult]
+
+
+@dataclass
+class RolloutResult:
+    """A rollout's end: one result per host (inventory order), its batches, why it halted, the retry file."""
+
+    results: list[HostResult]
+    batches: list[list[str]] = field(default_factory=list)
+    halted: str | None = None
+    interrupted: bool = False
+    retry_file: str | None = None
+    warnings: list[str] = field(default_factory=list)  # the rollout's own, said once (not each host's)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def extra(self) -> dict[str, Any]:
+        return {
+            "rollout": {
+                "batches": self.batches,
+                "halted": self.halted,
+                "interrupted": self.interrupted,
+                "retry_file": self.retry_file,
+                "warnings": self.warnings,
+            }
+        }
+
+
+def _ssh_config_files(options: SSHOptions) -> list[Path]:
+    """The files Fabric reads: --ssh-config alone, else the user's and the system's."""
+    if options.ssh_config:
+        return [Path(options.ssh_config)]
+    return [Path("~/.ssh/config"), Path("/etc/ssh/ssh_config")]
+
+
+def run_on_hosts(
+    hosts: list[HostEntry],
+    work: Callable[[HostEntry], HostResult],
+    strategy: Strategy,
+    *,
+    confirm: Callable[[str], bool] | None = None,
+    on_event: Callable[[str], None] | None = None,
+    stop_when: Callable[[HostResult], str | None] | None = None,
+) -> tuple[list[HostResult], Rollout[HostEntry]]:
+    rollout = Rollout(
+        hosts=hosts,
+        name_of=lambda h: h.name,
+        work=work,
+        strategy=strategy,
+        confirm=confirm,
+        on_event=on_event,
+        stop_when=stop_when,
+    )
+    return rollout.run(), rollout
+
+
+class ConnectAhead:
+    """The first batch's connections, started before the per-host job exists: their handshakes overlap the
+    import of the transaction's modules (the job's). A factory: each host's work takes its transport once;
+    hosts beyond the first batch connect when their turn comes. :meth:`close` closes what was never taken."""
+
+    def __init__(self, factory: TransportFactory, *, preconnect: bool = False) -> None:
+        self._factory = factory
+        self._ssh = preconnect  # the SSH transport's: open the TCP connections first (transport/preconnect.py)
+        self._ready: dict[str, Transport] = {}
+
+    def start(self, hosts: Sequence[HostEntry], strategy: Strategy, ssh: SSHOptions) -> ConnectAhead:
+        """Over SSH, first the TCP connections (transport/preconnect.py), then the transports (paramiko is
+        imported meanwhile), each handed its socket and told to connect in the background."""
+        sizes = plan_batches(len(hosts), strategy)
+        first: list[tuple[HostEntry, SSHOptions, Preconnect | None]] = []
+        for entry in hosts[: min(sizes[0], max(strategy.forks, 1))] if sizes else []:
+            try:
+                options = ssh_for(entry, ssh)
+            except ConfigError:
+                continue  # the host's work reports it, as it would without the head start
+            where = resolve(entry.address, options.port, _ssh_config_files(options)) if self._ssh else None
+            first.append((entry, options, Preconnect(where, options.connect_timeout) if where else None))
+        for entry, options, pre in first:
+            transport = self._factory(entry, options)
+            if pre is not None:
+                transport.preconnected(pre)
+            transport.open_ahead()
+            self._ready[entry.name] = transport
+        return self
+
+    def __call__(self, entry: HostEntry, options: SSHOptions) -> Transport:
+        return self._ready.pop(entry.name, None) or self._factory(entry, options)
+
+    def close(self) -> None:
+        while self._ready:
+            self._ready.popitem()[1].close()
+
+
+def safely(entry: HostEntry, fn: Callable[[], HostResult]) -> HostResult:
+    """Input errors found per host (bad inventory values) become that host's result, not a crash."""
+    try:
+        return fn()
+    except ConfigError as exc:
+        return HostResult(host=entry.name, outcome="failed", error=str(exc), exit_code=exc.exit_code)
+
+
+def connected(
+    job: Callable[[Transport, HostEntry], HostResult],
+    ssh: SSHOptions,
+    factory: TransportFactory,
+) -> Callable[[HostEntry], HostResult]:
+    """Wrap a per-host job: open the host's one connection, run the job, always close it."""
+
+    def work(entry: HostEntry) -> HostResult:
+        def go() -> HostResult:
+            transport = factory(entry, ssh_for(entry, ssh))
+            try:
+                return job(transport, entry)
+            finally:
+                transport.close()
+
+        return safely(entry, go)
+
+    return work
+
+
+def roll_out(
+    hosts: list[HostEntry],
+    inventory: Inventory | None,
+    strategy: Strategy,
+    ssh: SSHOptions,
+    job: Callable[[Transport, HostEntry], HostResult],
+    *,
+    dry_run: bool,
+    progress: ProgressFn | None,
+    confirm: Callable[[str], bool] | None,
+    transport_factory: TransportFactory,
+    stop_when: Callable[[HostResult], str | None] | None = None,
+    retry_dir: str | None = None,
+    retry_file: str | None = None,
+) -> RolloutResult:
+    """Run a mutating per-host job as a rollout, one connection per host, and write the retry file
+    (inventory rollouts only: into ``retry_dir``, default the state directory's ``retry/``, or ``retry_file``)."""
+    work = connected(job, ssh, transport_factory)
+    events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
+    results, rollout = run_on_hosts(hosts, work, strategy, confirm=confirm, on_event=events, stop_when=stop_when)
+    retry, warnings = None, []
+    if not dry_run:
+        try:
+            retry = write_retry_file(inventory, results, retry_dir, path=retry_file)
+        except ConfigError as exc:  # written after the hosts were changed: a warning, never a reason to lose them
+            warnings.append(f"retry file not written: {exc}")
+    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry, warnings)
+
+
+def for_each_host(
+    targets: Sequence[str],
+    inventory_path: str | None,
+    ssh: SSHOptions,
+    fn: Callable[[Transport, HostEntry], HostResult],
+    *,
+    forks: int = 10,
+    transport_factory: TransportFactory,
+) -> list[HostResult]:
+    """Run a read-only per-host function over the selected hosts, ``forks`` at a time."""
+    _, hosts = resolve_hosts(targets, inventory_path)
+    work = connected(fn, ssh, transport_factory)
+    results, _ = run_on_hosts(hosts, work, Strategy(canary=0, forks=forks, max_failures="100%"))
+    return results
+
+
+# -- the jobs of `oom`, `rollback` and `plan` ----------------------------------------
+
+
+def observing(job: Job, command: str, log: Path) -> Job:
+    """After a host ends healthy, read what its server measured and append it to the calibration log."""
+    from remediate.host.observe import observe
+
+    def run(transport: Transport, entry: HostEntry) -> HostResult:
+        result = job(transport, entry)
+        if not result.ok or result.is_dry_run:
+            return result
+        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            record = observe(transport, result, command=command, at=at)
+            if record is not None:
+                append_observation(log, record)
+                result.extra["observation"] = str(log)
+        except (RemediateError, OSError) as exc:
+            result.warnings.append(f"the observation was not recorded in {log}: {exc}")
+        return result
+
+    return run
+
+
+def plan_job(
+    *,
+    unit: str | None = None,
+    target_tokens: int | None = None,
+    chunked_prefill_size: int | None = None,
+    margin: float = 0.10,
+    observations: str | None = None,
+) -> Job:
+    """The read-only `plan` of one host (inventory host vars give the unit, port and target)."""
+    if not 0 <= margin < 10:
+        raise ConfigError(f"--margin {margin} must be between 0 and 10 (a share: 0.10 = 10%)")
+    from remediate.host.plan import plan_host
+
+    records = read_observations(log_path(observations))
+
+    def one(transport: Transport, entry: HostEntry) -> HostResult:
+        options = run_options_for(entry, OomRequest(unit=unit, target_tokens=target_tokens))
+        budget = BudgetOptions(
+            target_tokens=options.target_tokens,
+            chunked_prefill_size=chunked_prefill_size,
+            chunk_is_ceiling=chunked_prefill_size is None,
+            margin=margin,
+            observations=records,
+        )
+        return plan_host(transport, options, budget, label=entry.name)
+
+    return one
+
+
+def oom_job(request: OomRequest, per_host: dict[str, RunOptions], progress: ProgressFn | None) -> Job:
+    """`oom` on one host: with ``--auto`` each host plans from its own evidence; a healthy end is recorded."""
+    from remediate.host.runner import remediate_host
+
+    log = log_path(request.observations)
+    options = with_auto(per_host, request, log)
+    return observing(lambda t, e: remediate_host(t, options[e.name], label=e.name, progress=progress), "oom", log)
+
+
+def rollback_job(options: dict[str, RunOptions], to: str, progress: ProgressFn | None) -> Job:
+    """`rollback` on one host; a healthy end is recorded in the calibration log."""
+    from remediate.host.restore import rollback_host
+
+    job: Job = lambda t, e: rollback_host(t, options[e.name], to=to, label=e.name, progress=progress)  # noqa: E731
+    return observing(job, "rollback", log_path(None))
