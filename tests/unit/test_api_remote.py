@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport, exec_start_value, probe_output
 
-from remediate import api, render
+from remediate import api
+from remediate.cli.render import console as render_console
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.models import HostResult
@@ -55,7 +56,7 @@ class Factory:
 
 def document(results: list[HostResult], **extra: object) -> dict[str, object]:
     """What `--json` prints, round-tripped through JSON."""
-    return json.loads(render.dumps(render.results_document(results, **extra)))  # type: ignore[no-any-return]
+    return json.loads(render_console.dumps(render_console.results_document(results, **extra)))  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)

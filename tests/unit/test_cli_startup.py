@@ -58,7 +58,7 @@ def test_a_command_still_reaches_the_layers_it_needs() -> None:
     )
     modules = _modules_after(code)
     assert "remediate.api" in modules
-    assert "remediate.render" in modules
+    assert "remediate.cli.render.results" in modules
 
 
 def test_bench_help_shows_the_sweep_defaults_it_reads_on_first_use() -> None:

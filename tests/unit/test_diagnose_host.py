@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport, exec_start_value, probe_output
 
-from remediate import api, render
+from remediate import api
+from remediate.cli.render import console as render_console
 from remediate.errors import ConfigError
 from remediate.host.diagnose import masked, parse_since
 
@@ -57,7 +58,7 @@ def journal(case: str) -> list[str]:
 
 def run(fake: FakeTransport, **kw: object) -> dict[str, object]:
     results = api.diagnose(["gpu-01"], transport_factory=lambda entry, ssh: fake, **kw)  # type: ignore[arg-type]
-    doc = json.loads(render.dumps(render.results_document(results)))
+    doc = json.loads(render_console.dumps(render_console.results_document(results)))
     (only,) = doc["results"]
     return only  # type: ignore[no-any-return]
 

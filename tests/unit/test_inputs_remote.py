@@ -14,7 +14,9 @@ import test_runner_remediate as runner
 from fake_transport import FakeTransport, exec_start_value, probe_output, state_output
 from rich.console import Console
 
-from remediate import api, render
+from remediate import api
+from remediate.cli.render import console as render_console
+from remediate.cli.render import results as render_results
 from remediate.fleet.request import OomRequest
 from remediate.models import HostResult
 
@@ -86,11 +88,11 @@ def _printed(results: list[HostResult], *, dry_run: bool, table: bool = False) -
     out = io.StringIO()
     console = Console(file=out, width=200, highlight=False)
     if table:
-        render.status_table(console, results)
+        render_results.status_table(console, results)
     else:
         for result in results:
-            render.host_report(console, result, dry_run=dry_run)
-    return out.getvalue() + render.dumps(render.results_document(results))
+            render_results.host_report(console, result, dry_run=dry_run)
+    return out.getvalue() + render_console.dumps(render_console.results_document(results))
 
 
 def test_dry_run_and_status_never_print_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,9 @@ import io
 
 from rich.console import Console
 
+from remediate.cli.render.console import format_tokens
+from remediate.cli.render.results import LiveProgress, recap
 from remediate.models import HostResult
-from remediate.render import LiveProgress, format_tokens, recap
 
 
 def test_format_tokens_like_the_incident() -> None:
@@ -68,8 +69,8 @@ def test_recap_table_lists_every_host() -> None:
 def test_diagnose_report_says_what_why_evidence_and_the_command() -> None:
     from rich.console import Console
 
+    from remediate.cli.render.diagnose import diagnose_report
     from remediate.models import HostResult
-    from remediate.render_evidence import diagnose_report
 
     finding = {
         "kind": "cuda_oom_runtime",

@@ -18,7 +18,8 @@ from remediate.cli.options import (
     fleet_options,
     handle_errors,
     live_progress,
-    render,
+    render_console,
+    render_results,
     settings,
     ssh_options,
     stdout,
@@ -45,9 +46,9 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
     edited = api.edit_unit_file(unit_file, write=write, **desired_kw)
     backup = str(edited.backup) if edited.backup else None
     if as_json:
-        click.echo(render.dumps(render.edit_document(edited.plan, backup)))
+        click.echo(render_console.dumps(render_results.edit_document(edited.plan, backup)))
     else:
-        render.edit_report(stdout(), str(unit_file), edited.plan, backup)
+        render_results.edit_report(stdout(), str(unit_file), edited.plan, backup)
     if check and edited.plan.is_changed and not write:
         sys.exit(1)
 

@@ -15,9 +15,11 @@ from remediate.cli.options import (
     connection_options,
     exit_with_table,
     handle_errors,
-    render,
     render_bench,
-    render_evidence,
+    render_console,
+    render_diagnose,
+    render_plan,
+    render_results,
     ssh_options,
     stderr,
     stdout,
@@ -45,7 +47,7 @@ def status(**kw: Any) -> None:
         ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
     )
-    exit_with_table(results, as_json=kw["as_json"], table=render.status_table)
+    exit_with_table(results, as_json=kw["as_json"], table=render_results.status_table)
 
 
 @cli.command()
@@ -64,7 +66,7 @@ def diagnose(**kw: Any) -> None:
     """
     named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
     exit_with_table(api.diagnose(kw["targets"], ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **named),
-                     as_json=kw["as_json"], table=render_evidence.diagnose_report)  # fmt: skip
+                     as_json=kw["as_json"], table=render_diagnose.diagnose_report)  # fmt: skip
 
 
 @cli.command()
@@ -95,7 +97,7 @@ def backups(**kw: Any) -> None:
         dry_run=kw["dry_run"],
         lock_timeout=kw["lock_timeout"],
     )
-    exit_with_table(results, as_json=kw["as_json"], table=render.backups_table)
+    exit_with_table(results, as_json=kw["as_json"], table=render_results.backups_table)
 
 
 # fmt: off
@@ -114,11 +116,12 @@ def plan(**kw: Any) -> None:
     """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
     if kw["offline"]:
         doc = budget.offline_plan(**{k: kw[k] for k in budget.OFFLINE_KEYS})
-        return click.echo(render.dumps({"offline": True, "plan": doc})) if kw["as_json"] else render.plan_table(
-            stdout(), doc, title="offline plan")
+        if kw["as_json"]:
+            return click.echo(render_console.dumps({"offline": True, "plan": doc}))
+        return render_plan.plan_table(stdout(), doc, title="offline plan")
     keys = ("unit", "target_tokens", "chunked_prefill_size", "margin")
     results = api.plan(kw["targets"], inventory=kw["inventory"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
-    exit_with_table(results, as_json=kw["as_json"], table=render_evidence.plan_report)
+    exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
 # fmt: on
 
 
