@@ -23,7 +23,7 @@ def _modules_after(code: str) -> set[str]:
         text=True,
         timeout=60,
         check=True,
-        # A REMEDIATE_* variable makes the CLI load the settings layer to check it (safety options are refused
+        # A REMEDIATE_* variable makes the CLI check it (cli/flags.py: safety options are refused
         # from the environment); the test session sets REMEDIATE_STATE_DIR.
         env={k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")},
     )

@@ -47,6 +47,7 @@ CLI_MODULES = {
     "remediate.cli.options",
     "remediate.cli.change",
     "remediate.cli.read",
+    "remediate.cli.flags",
     *RENDERERS,
 }
 BASE = {"remediate.errors", "remediate.models"}

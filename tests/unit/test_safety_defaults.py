@@ -16,9 +16,10 @@ from fake_transport import FakeTransport, exec_start_value, probe_output
 
 from remediate import api
 from remediate.cli import cli
+from remediate.cli.flags import pick_timeout
 from remediate.errors import ConfigError
 from remediate.fleet.request import OomRequest
-from remediate.fleet.settings import pick_timeout, resolve_hosts
+from remediate.fleet.settings import resolve_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory.yaml"

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from remediate.cli import flags
 from remediate.cli.app import cli
 from remediate.cli.options import (
     api,
@@ -103,7 +104,7 @@ def oom(**kw: Any) -> None:
         timeout=timeout(kw, "wait_timeout", 900.0),
         dry_run=kw["dry_run"],
         rollback=not kw["no_rollback"],
-        strategy=settings.strategy_from_cli(kw),
+        strategy=flags.strategy_from_cli(kw),
         force=kw["force"],
         retry_file=kw["retry_file"],
         lock_timeout=kw["lock_timeout"],
@@ -149,7 +150,7 @@ def rollback(**kw: Any) -> None:
             retry_file=kw["retry_file"],
             lock_timeout=kw["lock_timeout"],
             dry_run=kw["dry_run"],
-            strategy=settings.strategy_from_cli(kw),
+            strategy=flags.strategy_from_cli(kw),
             progress=progress,
             confirm=confirm,
         )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from remediate.cli import flags
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix":
 
 
 def ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> Any:
-    return settings.ssh_from_cli(kw, connect_timeout)  # the command line's connection options → SSHOptions
+    return flags.ssh_from_cli(kw, connect_timeout)  # the command line's connection options → SSHOptions
 
 
 def stdout() -> Console:
@@ -184,7 +185,7 @@ def timeout_options(*, wait: bool, lock: bool, alias: str) -> Callable[[F], F]:
 
 
 def timeout(kw: dict[str, Any], name: str, default: float) -> float:
-    value, warning = settings.pick_timeout(kw, name, default)
+    value, warning = flags.pick_timeout(kw, name, default)
     if warning:
         click.echo(f"remediate: warning: {warning}", err=True)
     return value
