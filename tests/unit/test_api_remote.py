@@ -67,7 +67,7 @@ def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_oom_dry_run_changes_nothing() -> None:
     fake = host(INCIDENT)
     factory = Factory(fake)
-    rollout = api.remediate_oom_request(
+    rollout = api.remediate_oom(
         OomRequest(targets=("root@gpu-01",), dry_run=True, ssh=SSHOptions(sudo=True)), transport_factory=factory
     )
     assert api.exit_code(rollout.results) == 0 and rollout.retry_file is None
@@ -87,9 +87,10 @@ def test_oom_dry_run_changes_nothing() -> None:
 
 def test_the_high_level_oom_function_takes_the_factory_too() -> None:
     fake = host(INCIDENT)
-    rollout = api.remediate_oom(
-        ["root@gpu-01"], dry_run=True, mem_fraction_static="0.9", transport_factory=Factory(fake)
+    request = api.OomRequest(
+        targets=("root@gpu-01",), dry_run=True, cli_desired=api.desired_args(mem_fraction_static="0.9")
     )
+    rollout = api.remediate_oom(request, transport_factory=Factory(fake))
     [result] = rollout.results
     assert result.outcome == "unchanged" and result.flags_after["mem_fraction_static"] == "0.9"
     assert not fake.scripts("# remediate commit")

@@ -74,7 +74,7 @@ def test_bench_help_shows_the_sweep_defaults_it_reads_on_first_use() -> None:
 
 def test_the_api_package_loads_a_function_s_modules_on_first_use() -> None:
     """`remediate oom` loads the change path only: not bench's, plan's or diagnose's modules."""
-    modules = _modules_after("from remediate import api\napi.remediate_oom_request")
+    modules = _modules_after("from remediate import api\napi.remediate_oom")
     assert "remediate.api.change" in modules
     assert not {"remediate.api.read", "remediate.host.bench", "remediate.fleet.budget"} & modules
 

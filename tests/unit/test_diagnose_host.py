@@ -131,7 +131,9 @@ def test_secrets_in_evidence_are_masked() -> None:
 
 def test_oom_refuses_on_startup_not_enough_memory_and_changes_nothing(tmp_path: Path) -> None:
     fake = host(journal("not-enough-memory-0.5.23-tp8-at-0.75"))
-    rollout = api.remediate_oom(["gpu-01"], transport_factory=lambda e, s: fake, retry_dir=str(tmp_path))
+    rollout = api.remediate_oom(
+        api.OomRequest(targets=("gpu-01",)), transport_factory=lambda e, s: fake, retry_dir=str(tmp_path)
+    )
     (result,) = rollout.results
     assert result.outcome == "failed" and result.exit_code == 1
     assert result.error is not None and "refusing the OOM recipe" in result.error
@@ -141,7 +143,7 @@ def test_oom_refuses_on_startup_not_enough_memory_and_changes_nothing(tmp_path: 
 
 def test_oom_dry_run_warns_instead_of_refusing() -> None:
     fake = host(journal("kv-pool-exhausted-prefill"))
-    rollout = api.remediate_oom(["gpu-01"], dry_run=True, transport_factory=lambda e, s: fake)
+    rollout = api.remediate_oom(api.OomRequest(targets=("gpu-01",), dry_run=True), transport_factory=lambda e, s: fake)
     (result,) = rollout.results
     assert result.exit_code == 0
     assert any("refuses without --force" in w for w in result.warnings), result.warnings

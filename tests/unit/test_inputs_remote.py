@@ -97,7 +97,7 @@ def _printed(results: list[HostResult], *, dry_run: bool, table: bool = False) -
 
 def test_dry_run_and_status_never_print_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    rollout = api.remediate_oom_request(
+    rollout = api.remediate_oom(
         OomRequest(targets=("root@gpu-01",), dry_run=True), transport_factory=api_remote.Factory(_secret_host())
     )
     shown = _printed(rollout.results, dry_run=True)
@@ -114,7 +114,7 @@ def test_failed_run_masks_the_journal(tmp_path: Path, monkeypatch: pytest.Monkey
     fake = _secret_host()
     fake.on(runner.COMMIT, runner.commit_ok(), runner.commit_ok(invocation="inv-3"))
     fake.on(runner.POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
-    rollout = api.remediate_oom_request(
+    rollout = api.remediate_oom(
         OomRequest(targets=("root@gpu-01",), rollback=False), transport_factory=api_remote.Factory(fake)
     )
     [result] = rollout.results

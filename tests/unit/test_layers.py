@@ -120,6 +120,8 @@ def _may_import(importer: str, imported: str) -> bool:
     if mine == "face":
         if importer in RENDERERS:  # renderers take values: other renderers and the layers below, not the api
             return imported in RENDERERS and imported != importer or layer_of(imported) != "face"
+        if importer in CLI_MODULES and layer_of(imported) in {"transport", "host", "fleet"}:
+            return False  # the commands reach the layers below through the api only
         if imported in CLI_MODULES:
             return importer == "remediate.__main__" or importer in CLI_MODULES
         if importer.startswith("remediate.api"):
@@ -246,6 +248,9 @@ def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
         ("remediate.api", "import paramiko"),
         ("remediate.api", "import click"),
         ("remediate.cli.render.results", "from remediate import api"),
+        ("remediate.cli.read", "from remediate.host import budget"),
+        ("remediate.cli.read", "from remediate.fleet.sweep import finish"),
+        ("remediate.cli.options", "from remediate.transport.base import SSHOptions"),
         ("remediate.cli.render.results", "from remediate.cli.options import fail"),
         ("remediate.api.read", "from remediate.cli.render.console import dumps"),
         ("remediate.fleet.rollout", "from rich.console import Console"),

@@ -16,7 +16,8 @@ from remediate.fleet.settings import (
     ssh_for,
 )
 from remediate.models import HostResult, ProgressFn
-from remediate.transport.base import SSHOptions, Transport
+from remediate.transport.base import SSHOptions as SSHOptions  # the api's too (api.SSHOptions)
+from remediate.transport.base import Transport
 from remediate.transport.preconnect import Preconnect, resolve
 
 TransportFactory = Callable[[HostEntry, SSHOptions], Transport]

@@ -11,6 +11,7 @@ import click
 from remediate.cli import flags
 from remediate.cli.app import cli
 from remediate.cli.options import (
+    DESIRED,
     api,
     confirm_prompt,
     connection_options,
@@ -21,7 +22,6 @@ from remediate.cli.options import (
     live_progress,
     render_console,
     render_results,
-    settings,
     ssh_options,
     stdout,
     timeout,
@@ -90,14 +90,12 @@ def oom(**kw: Any) -> None:
       remediate oom gpu-01 --target-tokens 200000 --json
       remediate oom gpu-* -i inventory.yaml --canary 1 --batch 25% --forks 4
     """
-    from remediate.fleet.request import OomRequest
-
-    request = OomRequest(
+    request = api.OomRequest(
         targets=tuple(kw["targets"]),
         inventory=kw["inventory"],
         ssh=ssh_options(kw),
         unit=kw["unit"],
-        cli_desired=settings.parse_desired_args(kw),
+        cli_desired=api.desired_args(**{k: kw[k] for k in DESIRED}),
         min_tokens=kw["min_tokens"],
         probe_tokens=kw["probe"],
         target_tokens=kw["target_tokens"],
@@ -113,7 +111,7 @@ def oom(**kw: Any) -> None:
     )
     with live_progress(kw["as_json"]) as progress:
         confirm = confirm_prompt(kw, progress)
-        rollout = api.remediate_oom_request(request, progress=progress, confirm=confirm)
+        rollout = api.remediate_oom(request, progress=progress, confirm=confirm)
     exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
 
 

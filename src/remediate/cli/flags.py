@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from remediate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from remediate.transport.base import SSHOptions
+    from remediate.api import SSHOptions
 
 # Safety-relevant options are never taken from REMEDIATE_<COMMAND>_<OPTION>: a stray variable in a shell
 # or a CI job must not silently turn off the rollback or the host-key check, nor answer prompts.
@@ -44,9 +44,9 @@ def strategy_from_cli(kw: Mapping[str, Any]) -> dict[str, Any]:
 
 def ssh_from_cli(kw: Mapping[str, Any], connect_timeout: float | None = None) -> SSHOptions:
     """The connection options of a remote command's command line (``--connect-timeout`` or ``connect_timeout``)."""
-    from remediate.transport.base import SSHOptions
+    from remediate import api
 
-    return SSHOptions(
+    return api.SSHOptions(
         connect_timeout=connect_timeout or kw.get("connect_timeout") or 10.0,
         identity=kw.get("identity"),
         known_hosts=kw.get("known_hosts"),

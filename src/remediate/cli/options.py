@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from remediate.cli.render import diagnose as render_diagnose
     from remediate.cli.render import plan as render_plan
     from remediate.cli.render import results as render_results
-    from remediate.fleet import settings, sweep
-    from remediate.host import budget
     from remediate.models import HostResult
 else:  # `--help`, `--version` and option parsing need none of these: each loads when a command first uses it
 
@@ -39,8 +37,7 @@ else:  # `--help`, `--version` and option parsing need none of these: each loads
         def __getattr__(self, attr: str) -> Any:
             return getattr(importlib.import_module(self._name), attr)
 
-    _LAZY = ("api", "fleet.settings", "fleet.sweep", "host.budget")
-    api, settings, sweep, budget = (_OnFirstUse(f"remediate.{n}") for n in _LAZY)
+    api = _OnFirstUse("remediate.api")  # the commands reach the layers below through the api only
     _RENDER = ("bench", "console", "diagnose", "plan", "results")  # cli/render/<feature>.py
     render_bench, render_console, render_diagnose, render_plan, render_results = (
         _OnFirstUse(f"remediate.cli.render.{n}") for n in _RENDER
@@ -48,14 +45,11 @@ else:  # `--help`, `--version` and option parsing need none of these: each loads
 
 __all__ = [
     "api",
-    "budget",
     "render_bench",
     "render_console",
     "render_diagnose",
     "render_plan",
     "render_results",
-    "settings",
-    "sweep",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,6 +94,9 @@ def handle_errors(fn: F) -> F:
         return None
 
     return wrapper  # type: ignore[return-value]
+
+
+DESIRED = ("mem_fraction_static", "mem_fraction_step", "chunked_prefill_size", "alloc_conf")  # desired_options' keys
 
 
 def desired_options(fn: F) -> F:
