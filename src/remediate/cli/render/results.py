@@ -133,7 +133,6 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
         if r.error:
             table.add_row(escape(r.host), "", "[red]error[/red]", "", "", "", "", safe(r.error))
             continue
-        remediated = r.extra.get("remediated")
         table.add_row(
             escape(r.host),
             escape(r.unit or ""),
@@ -142,12 +141,20 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
             escape(str(r.flags_before.get("chunked_prefill_size") or "-")),
             escape(str(r.env_before.get("PYTORCH_CUDA_ALLOC_CONF") or "-")),
             _tokens(r),
-            "[green]yes[/green]" if remediated else "[yellow]no[/yellow]",
+            _remediated_cell(r),
         )
     console.print(table)
     for r in results:
         for warning in r.warnings:
             console.print(f"[yellow]warning[/yellow] {escape(r.host)}: {safe(warning)}", highlight=False)
+
+
+def _remediated_cell(result: HostResult) -> str:
+    """``yes``/``no`` for the unit on disk; ``drift`` when it is remediated but the running server is not (its
+    flags or its environment differ from the unit's: a restart, `remediate oom`, brings them in line)."""
+    if not result.extra.get("remediated"):
+        return "[yellow]no[/yellow]"
+    return "[yellow]unit only (drift)[/yellow]" if result.outcome == "drift" else "[green]yes[/green]"
 
 
 def backups_table(console: Console, results: Sequence[HostResult]) -> None:
