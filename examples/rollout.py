@@ -36,17 +36,14 @@ def main(argv: list[str] | None = None) -> int:
         if phase != "waiting":
             print(f"{host:<12} {phase:<8} {detail}", file=sys.stderr)
 
-    rollout = api.remediate_oom(
-        args.targets,
+    request = api.OomRequest(
+        targets=tuple(args.targets),
         inventory=args.inventory,
-        ssh_config=args.ssh_config,
-        canary=1,
-        batch="25%",
-        forks=4,
+        ssh=api.SSHOptions(ssh_config=args.ssh_config),
+        strategy={"canary": 1, "batch": "25%", "forks": 4},
         dry_run=args.dry_run,
-        stop_when=too_small,
-        progress=progress,
     )
+    rollout = api.remediate_oom(request, stop_when=too_small, progress=progress)
     for r in rollout.results:
         tokens = f"{r.max_total_num_tokens:,}" if r.max_total_num_tokens is not None else "-"
         print(f"{r.host:<12} {r.outcome:<14} {tokens:>9}  {r.error or ''}")

@@ -15,7 +15,7 @@ OUTCOMES = ("remediated", "restored", "unchanged", "drift", "rolled_back", "fail
 SUCCESS_OUTCOMES = frozenset({"remediated", "restored", "unchanged", "drift"})
 
 ProgressFn = Callable[[str, str, str], None]
-"""Live progress: ``(host, phase, detail)``; render.LiveProgress is one."""
+"""Live progress: ``(host, phase, detail)``; cli/render/results.py's LiveProgress is one."""
 
 
 @dataclass(frozen=True)

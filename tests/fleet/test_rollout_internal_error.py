@@ -103,7 +103,7 @@ def test_a_worker_bug_fails_only_its_host_and_keeps_the_retry_file(
 ) -> None:
     factory = Factory(mocker)
     with caplog.at_level(logging.ERROR, logger="remediate.fleet.rollout"):
-        rollout = api.remediate_oom_request(_request(inventory), transport_factory=factory)
+        rollout = api.remediate_oom(_request(inventory), transport_factory=factory)
 
     assert factory.boom.called, "the injected fault never fired"
     by_host = {r.host: r for r in rollout.results}

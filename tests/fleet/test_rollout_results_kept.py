@@ -66,7 +66,7 @@ def test_an_unwritable_retry_file_is_bad_input_before_any_host_is_touched(invent
     hosts = Hosts()
     where = tmp_path / "missing" / "retry.yaml"
     with pytest.raises(ConfigError, match="retry file") as caught:
-        api.remediate_oom_request(request(inventory, retry_file=str(where)), transport_factory=hosts)
+        api.remediate_oom(request(inventory, retry_file=str(where)), transport_factory=hosts)
     assert str(where.parent) in str(caught.value) and caught.value.exit_code == 2
     assert hosts.touched() == []
 
@@ -79,7 +79,7 @@ def test_an_unwritable_state_dir_is_bad_input_before_any_host_is_touched(
     monkeypatch.setenv("REMEDIATE_STATE_DIR", str(blocker / "state"))
     hosts = Hosts()
     with pytest.raises(ConfigError, match="state directory"):
-        api.remediate_oom_request(request(inventory), transport_factory=hosts)
+        api.remediate_oom(request(inventory), transport_factory=hosts)
     assert hosts.touched() == []
 
 
@@ -109,7 +109,7 @@ def test_a_retry_file_that_cannot_be_written_after_the_run_is_the_rollout_s_warn
             folder.write_text("")
         return hosts(entry, options)
 
-    rollout = api.remediate_oom_request(request(inventory), transport_factory=factory, retry_dir=str(folder))
+    rollout = api.remediate_oom(request(inventory), transport_factory=factory, retry_dir=str(folder))
     by_host = {r.host: r for r in rollout.results}
     assert list(by_host) == list(NAMES)
     assert by_host[NAMES[0]].outcome == "remediated" and by_host[NAMES[2]].outcome == "remediated"
@@ -126,7 +126,7 @@ def test_a_raising_confirm_keeps_the_canary_result(inventory: Path) -> None:
         raise RuntimeError("the prompt's terminal is gone")
 
     req = request(inventory, strategy={"canary": 1, "pause_after_canary": True})
-    rollout = api.remediate_oom_request(req, transport_factory=hosts, confirm=confirm)
+    rollout = api.remediate_oom(req, transport_factory=hosts, confirm=confirm)
     outcomes = [r.outcome for r in rollout.results]
     assert outcomes == ["remediated", "not_attempted", "not_attempted"], outcomes
     assert rollout.halted and "confirm callback raised RuntimeError" in rollout.halted

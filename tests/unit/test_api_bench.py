@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from fake_transport import FakeTransport, Pieces, exec_start_value, probe_output, state_output
 from rich.console import Console
 
-from remediate import api, render_bench
+from remediate import api
 from remediate.cli import cli
+from remediate.cli.render import bench as render_bench
 from remediate.core.benchrecord import RunArgs
 from remediate.errors import ConnectError
 from remediate.fleet import bench as fleet_bench

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport, exec_start_value, probe_output
 
-from remediate import api, render
+from remediate import api
+from remediate.cli.render import console as render_console
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.models import HostResult
@@ -55,7 +56,7 @@ class Factory:
 
 def document(results: list[HostResult], **extra: object) -> dict[str, object]:
     """What `--json` prints, round-tripped through JSON."""
-    return json.loads(render.dumps(render.results_document(results, **extra)))  # type: ignore[no-any-return]
+    return json.loads(render_console.dumps(render_console.results_document(results, **extra)))  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +67,7 @@ def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_oom_dry_run_changes_nothing() -> None:
     fake = host(INCIDENT)
     factory = Factory(fake)
-    rollout = api.remediate_oom_request(
+    rollout = api.remediate_oom(
         OomRequest(targets=("root@gpu-01",), dry_run=True, ssh=SSHOptions(sudo=True)), transport_factory=factory
     )
     assert api.exit_code(rollout.results) == 0 and rollout.retry_file is None
@@ -86,9 +87,10 @@ def test_oom_dry_run_changes_nothing() -> None:
 
 def test_the_high_level_oom_function_takes_the_factory_too() -> None:
     fake = host(INCIDENT)
-    rollout = api.remediate_oom(
-        ["root@gpu-01"], dry_run=True, mem_fraction_static="0.9", transport_factory=Factory(fake)
+    request = api.OomRequest(
+        targets=("root@gpu-01",), dry_run=True, cli_desired=api.desired_args(mem_fraction_static="0.9")
     )
+    rollout = api.remediate_oom(request, transport_factory=Factory(fake))
     [result] = rollout.results
     assert result.outcome == "unchanged" and result.flags_after["mem_fraction_static"] == "0.9"
     assert not fake.scripts("# remediate commit")

@@ -23,7 +23,7 @@ def _modules_after(code: str) -> set[str]:
         text=True,
         timeout=60,
         check=True,
-        # A REMEDIATE_* variable makes the CLI load the settings layer to check it (safety options are refused
+        # A REMEDIATE_* variable makes the CLI check it (cli/flags.py: safety options are refused
         # from the environment); the test session sets REMEDIATE_STATE_DIR.
         env={k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")},
     )
@@ -58,7 +58,7 @@ def test_a_command_still_reaches_the_layers_it_needs() -> None:
     )
     modules = _modules_after(code)
     assert "remediate.api" in modules
-    assert "remediate.render" in modules
+    assert "remediate.cli.render.results" in modules
 
 
 def test_bench_help_shows_the_sweep_defaults_it_reads_on_first_use() -> None:
@@ -74,7 +74,7 @@ def test_bench_help_shows_the_sweep_defaults_it_reads_on_first_use() -> None:
 
 def test_the_api_package_loads_a_function_s_modules_on_first_use() -> None:
     """`remediate oom` loads the change path only: not bench's, plan's or diagnose's modules."""
-    modules = _modules_after("from remediate import api\napi.remediate_oom_request")
+    modules = _modules_after("from remediate import api\napi.remediate_oom")
     assert "remediate.api.change" in modules
     assert (
         not {"remediate.api.read", "remediate.host.bench", "remediate.host.plan", "remediate.host.diagnose"} & modules

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport, exec_start_value, probe_output
 
-from remediate import api, render
+from remediate import api
+from remediate.cli.render import console as render_console
 from remediate.errors import ConfigError
 from remediate.host.diagnose import masked, parse_since
 
@@ -57,7 +58,7 @@ def journal(case: str) -> list[str]:
 
 def run(fake: FakeTransport, **kw: object) -> dict[str, object]:
     results = api.diagnose(["gpu-01"], transport_factory=lambda entry, ssh: fake, **kw)  # type: ignore[arg-type]
-    doc = json.loads(render.dumps(render.results_document(results)))
+    doc = json.loads(render_console.dumps(render_console.results_document(results)))
     (only,) = doc["results"]
     return only  # type: ignore[no-any-return]
 
@@ -130,7 +131,9 @@ def test_secrets_in_evidence_are_masked() -> None:
 
 def test_oom_refuses_on_startup_not_enough_memory_and_changes_nothing(tmp_path: Path) -> None:
     fake = host(journal("not-enough-memory-0.5.23-tp8-at-0.75"))
-    rollout = api.remediate_oom(["gpu-01"], transport_factory=lambda e, s: fake, retry_dir=str(tmp_path))
+    rollout = api.remediate_oom(
+        api.OomRequest(targets=("gpu-01",)), transport_factory=lambda e, s: fake, retry_dir=str(tmp_path)
+    )
     (result,) = rollout.results
     assert result.outcome == "failed" and result.exit_code == 1
     assert result.error is not None and "refusing the OOM recipe" in result.error
@@ -140,7 +143,7 @@ def test_oom_refuses_on_startup_not_enough_memory_and_changes_nothing(tmp_path: 
 
 def test_oom_dry_run_warns_instead_of_refusing() -> None:
     fake = host(journal("kv-pool-exhausted-prefill"))
-    rollout = api.remediate_oom(["gpu-01"], dry_run=True, transport_factory=lambda e, s: fake)
+    rollout = api.remediate_oom(api.OomRequest(targets=("gpu-01",), dry_run=True), transport_factory=lambda e, s: fake)
     (result,) = rollout.results
     assert result.exit_code == 0
     assert any("refuses without --force" in w for w in result.warnings), result.warnings

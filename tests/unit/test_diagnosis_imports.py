@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "remediate" / "core" / "
 FORBIDDEN = {
     "os", "sys", "pathlib", "io", "subprocess", "socket", "shutil", "tempfile", "time", "datetime", "random",
     "logging", "click", "rich", "jinja2", "fabric", "paramiko", "invoke", "glob", "urllib", "http", "requests",
-    "remediate.transport", "remediate.host", "remediate.fleet", "remediate.api", "remediate.cli", "remediate.render",
+    "remediate.transport", "remediate.host", "remediate.fleet", "remediate.api", "remediate.cli",
 }  # fmt: skip
 ALLOWED_REMEDIATE = ("remediate.core", "remediate.errors", "remediate.models")
 FILES = sorted(PACKAGE.rglob("*.py"))

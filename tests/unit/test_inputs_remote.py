@@ -14,7 +14,9 @@ import test_runner_remediate as runner
 from fake_transport import FakeTransport, exec_start_value, probe_output, state_output
 from rich.console import Console
 
-from remediate import api, render
+from remediate import api
+from remediate.cli.render import console as render_console
+from remediate.cli.render import results as render_results
 from remediate.fleet.request import OomRequest
 from remediate.models import HostResult
 
@@ -86,16 +88,16 @@ def _printed(results: list[HostResult], *, dry_run: bool, table: bool = False) -
     out = io.StringIO()
     console = Console(file=out, width=200, highlight=False)
     if table:
-        render.status_table(console, results)
+        render_results.status_table(console, results)
     else:
         for result in results:
-            render.host_report(console, result, dry_run=dry_run)
-    return out.getvalue() + render.dumps(render.results_document(results))
+            render_results.host_report(console, result, dry_run=dry_run)
+    return out.getvalue() + render_console.dumps(render_console.results_document(results))
 
 
 def test_dry_run_and_status_never_print_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    rollout = api.remediate_oom_request(
+    rollout = api.remediate_oom(
         OomRequest(targets=("root@gpu-01",), dry_run=True), transport_factory=api_remote.Factory(_secret_host())
     )
     shown = _printed(rollout.results, dry_run=True)
@@ -112,7 +114,7 @@ def test_failed_run_masks_the_journal(tmp_path: Path, monkeypatch: pytest.Monkey
     fake = _secret_host()
     fake.on(runner.COMMIT, runner.commit_ok(), runner.commit_ok(invocation="inv-3"))
     fake.on(runner.POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
-    rollout = api.remediate_oom_request(
+    rollout = api.remediate_oom(
         OomRequest(targets=("root@gpu-01",), rollback=False), transport_factory=api_remote.Factory(fake)
     )
     [result] = rollout.results

@@ -2,7 +2,7 @@
 
 ::
 
-    faces       cli.py (click) · api.py · render.py (rich)      may import every layer below
+    faces       cli/ (click; render/ rich) · api/               may import every layer below
     fleet/      inventory, settings, rollout, request           not the faces
     host/       one host's transaction, health, restore, ...    not fleet/, not the faces
     transport/  base.py, ssh.py (the only fabric/paramiko)      core, errors, models only
@@ -31,24 +31,32 @@ FACES = {
     "remediate.__main__",
     "remediate.api",
     "remediate.cli",
-    "remediate.render",
-    "remediate.render_bench",
-    "remediate.render_evidence",
 }
 FACE_PACKAGES = ("remediate.api.", "remediate.cli.")  # the API and the CLI are packages of their own modules
+RENDER_PACKAGE = "remediate.cli.render"  # every renderer: one module per feature, below the commands
+RENDERERS = {
+    RENDER_PACKAGE,
+    f"{RENDER_PACKAGE}.console",
+    f"{RENDER_PACKAGE}.results",
+    f"{RENDER_PACKAGE}.diagnose",
+    f"{RENDER_PACKAGE}.plan",
+    f"{RENDER_PACKAGE}.bench",
+}
 CLI_MODULES = {
     "remediate.cli",
     "remediate.cli.app",
     "remediate.cli.options",
     "remediate.cli.change",
     "remediate.cli.read",
+    "remediate.cli.flags",
+    *RENDERERS,
 }
 BASE = {"remediate.errors", "remediate.models"}
 
 # What may import which third-party library (module name → the only importers).
 THIRD_PARTY_HOMES = {
     "click": CLI_MODULES,
-    "rich": {"remediate.render", "remediate.render_bench", "remediate.render_evidence", *CLI_MODULES},
+    "rich": CLI_MODULES,
     "fabric": {"remediate.transport.ssh"},
     "paramiko": {"remediate.transport.ssh", "remediate.transport.ssh_errors", "remediate.transport.ssh_security"},
     "invoke": {"remediate.transport.ssh"},
@@ -113,10 +121,12 @@ def _may_import(importer: str, imported: str) -> bool:
     if mine in {"transport", "controller"}:  # one floor, two rooms: neither imports the other
         return theirs in {"base", "core", mine}
     if mine == "face":
+        if importer in RENDERERS:  # renderers take values: other renderers and the layers below, not the api
+            return imported in RENDERERS and imported != importer or layer_of(imported) != "face"
+        if importer in CLI_MODULES and layer_of(imported) in {"transport", "host", "fleet"}:
+            return False  # the commands reach the layers below through the api only
         if imported in CLI_MODULES:
             return importer == "remediate.__main__" or importer in CLI_MODULES
-        if importer == "remediate.render":
-            return layer_of(imported) != "face"
         if importer.startswith("remediate.api"):
             return imported.startswith("remediate.api") and imported != importer or layer_of(imported) != "face"
         return imported != importer
@@ -248,7 +258,13 @@ def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
         ("remediate.errors", "import os"),
         ("remediate.api", "import paramiko"),
         ("remediate.api", "import click"),
-        ("remediate.render", "from remediate import api"),
+        ("remediate.cli.render.results", "from remediate import api"),
+        ("remediate.cli.read", "from remediate.host import budget"),
+        ("remediate.cli.read", "from remediate.fleet.sweep import finish"),
+        ("remediate.cli.options", "from remediate.transport.base import SSHOptions"),
+        ("remediate.cli.render.results", "from remediate.cli.options import fail"),
+        ("remediate.api.read", "from remediate.cli.render.console import dumps"),
+        ("remediate.fleet.rollout", "from rich.console import Console"),
         ("remediate.host.health", "import jinja2"),
         ("remediate.host.runner", "from remediate.host.nonexistent import thing"),
     ],
@@ -274,7 +290,9 @@ def test_checker_catches_an_upward_or_misplaced_import(module: str, source: str)
         ("remediate.fleet.retry", "from remediate.controller.retry import write_retry_text"),
         ("remediate.api.change", "from remediate.controller.state import check_state_dir"),
         ("remediate.api.hosts", "from remediate.transport.ssh import SSHTransport"),
-        ("remediate.cli", "import click\nfrom remediate import api, render"),
+        ("remediate.cli", "import click\nfrom remediate import api"),
+        ("remediate.cli.read", "from remediate.cli.render import plan\nfrom remediate.cli.render.bench import dumps"),
+        ("remediate.cli.render.results", "from remediate.cli.render.plan import plan_table\nimport rich"),
         ("remediate.errors", "from remediate.models import CommandResult"),
     ],
 )

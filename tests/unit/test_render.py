@@ -6,8 +6,9 @@ import io
 
 from rich.console import Console
 
+from remediate.cli.render.console import format_tokens
+from remediate.cli.render.results import LiveProgress, recap, status_table
 from remediate.models import HostResult
-from remediate.render import LiveProgress, format_tokens, recap
 
 
 def test_format_tokens_like_the_incident() -> None:
@@ -68,8 +69,8 @@ def test_recap_table_lists_every_host() -> None:
 def test_diagnose_report_says_what_why_evidence_and_the_command() -> None:
     from rich.console import Console
 
+    from remediate.cli.render.diagnose import diagnose_report
     from remediate.models import HostResult
-    from remediate.render_evidence import diagnose_report
 
     finding = {
         "kind": "cuda_oom_runtime",
@@ -99,3 +100,19 @@ def test_diagnose_report_says_what_why_evidence_and_the_command() -> None:
     assert "run: remediate oom gpu-01 --mem-fraction-static 0.90" in text
     assert "GPU 0: 1.00 of 2.00 GiB in use" in text
     assert "gpu-02  error gpu-02: connection refused" in text
+
+
+def _status_rows(*results: HostResult) -> dict[str, str]:
+    out = io.StringIO()
+    status_table(Console(file=out, force_terminal=False, width=200), list(results))
+    rows = [line for line in out.getvalue().splitlines() if line.startswith("│")]
+    return {cells[0]: cells[-1] for cells in ([c.strip() for c in row.strip("│").split("│")] for row in rows)}
+
+
+def test_status_says_drift_where_the_running_server_differs_from_the_remediated_unit() -> None:
+    state = {"remediated": True, "active_state": "active", "sub_state": "running"}
+    drift = HostResult(host="gpu-01", outcome="drift", unit="sglang.service", extra=dict(state))
+    fine = HostResult(host="gpu-02", outcome="unchanged", unit="sglang.service", extra=dict(state))
+    todo = HostResult(host="gpu-03", outcome="unchanged", unit="sglang.service", extra={**state, "remediated": False})
+    rows = _status_rows(drift, fine, todo)
+    assert rows == {"gpu-01": "unit only (drift)", "gpu-02": "yes", "gpu-03": "no"}

@@ -16,9 +16,10 @@ from fake_transport import FakeTransport, exec_start_value, probe_output
 
 from remediate import api
 from remediate.cli import cli
+from remediate.cli.flags import pick_timeout
 from remediate.errors import ConfigError
 from remediate.fleet.request import OomRequest
-from remediate.fleet.settings import pick_timeout, resolve_hosts
+from remediate.fleet.settings import resolve_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory.yaml"
@@ -118,9 +119,7 @@ def _failing_host() -> FakeTransport:
 def test_no_retry_file_for_an_ad_hoc_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     fake = _failing_host()
-    rollout = api.remediate_oom_request(
-        OomRequest(targets=("root@gpu-01",)), transport_factory=api_remote.Factory(fake)
-    )
+    rollout = api.remediate_oom(OomRequest(targets=("root@gpu-01",)), transport_factory=api_remote.Factory(fake))
     assert rollout.results[0].outcome == "failed"
     assert rollout.retry_file is None and list(tmp_path.iterdir()) == []
 
@@ -128,7 +127,7 @@ def test_no_retry_file_for_an_ad_hoc_host(tmp_path: Path, monkeypatch: pytest.Mo
 def test_retry_file_of_an_inventory_rollout_goes_to_the_state_dir(
     in_example_dir: Path, _state_dir: Path, tmp_path: Path
 ) -> None:
-    rollout = api.remediate_oom_request(
+    rollout = api.remediate_oom(
         OomRequest(targets=("gpu-a01",), inventory="inventory.yaml"),
         transport_factory=api_remote.Factory(_failing_host()),
     )
@@ -138,7 +137,7 @@ def test_retry_file_of_an_inventory_rollout_goes_to_the_state_dir(
     assert yaml.safe_load(retry.read_text())["hosts"].keys() == {"gpu-a01"}
     assert sorted(p.name for p in in_example_dir.iterdir()) == ["inventory.yaml"]
     explicit = tmp_path / "again.yaml"
-    rollout = api.remediate_oom_request(
+    rollout = api.remediate_oom(
         OomRequest(targets=("gpu-a01",), inventory="inventory.yaml", retry_file=str(explicit)),
         transport_factory=api_remote.Factory(_failing_host()),
     )

@@ -1,11 +1,27 @@
-"""The Python API. The CLI is a thin layer over these functions; scripts can call them directly.
+"""The Python API: a typed front door. The CLI is a thin layer over these functions; scripts call them directly.
 
 >>> from remediate import api
->>> rollout = api.remediate_oom(["gpu-*"], inventory="inventory.yaml", canary=1, batch="25%")
+>>> request = api.OomRequest(targets=("gpu-*",), inventory="inventory.yaml", strategy={"canary": 1, "batch": "25%"})
+>>> rollout = api.remediate_oom(request)
 >>> [(r.host, r.outcome, r.max_total_num_tokens) for r in rollout.results]
 
-Every function returns one :class:`~remediate.models.HostResult` per selected host (inventory
-order) inside a :class:`RolloutResult`; a failing host never raises, it is a result.
+The shape, the same for every function that reaches hosts:
+
+- ``fn(targets, *, inventory=None, ssh=None, ...)``: ``targets`` as on the command line (hosts, or names,
+  groups, globs and ``all`` of the ``inventory``); ``ssh`` an :class:`SSHOptions` (default: ``SSHOptions()``);
+  the command's own options as typed keywords, never ``**kw``.
+- Rollouts (``rollback``) take ``strategy=`` too: ``{"canary", "batch", "forks", "max_failures",
+  "pause_after_canary"}``, the command-line values (the inventory's ``rollout:`` fills the rest).
+  ``remediate_oom`` takes its many options as one :class:`OomRequest` (the same ``targets``, ``inventory``,
+  ``ssh``, ``strategy`` fields; the desired state from :func:`desired_args`; ``auto``, ``allow_raise``…).
+- Every one takes ``transport_factory=`` (default: SSH), so scripts and tests can bring their own transport;
+  long ones take ``progress=`` (and rollouts ``confirm=``).
+- Returns values, never text: ``status``, ``diagnose``, ``backups``, ``plan`` one
+  :class:`~remediate.models.HostResult` per selected host (inventory order); ``remediate_oom`` and
+  ``rollback`` a :class:`RolloutResult` (its ``results``, the batches, the retry file); ``bench`` one
+  :class:`HostBench` per host; ``offline_plan`` the plan document; ``edit_unit_file`` an :class:`EditResult`.
+  A failing host never raises, it is a result; bad input raises ConfigError before any host is contacted.
+  :func:`exit_code` is the CLI's exit code for a list of results.
 
 The names are imported from their modules on first use (PEP 562): `remediate oom` then loads the change
 path only, not `bench`'s or `plan`'s modules, and its first connection starts sooner (docs/PERFORMANCE.md).
@@ -17,42 +33,83 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from remediate.api.change import remediate_oom, remediate_oom_request, rollback
-    from remediate.api.hosts import RolloutResult, TransportFactory, exit_code, for_each_host, run_on_hosts
+    from remediate.api.change import OomRequest, desired_args, remediate_oom, rollback
+    from remediate.api.hosts import (
+        RolloutResult,
+        SSHOptions,
+        TransportFactory,
+        exit_code,
+        for_each_host,
+        run_on_hosts,
+    )
     from remediate.api.local import EditResult, edit_unit_file
-    from remediate.api.read import backups, bench, diagnose, plan, status
+    from remediate.api.read import (
+        DEFAULT_CONTEXTS,
+        DEFAULT_GEN,
+        BenchOptions,
+        BenchRequest,
+        HostBench,
+        backups,
+        bench,
+        bench_request,
+        diagnose,
+        finish_bench,
+        offline_plan,
+        plan,
+        status,
+    )
 
 _HOMES = {
+    "DEFAULT_CONTEXTS": "read",
+    "DEFAULT_GEN": "read",
+    "BenchOptions": "read",
+    "BenchRequest": "read",
+    "HostBench": "read",
+    "bench": "read",
+    "bench_request": "read",
+    "finish_bench": "read",
+    "OomRequest": "change",
+    "desired_args": "change",
     "remediate_oom": "change",
-    "remediate_oom_request": "change",
     "rollback": "change",
     "RolloutResult": "hosts",
     "TransportFactory": "hosts",
+    "SSHOptions": "hosts",
     "exit_code": "hosts",
     "for_each_host": "hosts",
     "run_on_hosts": "hosts",
     "EditResult": "local",
     "edit_unit_file": "local",
-    "backups": "read",
-    "bench": "read",
-    "diagnose": "read",
+    "offline_plan": "read",
     "plan": "read",
+    "backups": "read",
+    "diagnose": "read",
     "status": "read",
 }
 
 __all__ = [
+    "DEFAULT_CONTEXTS",
+    "DEFAULT_GEN",
+    "BenchOptions",
+    "BenchRequest",
     "EditResult",
+    "HostBench",
+    "OomRequest",
     "RolloutResult",
+    "SSHOptions",
     "TransportFactory",
     "backups",
     "bench",
+    "bench_request",
+    "desired_args",
     "diagnose",
     "edit_unit_file",
     "exit_code",
+    "finish_bench",
     "for_each_host",
+    "offline_plan",
     "plan",
     "remediate_oom",
-    "remediate_oom_request",
     "rollback",
     "run_on_hosts",
     "status",

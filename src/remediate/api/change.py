@@ -23,6 +23,8 @@ from remediate.fleet.settings import (
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions
 
+__all__ = ["OomRequest", "desired_args", "remediate_oom", "rollback"]
+
 
 def check_results_kept(inventory: Inventory | None, retry_dir: str | None, retry_file: str | None) -> None:
     """Before the first host is touched: where the results go (the state directory and its transaction
@@ -32,16 +34,41 @@ def check_results_kept(inventory: Inventory | None, retry_dir: str | None, retry
     check_retry_target(inventory, retry_dir, path=retry_file)
 
 
-def remediate_oom_request(
+def desired_args(
+    *,
+    mem_fraction_static: float | str | Decimal | None = None,
+    mem_fraction_step: float | str | Decimal | None = None,
+    chunked_prefill_size: int | str | None = None,
+    alloc_conf: str | None = None,
+) -> dict[str, Any]:
+    """The desired state asked for, checked and typed, as :class:`OomRequest`'s ``cli_desired`` takes it
+    (None = not given: the inventory's value, else the built-in recipe). A bad value is a ConfigError."""
+    raw = {
+        "mem_fraction_static": mem_fraction_static,
+        "mem_fraction_step": mem_fraction_step,
+        "chunked_prefill_size": chunked_prefill_size,
+        "alloc_conf": alloc_conf,
+    }
+    return parse_desired_args(raw)
+
+
+def remediate_oom(
     request: OomRequest,
     *,
     progress: ProgressFn | None = None,
     confirm: Callable[[str], bool] | None = None,
-    transport_factory: TransportFactory | None = None,
     stop_when: Callable[[HostResult], str | None] | None = None,
     retry_dir: str | None = None,
+    transport_factory: TransportFactory | None = None,
 ) -> RolloutResult:
-    """`remediate oom` as a function (the CLI calls this)."""
+    """`remediate oom`: remediate the OOM on every host the request selects, as a rollout; see
+    `remediate oom --help` for the semantics. The request carries the targets, ``inventory``, ``ssh``,
+    ``strategy``, the desired state (:func:`desired_args`) and the run's options (``auto``, ``allow_raise``,
+    ``dry_run``…).
+
+    ``stop_when(result) -> reason | None`` is a custom policy: return a reason to halt the
+    rollout after any host (e.g. too few tokens); in-flight hosts finish, the rest are not attempted.
+    """
     inventory, hosts = resolve_hosts(request.targets, request.inventory)
     strategy = build_strategy(request.strategy, inventory)
     per_host = {h.name: run_options_for(h, request) for h in hosts}  # validate all input before touching any host
@@ -66,76 +93,6 @@ def remediate_oom_request(
         )
     finally:
         ahead.close()
-
-
-def remediate_oom(
-    targets: Sequence[str] = (),
-    *,
-    inventory: str | None = None,
-    identity: str | None = None,
-    known_hosts: str | None = None,
-    accept_new_host_key: bool = False,
-    ssh_config: str | None = None,
-    sudo: bool = False,
-    unit: str | None = None,
-    mem_fraction_static: float | str | Decimal | None = None,
-    mem_fraction_step: float | str | Decimal | None = None,
-    chunked_prefill_size: int | None = None,
-    alloc_conf: str | None = None,
-    min_tokens: int | None = None,
-    target_tokens: int | None = None,
-    timeout: float = 900.0,
-    dry_run: bool = False,
-    rollback: bool = True,
-    force: bool = False,
-    canary: int | None = None,
-    batch: str | None = None,
-    forks: int | None = None,
-    max_failures: str | int | None = None,
-    stop_when: Callable[[HostResult], str | None] | None = None,
-    progress: ProgressFn | None = None,
-    retry_dir: str | None = None,
-    transport_factory: TransportFactory | None = None,
-) -> RolloutResult:
-    """Remediate the OOM on every selected host; see `remediate oom --help` for the semantics.
-
-    ``stop_when(result) -> reason | None`` is a custom policy: return a reason to halt the
-    rollout after any host (e.g. too few tokens); in-flight hosts finish, the rest are not attempted.
-    """
-    request = OomRequest(
-        targets=tuple(targets),
-        inventory=inventory,
-        ssh=SSHOptions(
-            identity=identity,
-            known_hosts=known_hosts,
-            accept_new_host_key=accept_new_host_key,
-            ssh_config=ssh_config,
-            sudo=sudo,
-        ),
-        unit=unit,
-        cli_desired=parse_desired_args(
-            {
-                "mem_fraction_static": mem_fraction_static,
-                "mem_fraction_step": mem_fraction_step,
-                "chunked_prefill_size": chunked_prefill_size,
-                "alloc_conf": alloc_conf,
-            }
-        ),
-        min_tokens=min_tokens,
-        target_tokens=target_tokens,
-        timeout=timeout,
-        dry_run=dry_run,
-        rollback=rollback,
-        force=force,
-        strategy={
-            k: v
-            for k, v in {"canary": canary, "batch": batch, "forks": forks, "max_failures": max_failures}.items()
-            if v is not None
-        },
-    )
-    return remediate_oom_request(
-        request, progress=progress, stop_when=stop_when, retry_dir=retry_dir, transport_factory=transport_factory
-    )
 
 
 def rollback(

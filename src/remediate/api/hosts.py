@@ -15,6 +15,7 @@ from remediate.transport.base import SSHOptions, Transport
 
 __all__ = [
     "RolloutResult",
+    "SSHOptions",
     "TransportFactory",
     "connect_ahead",
     "exit_code",

@@ -1,4 +1,7 @@
-"""The API of the read-only commands: `status`, `diagnose`, `backups`, `bench`, `plan`."""
+"""The API of the read-only commands: `status`, `diagnose`, `backups`, `plan` (and `plan --offline`), `bench`.
+
+(One module for them, not one each: a submodule ``api.bench`` would shadow the function ``api.bench``.)
+"""
 
 from __future__ import annotations
 
@@ -9,16 +12,35 @@ from typing import Any
 from remediate.api.hosts import TransportFactory, _default_transport, for_each_host
 from remediate.fleet import bench as fleet_bench
 from remediate.fleet import jobs
+from remediate.fleet.bench import DEFAULT_CONTEXTS, DEFAULT_GEN, BenchRequest, HostBench, SweepProgress
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import (
     run_options_for,
 )
+from remediate.host import budget as host_budget
+from remediate.host.bench import BenchOptions
 from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
 from remediate.host.restore import backups_host
 from remediate.host.runner import status_host
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions, Transport
+
+__all__ = [
+    "DEFAULT_CONTEXTS",
+    "DEFAULT_GEN",
+    "BenchOptions",
+    "BenchRequest",
+    "HostBench",
+    "backups",
+    "bench",
+    "bench_request",
+    "diagnose",
+    "finish_bench",
+    "offline_plan",
+    "plan",
+    "status",
+]
 
 
 def status(
@@ -81,12 +103,96 @@ def backups(
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
 
 
-def bench(targets: Sequence[str] = (), **kw: Any) -> list[fleet_bench.HostBench]:
-    """`remediate bench`: :func:`remediate.fleet.bench.bench` (``options``, ``progress``…), SSH by default."""
-    return fleet_bench.bench(targets, **{"transport_factory": _default_transport, **kw})
+def plan(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    unit: str | None = None,
+    target_tokens: int | None = None,
+    chunked_prefill_size: int | None = None,
+    margin: float = 0.10,
+    observations: str | None = None,
+    transport_factory: TransportFactory | None = None,
+) -> list[HostResult]:
+    """`remediate plan`, read-only: per host, the pool and headroom per fraction and the largest that fits
+    (``result.extra["plan"]``). ``observations`` is the calibration log (default: the state directory's)."""
+    job = jobs.plan_job(
+        unit=unit,
+        target_tokens=target_tokens,
+        chunked_prefill_size=chunked_prefill_size,
+        margin=margin,
+        observations=observations,
+    )
+    return for_each_host(targets, inventory, ssh or SSHOptions(), job, transport_factory=transport_factory)
 
 
-def plan(targets: Sequence[str] = (), *, inventory: str | None = None, **kw: Any) -> list[HostResult]:
-    """`remediate plan`, read-only (``kw``: ssh, transport_factory and fleet.jobs.plan_job's options)."""
-    ssh, factory = kw.pop("ssh", None) or SSHOptions(), kw.pop("transport_factory", None)
-    return for_each_host(targets, inventory, ssh, jobs.plan_job(**kw), transport_factory=factory)
+def offline_plan(
+    *,
+    gpu_mem_gib: float | None,
+    free_after_weights_gib: float | None,
+    cell_bytes: float | None,
+    page_size: int = 1,
+    target_tokens: int | None = None,
+    targets: Sequence[str] = (),
+) -> dict[str, Any]:
+    """`remediate plan --offline`: the plan document from numbers given, no host (``targets`` must be empty)."""
+    return host_budget.offline_plan(
+        targets=targets,
+        gpu_mem_gib=gpu_mem_gib,
+        free_after_weights_gib=free_after_weights_gib,
+        cell_bytes=cell_bytes,
+        page_size=page_size,
+        target_tokens=target_tokens,
+    )
+
+
+def bench(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    options: BenchOptions | None = None,
+    request: BenchRequest | None = None,
+    progress: SweepProgress | None = None,
+    transport_factory: TransportFactory | None = None,
+) -> list[HostBench]:
+    """`remediate bench`: each host's sweep (``options``: lengths, runs…, default the incident's), read-only on
+    the unit; a ``request`` (:func:`bench_request`) gives targets, inventory, SSH options and options at once."""
+    return fleet_bench.bench(
+        targets,
+        inventory=inventory,
+        ssh=ssh,
+        options=options,
+        progress=progress,
+        request=request,
+        transport_factory=transport_factory or _default_transport,
+    )
+
+
+def bench_request(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    unit: str | None = None,
+    contexts: str = DEFAULT_CONTEXTS,
+    gen: int = DEFAULT_GEN,
+    runs: int = 1,
+    warmup: int = 0,
+    seed: int | None = None,
+    output: str | None = None,
+    csv_path: str | None = None,
+    plot: str | None = None,
+) -> BenchRequest:
+    """What `remediate bench` is asked, checked: a bad length is a ConfigError naming its flag, and every output
+    file (and ``plot``'s matplotlib) is checked before any host is contacted. No seed → a fresh one."""
+    given = {"targets": tuple(targets), "inventory": inventory, "unit": unit, "seed": seed}
+    sweep_args = {"contexts": contexts, "gen": gen, "runs": runs, "warmup": warmup}
+    files = {"output": output, "csv_path": csv_path, "plot": plot}
+    return fleet_bench.request_from_cli({**given, **sweep_args, **files}, ssh or SSHOptions())
+
+
+def finish_bench(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> int:
+    """The end of `remediate bench`: write the files the request names; the exit code."""
+    return fleet_bench.finish(results, request, version=version)

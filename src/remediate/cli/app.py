@@ -7,12 +7,14 @@ import os
 import click
 
 from remediate import __version__
-from remediate.cli.options import CONTEXT_SETTINGS, fail, settings
+from remediate.cli.flags import safety_from_env
+from remediate.cli.options import CONTEXT_SETTINGS, fail
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "-V", "--version", prog_name="remediate")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Remediate sglang OOM crashes on GPU hosts: safely, verifiably, idempotently.
 
     \b
@@ -23,7 +25,9 @@ def cli() -> None:
       remediate oom all -i inventory.yaml --canary 1 --batch 25%
       remediate rollback gpu-01
     """
-    refused = any(k.startswith("REMEDIATE_") for k in os.environ) and settings.safety_from_env(os.environ)
+    # Every command of this group (auto_envvar_prefix makes its variables REMEDIATE_<COMMAND>_<OPTION>).
+    commands = ctx.command.commands if isinstance(ctx.command, click.Group) else {}
+    refused = any(k.startswith("REMEDIATE_") for k in os.environ) and safety_from_env(os.environ, commands)
     if refused:
         fail(refused)
 

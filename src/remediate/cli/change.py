@@ -8,8 +8,10 @@ from typing import Any
 
 import click
 
+from remediate.cli import flags
 from remediate.cli.app import cli
 from remediate.cli.options import (
+    DESIRED,
     api,
     confirm_prompt,
     connection_options,
@@ -18,8 +20,8 @@ from remediate.cli.options import (
     fleet_options,
     handle_errors,
     live_progress,
-    render,
-    settings,
+    render_console,
+    render_results,
     ssh_options,
     stdout,
     timeout,
@@ -45,9 +47,9 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
     edited = api.edit_unit_file(unit_file, write=write, **desired_kw)
     backup = str(edited.backup) if edited.backup else None
     if as_json:
-        click.echo(render.dumps(render.edit_document(edited.plan, backup)))
+        click.echo(render_console.dumps(render_results.edit_document(edited.plan, backup)))
     else:
-        render.edit_report(stdout(), str(unit_file), edited.plan, backup)
+        render_results.edit_report(stdout(), str(unit_file), edited.plan, backup)
     if check and edited.plan.is_changed and not write:
         sys.exit(1)
 
@@ -88,21 +90,19 @@ def oom(**kw: Any) -> None:
       remediate oom gpu-01 --target-tokens 200000 --json
       remediate oom gpu-* -i inventory.yaml --canary 1 --batch 25% --forks 4
     """
-    from remediate.fleet.request import OomRequest
-
-    request = OomRequest(
+    request = api.OomRequest(
         targets=tuple(kw["targets"]),
         inventory=kw["inventory"],
         ssh=ssh_options(kw),
         unit=kw["unit"],
-        cli_desired=settings.parse_desired_args(kw),
+        cli_desired=api.desired_args(**{k: kw[k] for k in DESIRED}),
         min_tokens=kw["min_tokens"],
         probe_tokens=kw["probe"],
         target_tokens=kw["target_tokens"],
         timeout=timeout(kw, "wait_timeout", 900.0),
         dry_run=kw["dry_run"],
         rollback=not kw["no_rollback"],
-        strategy=settings.strategy_from_cli(kw),
+        strategy=flags.strategy_from_cli(kw),
         force=kw["force"],
         retry_file=kw["retry_file"],
         lock_timeout=kw["lock_timeout"],
@@ -111,7 +111,7 @@ def oom(**kw: Any) -> None:
     )
     with live_progress(kw["as_json"]) as progress:
         confirm = confirm_prompt(kw, progress)
-        rollout = api.remediate_oom_request(request, progress=progress, confirm=confirm)
+        rollout = api.remediate_oom(request, progress=progress, confirm=confirm)
     exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
 
 
@@ -148,7 +148,7 @@ def rollback(**kw: Any) -> None:
             retry_file=kw["retry_file"],
             lock_timeout=kw["lock_timeout"],
             dry_run=kw["dry_run"],
-            strategy=settings.strategy_from_cli(kw),
+            strategy=flags.strategy_from_cli(kw),
             progress=progress,
             confirm=confirm,
         )

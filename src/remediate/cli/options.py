@@ -15,15 +15,18 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 
+from remediate.cli import flags
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from remediate import api, render, render_bench, render_evidence
-    from remediate.fleet import bench as sweep
-    from remediate.fleet import settings
-    from remediate.host import budget
+    from remediate import api
+    from remediate.cli.render import bench as render_bench
+    from remediate.cli.render import console as render_console
+    from remediate.cli.render import diagnose as render_diagnose
+    from remediate.cli.render import plan as render_plan
+    from remediate.cli.render import results as render_results
     from remediate.models import HostResult
 else:  # `--help`, `--version` and option parsing need none of these: each loads when a command first uses it
 
@@ -34,10 +37,20 @@ else:  # `--help`, `--version` and option parsing need none of these: each loads
         def __getattr__(self, attr: str) -> Any:
             return getattr(importlib.import_module(self._name), attr)
 
-    _LAZY = ("api", "render", "render_bench", "render_evidence", "fleet.settings", "fleet.bench", "host.budget")
-    api, render, render_bench, render_evidence, settings, sweep, budget = (_OnFirstUse(f"remediate.{n}") for n in _LAZY)
+    api = _OnFirstUse("remediate.api")  # the commands reach the layers below through the api only
+    _RENDER = ("bench", "console", "diagnose", "plan", "results")  # cli/render/<feature>.py
+    render_bench, render_console, render_diagnose, render_plan, render_results = (
+        _OnFirstUse(f"remediate.cli.render.{n}") for n in _RENDER
+    )
 
-__all__ = ["api", "budget", "render", "render_bench", "render_evidence", "settings", "sweep"]
+__all__ = [
+    "api",
+    "render_bench",
+    "render_console",
+    "render_diagnose",
+    "render_plan",
+    "render_results",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
@@ -47,15 +60,15 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix":
 
 
 def ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> Any:
-    return settings.ssh_from_cli(kw, connect_timeout)  # the command line's connection options → SSHOptions
+    return flags.ssh_from_cli(kw, connect_timeout)  # the command line's connection options → SSHOptions
 
 
 def stdout() -> Console:
-    return render.stdout_console()
+    return render_console.stdout_console()
 
 
 def stderr() -> Console:
-    return render.stderr_console()
+    return render_console.stderr_console()
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -82,6 +95,9 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             sys.exit(EXIT_BUG)
 
     return wrapper
+
+
+DESIRED = ("mem_fraction_static", "mem_fraction_step", "chunked_prefill_size", "alloc_conf")  # desired_options' keys
 
 
 def desired_options(fn: F) -> F:
@@ -167,7 +183,7 @@ def timeout_options(*, wait: bool, lock: bool, alias: str) -> Callable[[F], F]:
 
 
 def timeout(kw: dict[str, Any], name: str, default: float) -> float:
-    value, warning = settings.pick_timeout(kw, name, default)
+    value, warning = flags.pick_timeout(kw, name, default)
     if warning:
         click.echo(f"remediate: warning: {warning}", err=True)
     return value
@@ -177,13 +193,13 @@ def emit(
     results: Sequence[HostResult], *, as_json: bool, dry_run: bool = False, extra: dict[str, Any] | None = None
 ) -> int:
     if as_json:
-        click.echo(render.dumps(render.results_document(results, **(extra or {}))))
+        click.echo(render_console.dumps(render_console.results_document(results, **(extra or {}))))
     else:
         out = stdout()
         for result in results:
-            render.host_report(out, result, dry_run=dry_run)
+            render_results.host_report(out, result, dry_run=dry_run)
         if len(results) > 1:
-            render.recap(out, results)
+            render_results.recap(out, results)
     return api.exit_code(results)
 
 
@@ -205,13 +221,13 @@ def exit_with_table(
 ) -> None:
     """A read-only command's end: one table (or the JSON document), the exit code."""
     if as_json:
-        click.echo(render.dumps(render.results_document(results)))
+        click.echo(render_console.dumps(render_console.results_document(results)))
     else:
         table(stdout(), results)
     sys.exit(api.exit_code(results))
 
 
-def confirm_prompt(kw: dict[str, Any], progress: render.LiveProgress) -> Callable[[str], bool] | None:
+def confirm_prompt(kw: dict[str, Any], progress: render_results.LiveProgress) -> Callable[[str], bool] | None:
     """--pause-after-canary asks on the terminal (the live display paused); --yes answers yes."""
     if not kw["pause_after_canary"] or kw["yes"]:
         return None
@@ -223,5 +239,5 @@ def confirm_prompt(kw: dict[str, Any], progress: render.LiveProgress) -> Callabl
     return ask
 
 
-def live_progress(as_json: bool) -> render.LiveProgress:
-    return render.LiveProgress(stderr(), quiet=as_json)
+def live_progress(as_json: bool) -> render_results.LiveProgress:
+    return render_results.LiveProgress(stderr(), quiet=as_json)

@@ -11,17 +11,17 @@ from remediate import __version__
 from remediate.cli.app import cli
 from remediate.cli.options import (
     api,
-    budget,
     connection_options,
     exit_with_table,
     handle_errors,
-    render,
     render_bench,
-    render_evidence,
+    render_console,
+    render_diagnose,
+    render_plan,
+    render_results,
     ssh_options,
     stderr,
     stdout,
-    sweep,
     timeout,
     timeout_options,
 )
@@ -45,7 +45,7 @@ def status(**kw: Any) -> None:
         ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
     )
-    exit_with_table(results, as_json=kw["as_json"], table=render.status_table)
+    exit_with_table(results, as_json=kw["as_json"], table=render_results.status_table)
 
 
 @cli.command()
@@ -64,7 +64,7 @@ def diagnose(**kw: Any) -> None:
     """
     named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
     exit_with_table(api.diagnose(kw["targets"], ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **named),
-                     as_json=kw["as_json"], table=render_evidence.diagnose_report)  # fmt: skip
+                     as_json=kw["as_json"], table=render_diagnose.diagnose_report)  # fmt: skip
 
 
 @cli.command()
@@ -95,7 +95,7 @@ def backups(**kw: Any) -> None:
         dry_run=kw["dry_run"],
         lock_timeout=kw["lock_timeout"],
     )
-    exit_with_table(results, as_json=kw["as_json"], table=render.backups_table)
+    exit_with_table(results, as_json=kw["as_json"], table=render_results.backups_table)
 
 
 # fmt: off
@@ -113,12 +113,14 @@ def backups(**kw: Any) -> None:
 def plan(**kw: Any) -> None:
     """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
     if kw["offline"]:
-        doc = budget.offline_plan(**{k: kw[k] for k in budget.OFFLINE_KEYS})
-        return click.echo(render.dumps({"offline": True, "plan": doc})) if kw["as_json"] else render.plan_table(
-            stdout(), doc, title="offline plan")
+        offline = ("targets", "gpu_mem_gib", "free_after_weights_gib", "cell_bytes", "page_size", "target_tokens")
+        doc = api.offline_plan(**{k: kw[k] for k in offline})
+        if kw["as_json"]:
+            return click.echo(render_console.dumps({"offline": True, "plan": doc}))
+        return render_plan.plan_table(stdout(), doc, title="offline plan")
     keys = ("unit", "target_tokens", "chunked_prefill_size", "margin")
     results = api.plan(kw["targets"], inventory=kw["inventory"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
-    exit_with_table(results, as_json=kw["as_json"], table=render_evidence.plan_report)
+    exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
 # fmt: on
 
 
@@ -126,12 +128,12 @@ def plan(**kw: Any) -> None:
 @connection_options
 @click.option(
     "--contexts",
-    default=lambda: sweep.DEFAULT_CONTEXTS,
+    default=lambda: api.DEFAULT_CONTEXTS,
     show_default="1k,8k,32k,46k,92k,185k",
     help="Prompt lengths; 1k = 1024.",
 )
 @click.option(
-    "--gen", type=click.IntRange(min=1), default=lambda: sweep.DEFAULT_GEN, show_default="24", help="New tokens."
+    "--gen", type=click.IntRange(min=1), default=lambda: api.DEFAULT_GEN, show_default="24", help="New tokens."
 )
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Requests per length.")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Unmeasured requests first.")
@@ -141,8 +143,9 @@ def plan(**kw: Any) -> None:
 @handle_errors
 def bench(**kw: Any) -> None:
     """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
-    request = sweep.request_from_cli(kw, ssh_options(kw))
+    keys = ("inventory", "unit", "contexts", "gen", "runs", "warmup", "output", "csv_path", "plot")
+    request = api.bench_request(kw["targets"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
     with render_bench.BenchProgress(stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
         results = api.bench(request=request, progress=bar)
     render_bench.bench_report(stdout(), results, request.args, as_json=kw["as_json"])
-    sys.exit(sweep.finish(results, request, version=__version__))
+    sys.exit(api.finish_bench(results, request, version=__version__))

@@ -7,7 +7,7 @@ is validated here, before any host is contacted.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -20,14 +20,6 @@ from remediate.fleet.inventory import HostEntry, Inventory, adhoc_host, load_inv
 from remediate.fleet.request import OomRequest
 from remediate.host.options import LOCK_WAIT_S, RunOptions
 from remediate.transport.base import SSHOptions
-
-
-def strategy_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
-    return {
-        key: kw.get(key)
-        for key in ("canary", "batch", "forks", "max_failures", "pause_after_canary")
-        if kw.get(key) not in (None, False)
-    }
 
 
 def _count(merged: dict[str, Any], key: str, minimum: int) -> int:
@@ -76,18 +68,6 @@ def resolve_hosts(targets: Sequence[str], inventory_path: str | None) -> tuple[I
 
 def _all_addresses(targets: Sequence[str]) -> bool:
     return all("@" in t or t[:1].isdigit() or t.startswith("[") for t in targets)
-
-
-def ssh_from_cli(kw: dict[str, Any], connect_timeout: float | None = None) -> SSHOptions:
-    """The connection options of a remote command's command line (``--connect-timeout`` or ``connect_timeout``)."""
-    return SSHOptions(
-        connect_timeout=connect_timeout or kw.get("connect_timeout") or 10.0,
-        identity=kw.get("identity"),
-        known_hosts=kw.get("known_hosts"),
-        accept_new_host_key=bool(kw.get("accept_new_host_key")),
-        ssh_config=kw.get("ssh_config"),
-        sudo=bool(kw.get("sudo")),
-    )
 
 
 def ssh_for(entry: HostEntry, cli: SSHOptions) -> SSHOptions:
@@ -183,30 +163,3 @@ def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
         probe_tokens=request.probe_tokens if request.probe_tokens is not None else s.get("probe_tokens"),
         lock_wait=request.lock_timeout if request.lock_timeout is not None else LOCK_WAIT_S,
     )
-
-
-# Safety-relevant options are never taken from REMEDIATE_<COMMAND>_<OPTION>: a stray variable in a shell
-# or a CI job must not silently turn off the rollback or the host-key check, nor answer prompts.
-SAFETY_OPTIONS = ("no_rollback", "accept_new_host_key", "yes", "force", "all_instances", "allow_raise")
-_COMMANDS = ("oom", "rollback", "status", "backups", "edit", "diagnose")
-
-
-def safety_from_env(environ: Mapping[str, str]) -> str | None:
-    """The refusal for a safety option set in the environment (``REMEDIATE_OOM_NO_ROLLBACK=1``), or None."""
-    for command in _COMMANDS:
-        for option in SAFETY_OPTIONS:
-            name = f"REMEDIATE_{command}_{option}".upper()
-            if environ.get(name):
-                flag = "--" + option.replace("_", "-")
-                return f"{name} is set: safety options are never read from the environment; pass {flag}"
-    return None
-
-
-def pick_timeout(raw: Mapping[str, Any], name: str, default: float) -> tuple[float, str | None]:
-    """``--<name>``, or the deprecated ``--timeout`` it replaces (with a warning to print), or ``default``."""
-    flag = "--" + name.replace("_", "-")
-    if raw.get("timeout") is not None:
-        if raw.get(name) is not None:
-            raise ConfigError(f"--timeout is the deprecated spelling of {flag}: give only {flag}")
-        return float(raw["timeout"]), f"--timeout is deprecated here; use {flag}"
-    return (float(raw[name]) if raw.get(name) is not None else default), None

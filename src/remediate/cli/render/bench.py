@@ -1,6 +1,4 @@
-"""Human output of `remediate bench`: the incident's sweep table per host, the progress bar, the JSON.
-
-A face beside render.py (rich is imported only by the faces): render.py holds the remediation commands'."""
+"""Human output of `remediate bench`: the incident's sweep table per host, the progress bar, the JSON."""
 
 from __future__ import annotations
 
@@ -19,17 +17,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from remediate.cli.render.console import dumps, safe
 from remediate.core.benchrecord import RunArgs
 from remediate.core.sweep import BenchPoint, HostBench
 from remediate.core.unitfile.report import display_text, mask_data
 from remediate.fleet.inventory import HostEntry
-from remediate.render import dumps
-
-
-def _safe(text: str) -> str:
-    """Text from a host as it may be printed: secrets masked, control bytes escaped, markup escaped."""
-    return escape(display_text(text))
-
 
 _STATUS_STYLE = {"ok": "green", "skipped": "yellow", "failed": "red"}
 
@@ -41,7 +33,7 @@ def _num(value: float | None, fmt: str) -> str:
 def bench_table(console: Console, bench: HostBench, *, runs: int = 1) -> None:
     """requested, actual, TTFT s, prefill tok/s, decode tok/s, decode wall s, status — one row per length."""
     limits = bench.limits
-    title = f"[bold]{escape(bench.host)}[/bold] {_safe(bench.unit or '')}"
+    title = f"[bold]{escape(bench.host)}[/bold] {safe(bench.unit or '')}"
     if limits.max_total_num_tokens is not None:
         title += f" · max_total_num_tokens {limits.max_total_num_tokens:,}"
     if limits.max_req_input_len is not None:
@@ -61,11 +53,11 @@ def bench_table(console: Console, bench: HostBench, *, runs: int = 1) -> None:
         console.print(title, highlight=False)
     for point in bench.points:
         if point.note:
-            console.print(f"  {point.requested:,}: {_safe(point.note)}", highlight=False)
+            console.print(f"  {point.requested:,}: {safe(point.note)}", highlight=False)
     if bench.error:
-        console.print(f"  [red]error[/red] {_safe(bench.error)}", highlight=False)
+        console.print(f"  [red]error[/red] {safe(bench.error)}", highlight=False)
     for line in bench.journal:
-        console.print(f"    {_safe(line)}", highlight=False)
+        console.print(f"    {safe(line)}", highlight=False)
 
 
 def _row(point: BenchPoint, runs: int) -> list[str]:

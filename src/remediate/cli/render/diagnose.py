@@ -1,4 +1,4 @@
-"""Human output of the evidence commands: `diagnose` (what happened, why, the command) and `plan` (the table)."""
+"""Human output of `remediate diagnose`: per host, what happened, why, the evidence and the command to run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from remediate.models import HostResult
-from remediate.render import plan_table
 
 _WHAT = {
     "cuda_oom_runtime": "torch ran out of GPU memory while serving",
@@ -89,18 +88,3 @@ def _knobs(rec: dict[str, Any]) -> str:
         parts.append(f"PYTORCH_CUDA_ALLOC_CONF={rec['alloc_conf']}")
     parts += [f"{flag} {value}" for flag, value in rec.get("other_flags", {}).items()]
     return ", ".join(parts)
-
-
-# ------------------------------------------------------------------------------------------------ plan
-
-
-def plan_report(console: Console, results: Sequence[HostResult]) -> None:
-    """`remediate plan`: per host, the table and its explanation."""
-    for r in results:
-        if r.error:
-            console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {escape(r.error)}", highlight=False)
-            continue
-        plan_table(console, r.extra.get("plan") or {}, title=f"{r.host} {r.unit or ''}: plan")
-        for warning in r.warnings:
-            if warning not in (r.extra.get("plan") or {}).get("warnings", []):
-                console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)

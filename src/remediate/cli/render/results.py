@@ -1,9 +1,8 @@
-"""Human output: phases, diffs, recaps. Takes a rich Console; never decides exit codes."""
+"""The reports of the commands that work on units: `edit`, `oom`, `rollback`, `status`, `backups`; the recap and the
+live progress. Takes a rich Console; never decides exit codes."""
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
 import time
 from collections import Counter
@@ -18,16 +17,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from remediate.core.budget_text import plan_lines
+from remediate.cli.render.console import format_tokens, safe
+from remediate.cli.render.plan import plan_table
 from remediate.core.unitfile.edit import EditPlan
-from remediate.core.unitfile.report import display_text, mask_data, plan_to_dict, summary_lines, unified_diff
+from remediate.core.unitfile.report import display_text, plan_to_dict, summary_lines, unified_diff
 from remediate.models import HostResult
-
-
-def _safe(text: str) -> str:
-    """Text from hosts and units as it may be printed: secrets masked, control bytes escaped, markup escaped."""
-    return escape(display_text(text))
-
 
 _OUTCOME_STYLE = {
     "remediated": "green",
@@ -39,15 +33,6 @@ _OUTCOME_STYLE = {
     "unreachable": "red",
     "not_attempted": "dim",
 }
-
-
-def stdout_console() -> Console:
-    """Colors only on a TTY (rich's default); logs and pipes get wide, plain tables."""
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-
-
-def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def diff_lines(console: Console, diff: str) -> None:
@@ -87,15 +72,15 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
     for phase in result.phases:
         console.print(f"  {phase.name:<9} {phase.seconds:7.2f}s", highlight=False)
     for line in result.summary:
-        console.print(f"  {_safe(line)}", highlight=False)
+        console.print(f"  {safe(line)}", highlight=False)
     for note in result.notes:
-        console.print(f"  note: {_safe(note)}", highlight=False)
+        console.print(f"  note: {safe(note)}", highlight=False)
     if result.diff and (dry_run or result.changed):
         diff_lines(console, result.diff)
     if dry_run and result.steps:
         console.print("  would run on the host:", highlight=False)
         for step in result.steps:
-            console.print(f"    {_safe(step)}", highlight=False)
+            console.print(f"    {safe(step)}", highlight=False)
     if result.backup:
         console.print(f"  backup    {escape(result.backup)}", highlight=False)
     if result.extra.get("plan"):
@@ -103,9 +88,9 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
     if result.max_total_num_tokens is not None:
         console.print(f"  tokens    max_total_num_tokens={_tokens(result)}", highlight=False)
     for warning in result.warnings:
-        console.print(f"  [yellow]warning[/yellow] {_safe(warning)}", highlight=False)
+        console.print(f"  [yellow]warning[/yellow] {safe(warning)}", highlight=False)
     if result.error:
-        console.print(f"  [red]error[/red]   {_safe(result.error)}", highlight=False)
+        console.print(f"  [red]error[/red]   {safe(result.error)}", highlight=False)
     for line in result.journal:
         console.print(f"  journal │ {display_text(line)}", style="dim", highlight=False, markup=False)
     label = "dry run: " + ("would change" if result.changed else "nothing to change") if dry_run else result.outcome
@@ -121,15 +106,6 @@ def _tokens(result: HostResult) -> str:
     return format_tokens(tokens, result.target_tokens)
 
 
-def format_tokens(tokens: int, target: int | None) -> str:
-    """``195,011 (target 200,000: −2.5%)``: the capacity against the operator's target."""
-    if not target:
-        return f"{tokens:,}"
-    gap = (tokens - target) / target
-    sign = "−" if gap < 0 else "+"
-    return f"{tokens:,} (target {target:,}: {sign}{abs(gap) * 100:.1f}%)"
-
-
 def recap(console: Console, results: Sequence[HostResult]) -> None:
     table = Table(title="recap", show_lines=False)
     for column in ("host", "outcome", "tokens", "backup", "seconds", "error"):
@@ -142,21 +118,11 @@ def recap(console: Console, results: Sequence[HostResult]) -> None:
             _tokens(r),
             escape(r.backup or ""),
             f"{r.seconds:.1f}",
-            _safe(r.error or ""),
+            safe(r.error or ""),
         )
     console.print(table)
     counts = Counter(r.outcome for r in results)
     console.print(", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())), highlight=False)
-
-
-def results_document(results: Sequence[HostResult], **extra: Any) -> dict[str, Any]:
-    """The `--json` document shared by oom, rollback and status."""
-    counts = Counter(r.outcome for r in results)
-    return {"results": [r.to_dict() for r in results], "summary": dict(sorted(counts.items())), **extra}
-
-
-def dumps(document: dict[str, Any]) -> str:
-    return json.dumps(mask_data(document), indent=2, sort_keys=False, ensure_ascii=False)
 
 
 def status_table(console: Console, results: Sequence[HostResult]) -> None:
@@ -165,9 +131,8 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
         table.add_column(column)
     for r in results:
         if r.error:
-            table.add_row(escape(r.host), "", "[red]error[/red]", "", "", "", "", _safe(r.error))
+            table.add_row(escape(r.host), "", "[red]error[/red]", "", "", "", "", safe(r.error))
             continue
-        remediated = r.extra.get("remediated")
         table.add_row(
             escape(r.host),
             escape(r.unit or ""),
@@ -176,19 +141,27 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
             escape(str(r.flags_before.get("chunked_prefill_size") or "-")),
             escape(str(r.env_before.get("PYTORCH_CUDA_ALLOC_CONF") or "-")),
             _tokens(r),
-            "[green]yes[/green]" if remediated else "[yellow]no[/yellow]",
+            _remediated_cell(r),
         )
     console.print(table)
     for r in results:
         for warning in r.warnings:
-            console.print(f"[yellow]warning[/yellow] {escape(r.host)}: {_safe(warning)}", highlight=False)
+            console.print(f"[yellow]warning[/yellow] {escape(r.host)}: {safe(warning)}", highlight=False)
+
+
+def _remediated_cell(result: HostResult) -> str:
+    """``yes``/``no`` for the unit on disk; ``drift`` when it is remediated but the running server is not (its
+    flags or its environment differ from the unit's: a restart, `remediate oom`, brings them in line)."""
+    if not result.extra.get("remediated"):
+        return "[yellow]no[/yellow]"
+    return "[yellow]unit only (drift)[/yellow]" if result.outcome == "drift" else "[green]yes[/green]"
 
 
 def backups_table(console: Console, results: Sequence[HostResult]) -> None:
     """Per host, its backups newest first and what restoring each would change."""
     for r in results:
         if r.error:
-            console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {_safe(r.error)}", highlight=False)
+            console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {safe(r.error)}", highlight=False)
             continue
         rows = r.extra.get("backups", [])
         console.print(f"[bold]{escape(r.host)}[/bold] {escape(r.unit or '')} ({escape(r.unit_path or '')})")
@@ -207,7 +180,7 @@ def backups_table(console: Console, results: Sequence[HostResult]) -> None:
                 "identical to the current unit" if row["identical_to_current"] else ""
             )
             if change:
-                console.print(f"      restoring: {_safe(change)}", highlight=False)
+                console.print(f"      restoring: {safe(change)}", highlight=False)
         for path in r.extra.get("deleted", []):
             console.print(f"  deleted {escape(path)}", highlight=False)
         for path in r.extra.get("would_delete", []):
@@ -279,67 +252,3 @@ class LiveProgress:
             elif phase:
                 return  # the final report lists every phase with its time
             self.console.print(Text.assemble((host, "dim"), f" {phase or '':<9} {display_text(detail)}"))
-
-
-_GIB = float(1 << 30)
-
-
-def _gib(value: float | int | None) -> str:
-    return "-" if value is None else f"{value / _GIB:.2f}"
-
-
-def _fit_cell(fit: dict[str, Any] | None) -> str:
-    if fit is None:
-        return "-"
-    if fit["fits"]:
-        margin = fit["margin"]
-        return "[green]yes[/green]" + ("" if margin is None else f" +{margin * 100:.0f}%")
-    spare = fit["spare_bytes"]
-    return "[red]no[/red] " + (f"short {-spare / _GIB:.2f} GiB" if spare < 0 else "under the margin")
-
-
-def _knob_text(chunk: int | None, expandable: bool | None) -> str:
-    text = f"chunk {chunk}" if chunk and chunk > 0 else "no chunk"
-    return text + (" +exp" if expandable else "")
-
-
-def plan_table(console: Console, doc: dict[str, Any], *, title: str = "plan") -> None:
-    """Fraction → predicted tokens → max_req_input_len → headroom → does the diagnosed spike fit; the choice marked."""
-    current = doc.get("current") or {}
-    proposed = doc.get("proposed") or {}
-    now_label = "fits now (" + _knob_text(current.get("chunked_prefill_size"), current.get("expandable_segments")) + ")"
-    new_label = "fits " + _knob_text(proposed.get("chunked_prefill_size"), proposed.get("expandable_segments"))
-    rows = doc.get("rows", [])
-    has_fit = any(r["fits_current"] or r["fits_proposed"] for r in rows)
-    columns = ["mem-fraction", "tokens", "max_req_input_len", "headroom GiB", "usable GiB", now_label, new_label, ""]
-    if not has_fit:  # no diagnosed spike (or no overhead known): nothing to fit
-        columns = [c for c in columns if c not in (now_label, new_label)]
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("tokens", "max_req_input_len") else "left")
-    for row in rows:
-        marks = []
-        if row["chosen"]:
-            marks.append("[bold]◀ choice[/bold]")
-        if row["current"]:
-            marks.append("current")
-        if row["mem_fraction_static"] == doc.get("target_fraction"):
-            marks.append("target")
-        if row["usable_bytes"] is not None and row["usable_bytes"] < 0:
-            marks.append("no room for CUDA graphs")
-        viable = row["viable"]
-        cells = [
-            f"{row['mem_fraction_static']:g}",
-            f"{row['max_total_num_tokens']:,}" if viable else "[red]won't start[/red]",
-            f"{row['max_req_input_len']:,}" if viable else "-",
-            _gib(row["headroom_bytes"]),
-            _gib(row["usable_bytes"]),
-        ]
-        if has_fit:
-            cells += [_fit_cell(row["fits_current"]), _fit_cell(row["fits_proposed"])]
-        table.add_row(*cells, ", ".join(marks))
-    console.print(table)
-    for label, text in plan_lines(doc):
-        style = {"choice": "bold", "warning": "yellow"}.get(label)
-        tag = f"[{style}]{label}[/{style}]" if style else label
-        console.print(f"  {tag}{' ' * max(1, 8 - len(label))}{escape(text)}", highlight=False)
