@@ -1,6 +1,6 @@
 """Rolling a per-host job over a fleet: canary, batches, forks, failure budget, Ctrl-C.
 
-Semantics (documented in the README):
+Semantics (documented in docs/FLEET.md):
 - the canary batch runs first; any failure there stops the rollout;
 - then batches sized like Ansible's ``serial`` (``N``, ``P%`` of all selected hosts, or a list whose
   last element repeats; never below 1); each batch finishes before the next starts;
