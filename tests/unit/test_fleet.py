@@ -138,7 +138,9 @@ def test_ctrl_c_lets_in_flight_hosts_finish_and_starts_no_new_ones() -> None:
     def work(name: str) -> HostResult:
         if name == "b":
             signal.pthread_kill(main, signal.SIGINT)  # the operator presses Ctrl-C while b is in flight
-            time.sleep(0.05)  # b is still working when the interrupt lands
+            deadline = time.monotonic() + 30
+            while not rollout.interrupted and time.monotonic() < deadline:  # b works on until the interrupt lands
+                time.sleep(0.005)
         finished.append(name)
         return HostResult(host=name, outcome="remediated")
 
