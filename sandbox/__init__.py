@@ -1,4 +1,4 @@
-"""Sandbox GPU hosts for tests, the demo and benchmarks: real sshd per host, daemon-less systemd."""
+"""Sandbox GPU hosts for tests, the demo and benchmarks: real sshd per host, real systemd (systemd-nspawn --boot)."""
 
 from __future__ import annotations
 
