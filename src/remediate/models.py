@@ -1,6 +1,8 @@
-"""Value types every layer may use: a remote command's result, a host's result, progress callbacks.
+"""The values that cross the I/O floors: a remote command's result (transport → host), a host's result and
+progress callbacks (host → fleet → faces).
 
-The bottom of the tree: it imports nothing from remediate.
+The bottom of the tree beside errors.py: it imports nothing from remediate. The pure core has its own value
+types (core/*) and needs none of these.
 """
 
 from __future__ import annotations
