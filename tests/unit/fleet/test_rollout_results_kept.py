@@ -17,7 +17,6 @@ import tenacity
 import yaml
 from click.testing import CliRunner
 from pytest_mock import MockerFixture
-from test_rollout_internal_error import NAMES, commit_ok, remediating_host
 
 from remediate import api
 from remediate.api import hosts as api_hosts
@@ -28,6 +27,7 @@ from remediate.fleet.request import OomRequest
 from remediate.fleet.rollout import Rollout, Strategy
 from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
+from unit.fleet.test_rollout_internal_error import NAMES, commit_ok, remediating_host
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from test_rollout import UNIT, UNIT_PATH, remediate, sha, write_inventory
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import incident_unit
+
+from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, sha256_text
+from .test_rollout import remediate, write_inventory
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +23,7 @@ def test_a_probe_above_the_context_length_is_refused_before_any_host_is_changed(
     hosts = sandbox_hosts[:2]
     texts = {}
     for host in hosts:
-        host.set_standin(time_scale=0.002)
+        host.set_standin(**FAST_KNOBS)
         text = incident_unit(listen=host.address).replace(
             "--mem-fraction-static", "--context-length 65536 --mem-fraction-static", 1
         )
@@ -41,5 +43,5 @@ def test_a_probe_above_the_context_length_is_refused_before_any_host_is_changed(
     assert second["outcome"] == "not_attempted", second
     assert run.returncode == 2, run.stderr
     for host in hosts:
-        assert sha(host.read(UNIT_PATH)) == sha(texts[host.name]), f"{host.name} was written"
+        assert sha256_text(host.read(UNIT_PATH)) == sha256_text(texts[host.name]), f"{host.name} was written"
         assert not [p for p in host.path("/etc/systemd/system").iterdir() if ".bak." in p.name]

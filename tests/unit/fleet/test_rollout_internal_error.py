@@ -27,7 +27,7 @@ from remediate.fleet.rollout import INTERNAL_ERRORS, Rollout, Strategy
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
 NAMES = ("gpu-a01", "gpu-a02", "gpu-a03")
 BROKEN = "gpu-a02"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -14,11 +13,9 @@ import yaml
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import incident_unit
 
-pytestmark = pytest.mark.e2e
+from .conftest import FAST_KNOBS, REPO, UNIT, UNIT_PATH, CliRun, remediate_argv, run_cli, sha256_text
 
-ROOT = Path(__file__).resolve().parents[2]
-UNIT = "sglang.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+pytestmark = pytest.mark.e2e
 
 
 def write_inventory(path: Path, fleet: Sandbox, hosts: list[SandboxHost]) -> Path:
@@ -40,19 +37,13 @@ def fleet12(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: 
     hosts = sandbox_hosts[:12]
     assert len(hosts) == 12, "the rollout acceptance needs a 12-host sandbox fleet"
     for host in hosts:
-        host.set_standin(time_scale=0.002)
+        host.set_standin(**FAST_KNOBS)
         host.install_unit(UNIT, incident_unit(listen=host.address), start=True)
     return hosts, write_inventory(tmp_path / "inventory.yaml", sandbox_fleet, hosts)
 
 
-def remediate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remediate", *args], cwd=cwd, capture_output=True, text=True, timeout=600
-    )
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def remediate(*args: str, cwd: Path) -> CliRun:
+    return run_cli(remediate_argv(*args), cwd=cwd, timeout=600)  # a whole fleet's rollout, not one host's run
 
 
 def max_overlap(results: list[dict]) -> int:
@@ -111,7 +102,7 @@ def test_unhealthy_host_rolls_back_and_halts_the_rollout(fleet12, tmp_path: Path
     ]
     assert all(outcome[h.name] == "not_attempted" for h in hosts[5:])
     assert "exceed --max-failures 0" in doc["rollout"]["halted"]
-    assert sha(bad.read(UNIT_PATH)) == sha(original)
+    assert sha256_text(bad.read(UNIT_PATH)) == sha256_text(original)
     assert bad.show(UNIT, "ActiveState")["ActiveState"] == "active"
     for host in hosts[5:]:
         assert f"restart {UNIT}" not in host.audit()
@@ -174,7 +165,7 @@ def test_bad_inventory_exits_2_naming_file_and_line_and_touches_nothing(fleet12,
 def test_scripted_rollout_with_custom_policy(fleet12, tmp_path: Path) -> None:
     hosts, inventory = fleet12
     run = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "rollout.py"), "-i", str(inventory), "all", "--min-pool", "200000"],
+        [sys.executable, str(REPO / "examples" / "rollout.py"), "-i", str(inventory), "all", "--min-pool", "200000"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 1, run.stderr
