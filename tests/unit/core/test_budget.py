@@ -22,7 +22,7 @@ from remediate.core.budget import (
 )
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
 
-LOGS = Path(__file__).resolve().parents[1] / "budget_logs"
+LOGS = Path(__file__).resolve().parents[2] / "data" / "budget_logs"
 CORE = Path(__file__).resolve().parents[3] / "src" / "remediate" / "core"
 
 

@@ -1,4 +1,4 @@
-"""Golden cases for the crash-evidence parser and the advisor (tests/cases_diagnosis/<name>/).
+"""Golden cases for the crash-evidence parser and the advisor (tests/data/diagnosis_cases/<name>/).
 
 Each case: ``journal.txt`` (journalctl output, oldest first), optional ``show.txt`` (``systemctl show``
 key=value lines) and ``settings.yaml`` (the unit's current knobs), and ``expected.yaml``: the findings in
@@ -16,7 +16,7 @@ import yaml
 
 from remediate.core.diagnosis import KINDS, Settings, advise, parse_journal
 
-CASES = Path(__file__).resolve().parents[2] / "cases_diagnosis"
+CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
 NAMES = sorted(p.name for p in CASES.iterdir() if p.is_dir())
 
 

@@ -1,4 +1,4 @@
-"""Golden tests over REAL torch CUDA OOM texts captured on an H200 (tests/fixtures/torch_oom/).
+"""Golden tests over REAL torch CUDA OOM texts captured on an H200 (tests/data/torch_oom/).
 
 Provenance: capture.py provoked each OOM with torch 2.11.0+cu130 (meta/env.torch.txt); the
 ``*.sglang-*.txt`` variants are logged through a synthetic sglang call chain (synth_sglang.py);
@@ -16,7 +16,7 @@ import pytest
 
 from remediate.core.diagnosis import Settings, advise, parse_journal
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "torch_oom"
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "torch_oom"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((FIXTURES / "expected.json").read_text())
 FIELDS = (
     "tried_bytes",

@@ -19,7 +19,7 @@ from remediate.core.probes import parse_capacity_line
 from remediate.core.startup import parse_startup
 from remediate.host.budget import _STARTUP_LINES, diagnosed_spike
 
-CASES = Path(__file__).resolve().parents[2] / "cases_diagnosis"
+CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
 FORGED_CASE = CASES / "request-text-is-not-evidence" / "journal.txt"
 HEALTHY = (CASES / "healthy-journal-no-findings" / "journal.txt").read_text().splitlines()
 FORGED = [line for line in FORGED_CASE.read_text().splitlines() if "Receive: obj=" in line or "prompt=" in line]

@@ -1,4 +1,4 @@
-"""Golden cases from tests/cases (layout in tests/cases/README.md), each applied twice."""
+"""Golden cases from tests/data/unitfile_cases (layout in tests/data/unitfile_cases/README.md), each applied twice."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from remediate.core.unitfile.model import parse_unit, render_unit
 from remediate.core.unitfile.report import unified_diff
 from remediate.errors import ConfigError
 
-CASES = Path(__file__).resolve().parents[2] / "cases"
+CASES = Path(__file__).resolve().parents[2] / "data" / "unitfile_cases"
 FRAGMENT = "/etc/systemd/system/sglang.service"
 DROPIN_DIR = "/etc/systemd/system/sglang.service.d/"
 
@@ -143,5 +143,5 @@ def test_case_files_round_trip(case: Case) -> None:
 
 
 def test_incident_example_matches_case() -> None:
-    example = CASES.parent.parent / "examples" / "incident" / "sglang.service"
+    example = CASES.parents[2] / "examples" / "incident" / "sglang.service"
     assert _read(example) == _read(CASES / "incident" / "before.service")

@@ -1,4 +1,4 @@
-"""The bad-input corpus (tests/corpus_units/, layout as tests/cases/README.md): real-world layouts and
+"""The bad-input corpus (tests/data/unitfile_corpus/, layout as tests/data/unitfile_cases/README.md): real-world layouts and
 their hostile neighbours. Each unit is either edited exactly as its golden ``after`` files say, or
 refused with one ConfigError line naming the file — never a traceback, never a write — and no secret
 listed in ``params.yaml`` (``secrets:``) is ever shown: not in diffs, summaries, notes, JSON or errors.
@@ -19,7 +19,7 @@ from remediate.core.unitfile.report import plan_to_dict, summary_lines, unified_
 from remediate.errors import ConfigError
 from unit.core import test_unitfile_cases as golden
 
-CORPUS = Path(__file__).resolve().parents[2] / "corpus_units"
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "unitfile_corpus"
 CASES = golden.load_cases(CORPUS)
 EDITED = [case for case in CASES if not case.params.get("expect_error")]
 REFUSED = [case for case in CASES if case.params.get("expect_error")]

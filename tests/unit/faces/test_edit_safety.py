@@ -15,7 +15,7 @@ from remediate.cli import cli
 from remediate.errors import ConflictError
 from remediate.host import localfile
 
-INCIDENT = (Path(__file__).parents[2] / "cases" / "incident" / "before.service").read_text()
+INCIDENT = (Path(__file__).parents[2] / "data" / "unitfile_cases" / "incident" / "before.service").read_text()
 NEW = INCIDENT.replace("0.94", "0.93")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chowns to another uid: needs root")
 

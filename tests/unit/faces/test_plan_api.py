@@ -23,7 +23,7 @@ from remediate.host.options import BudgetOptions
 from remediate.models import HostResult
 
 ROOT = Path(__file__).resolve().parents[3]
-LOGS = Path(__file__).resolve().parents[1] / "budget_logs"
+LOGS = Path(__file__).resolve().parents[2] / "data" / "budget_logs"
 INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
 PATH = "/etc/systemd/system/sglang.service"
 ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000"]

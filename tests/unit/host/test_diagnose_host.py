@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]
 INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
 PATH = "/etc/systemd/system/sglang.service"
 ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
-CASES = ROOT / "tests" / "cases_diagnosis"
+CASES = ROOT / "tests" / "data" / "diagnosis_cases"
 
 
 def host(
