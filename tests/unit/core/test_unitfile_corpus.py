@@ -1,5 +1,5 @@
-"""The bad-input corpus (tests/data/unitfile_corpus/, layout as tests/data/unitfile_cases/README.md): real-world layouts and
-their hostile neighbours. Each unit is either edited exactly as its golden ``after`` files say, or
+"""The bad-input corpus (tests/data/unitfile_corpus/, layout as tests/data/unitfile_cases/README.md): real-world
+layouts and their hostile neighbours. Each unit is either edited exactly as its golden ``after`` files say, or
 refused with one ConfigError line naming the file — never a traceback, never a write — and no secret
 listed in ``params.yaml`` (``secrets:``) is ever shown: not in diffs, summaries, notes, JSON or errors.
 """
