@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_transport import FakeTransport, Pieces, exec_start_value, probe_output, state_output
+from fake_transport import FakeTransport, Pieces, incident_host, state_output
 from rich.console import Console
 
 from remediate import api, render_bench
@@ -23,7 +23,6 @@ from remediate.host.bench import BenchOptions
 from remediate.transport.base import SSHOptions
 
 UNIT = "sglang.service"
-ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000"]
 
 
 def sse(body: bytes) -> Pieces:
@@ -37,10 +36,7 @@ def sse(body: bytes) -> Pieces:
 
 
 def host(name: str) -> FakeTransport:
-    props = {"FragmentPath": f"/etc/systemd/system/{UNIT}", "ExecStart": exec_start_value(ARGV)}
-    props |= {"ActiveState": "active", "SubState": "running", "MainPID": 42, "NRestarts": 0}
-    fake = FakeTransport(name)
-    fake.on(r"# remediate probe", probe_output(UNIT, props, {}, candidates=[UNIT]))
+    fake = incident_host(name, text=None, active="active", MainPID=42)
     fake.on(r"\Asystemctl show", state_output())
     fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011, "max_req_input_len": 195005})))
     fake.http("/flush_cache", (200, "Cache flushed.\n"))

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport, exec_start_value, probe_output
+from fake_transport import FakeTransport, incident_host
 
 from remediate import api, render
 from remediate.fleet.inventory import HostEntry
@@ -20,22 +20,10 @@ from remediate.transport.base import SSHOptions
 ROOT = Path(__file__).resolve().parents[3]
 INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
 PATH = "/etc/systemd/system/sglang.service"
-ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000"]
 
 
 def host(text: str, tokens: int = 209007) -> FakeTransport:
-    props = {
-        "FragmentPath": PATH,
-        "DropInPaths": "",
-        "ExecStart": exec_start_value(ARGV),
-        "ActiveState": "active",
-        "SubState": "running",
-        "NeedDaemonReload": "no",
-        "NRestarts": 0,
-        "MainPID": 42,
-    }
-    fake = FakeTransport("gpu-01")
-    fake.on(r"# remediate probe", probe_output("sglang.service", props, {PATH: text}, candidates=["sglang.service"]))
+    fake = incident_host(text=text, active="active", MainPID=42)
     fake.on(r"# remediate: list the backups", "@@end\n")
     fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": tokens})))
     return fake

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport, exec_start_value, probe_output, state_output
+from fake_transport import FakeTransport, incident_host, state_output
 from rich.console import Console
 
 from remediate import api, render
@@ -39,24 +39,11 @@ JOURNAL = (
 
 
 def _env_host() -> FakeTransport:
-    host = FakeTransport("gpu-01")
-    props = {
-        "FragmentPath": runner.PATH,
-        "DropInPaths": "",
-        "ExecStart": exec_start_value(["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "$SGLANG_ARGS"]),
-        "EnvironmentFiles": f"{ENV_PATH} (ignore_errors=no)",
-        "NeedDaemonReload": "no",
-        "ActiveState": "failed",
-        "SubState": "failed",
-        "Result": "exit-code",
-        "NRestarts": 0,
-        "MainPID": 0,
-        "InvocationID": "inv-1",
-    }
-    files = {runner.PATH: ENV_UNIT, ENV_PATH: ENV_FILE}
-    host.on(runner.PROBE, probe_output(runner.UNIT, props, files, candidates=[runner.UNIT]))
-    host.on(runner.JOURNAL, "\n")
-    return host
+    argv = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "$SGLANG_ARGS"]
+    environment_files = f"{ENV_PATH} (ignore_errors=no)"
+    return incident_host(
+        text=ENV_UNIT, argv=argv, files={ENV_PATH: ENV_FILE}, journal="\n", EnvironmentFiles=environment_files
+    )
 
 
 def test_health_wait_polls_the_address_in_the_environment_file() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_transport import FakeTransport, exec_start_value, probe_output
+from fake_transport import FakeTransport, incident_host
 
 from remediate import api
 from remediate.cli import cli
@@ -22,11 +22,7 @@ from remediate.host.budget import auto_desired, diagnosed_spike, evidence_from, 
 from remediate.host.options import BudgetOptions
 from remediate.models import HostResult
 
-ROOT = Path(__file__).resolve().parents[3]
 LOGS = Path(__file__).resolve().parents[2] / "data" / "budget_logs"
-INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
-PATH = "/etc/systemd/system/sglang.service"
-ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000"]
 MIB = 1 << 20
 SPIKE = Spike(896 * MIB, 32768, int(666.44 * MIB), int(358.40 * MIB), fraction=0.94)
 INFO_093 = {
@@ -48,21 +44,8 @@ def journal(name: str) -> list[str]:
 
 def host(journal_lines: list[str], info: dict[str, object] | None, reply: str | None = None) -> FakeTransport:
     """A host running the incident's unit; ``reply`` replaces what the journal read prints."""
-    props = {
-        "FragmentPath": PATH,
-        "DropInPaths": "",
-        "ExecStart": exec_start_value(ARGV),
-        "ActiveState": "active" if info else "failed",
-        "SubState": "running" if info else "failed",
-        "NeedDaemonReload": "no",
-        "NRestarts": 0,
-        "MainPID": 42 if info else 0,
-    }
-    fake = FakeTransport("gpu-01")
-    fake.on(
-        r"# remediate probe", probe_output("sglang.service", props, {PATH: INCIDENT}, candidates=["sglang.service"])
-    )
-    fake.on(r"^journalctl ", reply if reply is not None else "\n".join(journal_lines) + "\n")
+    printed = reply if reply is not None else "\n".join(journal_lines) + "\n"
+    fake = incident_host(active="active" if info else "failed", journal=printed, MainPID=42 if info else 0)
     fake.http("/server_info", (200, json.dumps(info)) if info else 404)
     fake.http("/get_server_info", 404)
     return fake

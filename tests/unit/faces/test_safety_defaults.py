@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from fake_transport import FakeTransport, exec_start_value, probe_output
+from fake_transport import FakeTransport, incident_host
 
 from remediate import api
 from remediate.cli import cli
@@ -153,14 +153,16 @@ TEMPLATE_UNIT = (
 
 
 def _instance_host(text: str, env: str) -> FakeTransport:
-    props = {
-        "FragmentPath": TEMPLATE, "DropInPaths": "", "NeedDaemonReload": "no", "ActiveState": "active",
-        "SubState": "running", "NRestarts": 0, "MainPID": 42, "InvocationID": "inv-1",
-        "ExecStart": exec_start_value(["/opt/venv/bin/python3", "-m", "sglang.launch_server", "$SGLANG_ARGS"]),
-    }  # fmt: skip
-    fake = FakeTransport("gpu-01")
-    files = {TEMPLATE: text, "/etc/sglang/a.env": env}
-    fake.on(runner.PROBE, probe_output("sglang@a.service", props, files, candidates=["sglang@a.service"]))
+    argv = ["/opt/venv/bin/python3", "-m", "sglang.launch_server", "$SGLANG_ARGS"]
+    fake = incident_host(
+        text=text,
+        unit="sglang@a.service",
+        path=TEMPLATE,
+        argv=argv,
+        active="active",
+        MainPID=42,
+        files={"/etc/sglang/a.env": env},
+    )
     fake.http("/server_info", (200, '{"max_total_num_tokens": 1000}'))
     return fake
 

@@ -14,7 +14,7 @@ import pytest
 import tenacity
 import yaml
 from click.testing import CliRunner
-from fake_transport import FakeTransport, exec_start_value, probe_output, state_output
+from fake_transport import FakeTransport, incident_host, state_output
 from pytest_mock import MockerFixture
 
 from remediate import api
@@ -27,13 +27,11 @@ from remediate.fleet.rollout import INTERNAL_ERRORS, Rollout, Strategy
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
 
-ROOT = Path(__file__).resolve().parents[3]
-INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
 NAMES = ("gpu-a01", "gpu-a02", "gpu-a03")
 BROKEN = "gpu-a02"
 UNIT = "sglang.service"
 PATH = f"/etc/systemd/system/{UNIT}"
-ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000"]
+OOM_JOURNAL = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB\n"
 
 
 @pytest.fixture(autouse=True)
@@ -52,22 +50,7 @@ def inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def remediating_host(name: str) -> FakeTransport:
     """A host running the incident's unit (failed after its OOM) that the run remediates: commit, wait, verify."""
-    props = {
-        "FragmentPath": PATH,
-        "DropInPaths": "",
-        "ExecStart": exec_start_value(ARGV),
-        "EnvironmentFiles": "",
-        "NeedDaemonReload": "no",
-        "ActiveState": "failed",
-        "SubState": "failed",
-        "Result": "exit-code",
-        "NRestarts": 0,
-        "MainPID": 0,
-        "InvocationID": "inv-1",
-    }
-    fake = FakeTransport(name)
-    fake.on(r"# remediate probe", probe_output(UNIT, props, {PATH: INCIDENT}, candidates=[UNIT]))
-    fake.on(r"\Ajournalctl", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB\n")
+    fake = incident_host(name, journal=OOM_JOURNAL)
     fake.on(r"# remediate commit", commit_ok())
     fake.on(r"\Asystemctl show", state_output("activating", "start", invocation_id="inv-2", main_pid=5000))
     fake.http("/health", None, 200)

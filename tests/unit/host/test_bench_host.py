@@ -4,29 +4,17 @@ from __future__ import annotations
 
 import json
 
-from fake_transport import FakeTransport, Pieces, exec_start_value, probe_output, state_output
+from fake_transport import FakeTransport, Pieces, incident_host, state_output
 
 from remediate.host.bench import BUSY_NOTE, BenchOptions, bench_host
 
 UNIT = "sglang.service"
-ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000"]
-PROBE = r"\Abash -s\n# remediate probe"
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB"
 INFO = {"max_total_num_tokens": 195011, "max_req_input_len": 195005, "api_key": "sk-1"}
 
 
 def host(active: str = "active", *polls: str) -> FakeTransport:
-    t = FakeTransport("gpu-01")
-    props = {
-        "FragmentPath": f"/etc/systemd/system/{UNIT}",
-        "ExecStart": exec_start_value(ARGV),
-        "ActiveState": active,
-        "SubState": "running",
-        "NRestarts": 0,
-        "MainPID": 4242,
-    }
-    t.on(PROBE, probe_output(UNIT, props, {}, candidates=[UNIT]))
-    t.on(r"\Ajournalctl", f"Prefill batch. #new-seq: 1\n{OOM}\nSIGQUIT received\n")
+    t = incident_host(text=None, active=active, journal=f"Prefill batch. #new-seq: 1\n{OOM}\nSIGQUIT received\n")
     t.on(r"\Asystemctl show", *(polls or [state_output()]))
     t.http("/server_info", (200, json.dumps(INFO)))
     t.http("/model_info", (200, json.dumps({"model_path": "m", "vocab_size": 163840})))

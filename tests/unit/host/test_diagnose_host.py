@@ -6,15 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport, exec_start_value, probe_output
+from fake_transport import FakeTransport, incident_host
 
 from remediate import api, render
 from remediate.errors import ConfigError
 from remediate.host.diagnose import masked, parse_since
 
 ROOT = Path(__file__).resolve().parents[3]
-INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
-PATH = "/etc/systemd/system/sglang.service"
 ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
 CASES = ROOT / "tests" / "data" / "diagnosis_cases"
 
@@ -27,28 +25,14 @@ def host(
     state: str = "failed",
     argv: list[str] = ARGV,
 ) -> FakeTransport:  # type: ignore[assignment]
-    props = {
-        "FragmentPath": PATH,
-        "DropInPaths": "",
-        "ExecStart": exec_start_value(argv),
-        "ActiveState": state,
-        "SubState": "failed" if state == "failed" else "running",
-        "Result": "exit-code",
-        "NeedDaemonReload": "no",
-        "NRestarts": 1,
-        "MainPID": 100 if state == "active" else 0,
-    }
-    out = probe_output("sglang.service", props, {PATH: INCIDENT}, candidates=["sglang.service"])
     extra = ["@@journal", *journal]
     if gpus is None:
         extra.append("@@gpus absent")
     else:
         extra += ["@@gpus", *gpus, "@@apps", *apps]
     extra += ["@@ps", "  100     1", "  101   100", "  102   100", "  555     1"]
-    out = out.replace("@@end\n", "\n".join(extra) + "\n@@end\n")
-    fake = FakeTransport("gpu-01")
-    fake.on(r"# remediate probe", out)
-    return fake
+    main_pid = 100 if state == "active" else 0
+    return incident_host(argv=argv, active=state, probe_tail=extra, Result="exit-code", NRestarts=1, MainPID=main_pid)
 
 
 def journal(case: str) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tenacity.nap
-from fake_transport import FakeTransport, exec_start_value, listener_output, probe_output, state_output
+from fake_transport import FakeTransport, incident_host, listener_output, probe_output, state_output
 
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.host.options import RunOptions
@@ -85,24 +85,10 @@ def make_host(
     journal: str = OOM_JOURNAL,
 ) -> FakeTransport:
     """A host whose sglang unit is ``text`` at ``path``; the caller scripts commits, polls and HTTP."""
-    transport = FakeTransport("gpu-01")
-    properties = {
-        "FragmentPath": path,
-        "DropInPaths": "",
-        "ExecStart": exec_start_value(argv or ARGV),
-        "Environment": "HF_HOME=/models/.cache/huggingface CUDA_HOME=/usr/local/cuda",
-        "EnvironmentFiles": "",
-        "NeedDaemonReload": "no",
-        "ActiveState": active,
-        "SubState": "running" if active == "active" else "failed",
-        "Result": "success" if active == "active" else "exit-code",
-        "NRestarts": 0,
-        "MainPID": 4242 if active == "active" else 0,
-        "InvocationID": "inv-1",
-    }
-    transport.on(PROBE, probe_output(UNIT, properties, {path: text}, candidates=[UNIT]))
-    transport.on(JOURNAL, journal + "\n")
-    return transport
+    environment = "HF_HOME=/models/.cache/huggingface CUDA_HOME=/usr/local/cuda"
+    return incident_host(
+        text=text, path=path, argv=argv or ARGV, active=active, journal=journal + "\n", Environment=environment
+    )
 
 
 def run(transport: FakeTransport, **options: object) -> HostResult:
