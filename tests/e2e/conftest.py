@@ -38,6 +38,10 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sha256_text(text: str) -> str:
+    return sha256_bytes(text.encode())
+
+
 # Runs inside the host: one HTTP request with urllib, printed as one JSON line.
 _HTTP = r"""
 import json, sys, urllib.error, urllib.request
@@ -202,7 +206,7 @@ class Node:
 
     # -- the CLI -----------------------------------------------------------------------------------
     def argv(self, command: str, *args: str, target: str | None = None, ssh_config: bool = True) -> list[str]:
-        argv = [sys.executable, "-m", "remediate", command, target or self.host.name]
+        argv = remediate_argv(command, target or self.host.name)
         if ssh_config:
             argv += ["--ssh-config", str(self.fleet.ssh_config)]
         return argv + list(args)
@@ -211,16 +215,7 @@ class Node:
         self, command: str, *args: str, target: str | None = None, ssh_config: bool = True, json_out: bool = True
     ) -> CliRun:
         argv = self.argv(command, *args, target=target, ssh_config=ssh_config) + (["--json"] if json_out else [])
-        proc = subprocess.run(
-            argv, cwd=self.tmp_path, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=self.env()
-        )
-        document = None
-        if json_out and proc.stdout.strip():
-            try:
-                document = json.loads(proc.stdout)
-            except ValueError:
-                document = None
-        return CliRun(argv, proc.returncode, proc.stdout, proc.stderr, document)
+        return run_cli(argv, cwd=self.tmp_path, env=self.env())
 
     @property
     def observations(self) -> Path:
@@ -255,6 +250,25 @@ class Node:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+
+
+def remediate_argv(*args: str) -> list[str]:
+    """``python -m remediate ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "remediate", *args]
+
+
+def run_cli(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT) -> CliRun:
+    """Run the CLI in ``cwd``; with ``--json`` among its words, stdout's document is parsed (None if it is not one)."""
+    proc = subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_cli_env() if env is None else env
+    )
+    document = None
+    if "--json" in argv and proc.stdout.strip():
+        try:
+            document = json.loads(proc.stdout)
+        except ValueError:
+            document = None
+    return CliRun(argv, proc.returncode, proc.stdout, proc.stderr, document)
 
 
 def _cli_env() -> dict[str, str]:

@@ -1,0 +1,104 @@
+"""`oom`, `status`, `backups` and `rollback` through the Python API with a FakeTransport factory injected.
+
+The API takes the transport factory as a parameter (``transport_factory``); the CLI passes none and gets
+SSH (its remote commands are tested end to end against sandbox hosts in tests/e2e)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_transport import FakeTransport, incident_host
+
+from remediate import api
+from remediate.cli.render import console as render_console
+from remediate.fleet.inventory import HostEntry
+from remediate.fleet.request import OomRequest
+from remediate.models import HostResult
+from remediate.transport.base import SSHOptions
+
+ROOT = Path(__file__).resolve().parents[3]
+INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
+PATH = "/etc/systemd/system/sglang.service"
+
+
+def host(text: str, tokens: int = 209007) -> FakeTransport:
+    fake = incident_host(text=text, active="active", MainPID=42)
+    fake.on(r"# remediate: list the backups", "@@end\n")
+    fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": tokens})))
+    return fake
+
+
+class Factory:
+    """A transport factory that hands out one scripted host and records what it was asked for."""
+
+    def __init__(self, fake: FakeTransport) -> None:
+        self.fake = fake
+        self.seen: list[tuple[HostEntry, SSHOptions]] = []
+
+    def __call__(self, entry: HostEntry, options: SSHOptions) -> FakeTransport:
+        self.seen.append((entry, options))
+        return self.fake
+
+
+def document(results: list[HostResult], **extra: object) -> dict[str, object]:
+    """What `--json` prints, round-tripped through JSON."""
+    return json.loads(render_console.dumps(render_console.results_document(results, **extra)))  # type: ignore[no-any-return]
+
+
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./inventory.yaml, and retry files land in tmp
+
+
+def test_oom_dry_run_changes_nothing() -> None:
+    fake = host(INCIDENT)
+    factory = Factory(fake)
+    rollout = api.remediate_oom(
+        OomRequest(targets=("root@gpu-01",), dry_run=True, ssh=SSHOptions(sudo=True)), transport_factory=factory
+    )
+    assert api.exit_code(rollout.results) == 0 and rollout.retry_file is None
+    [(entry, options)] = factory.seen
+    assert entry.name == "root@gpu-01" and options.sudo is True and options.user == "root"
+    [result] = document(rollout.results, **rollout.extra())["results"]  # type: ignore[misc]
+    assert result["outcome"] == "unchanged" and result["changed"] is True and result["dry_run"] is True
+    assert result["flags"] == {
+        "before": {"mem_fraction_static": "0.94", "chunked_prefill_size": None},
+        "after": {"mem_fraction_static": "0.93", "chunked_prefill_size": "4096"},
+    }
+    assert result["env"]["after"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert "+Environment=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in result["diff"]
+    assert any("systemctl restart sglang.service" in step for step in result["steps"])
+    assert not fake.scripts("# remediate commit")
+
+
+def test_the_high_level_oom_function_takes_the_factory_too() -> None:
+    fake = host(INCIDENT)
+    request = api.OomRequest(
+        targets=("root@gpu-01",), dry_run=True, cli_desired=api.desired_args(mem_fraction_static="0.9")
+    )
+    rollout = api.remediate_oom(request, transport_factory=Factory(fake))
+    [result] = rollout.results
+    assert result.outcome == "unchanged" and result.flags_after["mem_fraction_static"] == "0.9"
+    assert not fake.scripts("# remediate commit")
+
+
+def test_status_reports_remediated_false_and_tokens() -> None:
+    results = api.status(["root@gpu-01"], transport_factory=Factory(host(INCIDENT)))
+    assert api.exit_code(results) == 0
+    [result] = document(results)["results"]  # type: ignore[misc]
+    assert result["remediated"] is False and result["max_total_num_tokens"] == 209007
+    assert result["active_state"] == "active"
+
+
+def test_backups_without_any_lists_none() -> None:
+    [result] = api.backups(["root@gpu-01"], transport_factory=Factory(host(INCIDENT)))
+    assert result.ok and result.extra["backups"] == []
+
+
+def test_rollback_without_backups_is_a_clear_failure() -> None:
+    rollout = api.rollback(["root@gpu-01"], transport_factory=Factory(host(INCIDENT)))
+    assert api.exit_code(rollout.results) == 2
+    [result] = document(rollout.results)["results"]  # type: ignore[misc]
+    assert result["outcome"] == "failed" and "no backups found" in result["error"]

@@ -1,0 +1,140 @@
+"""`diagnose` and the `oom` evidence gate through the Python API, one scripted host (FakeTransport)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_transport import FakeTransport, incident_host
+
+from remediate import api
+from remediate.cli.render import console as render_console
+from remediate.errors import ConfigError
+from remediate.host.diagnose import masked, parse_since
+
+ROOT = Path(__file__).resolve().parents[3]
+ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
+CASES = ROOT / "tests" / "data" / "diagnosis_cases"
+
+
+def host(
+    journal: list[str],
+    *,
+    gpus: list[str] | None = None,
+    apps: list[str] = (),
+    state: str = "failed",
+    argv: list[str] = ARGV,
+) -> FakeTransport:  # type: ignore[assignment]
+    extra = ["@@journal", *journal]
+    if gpus is None:
+        extra.append("@@gpus absent")
+    else:
+        extra += ["@@gpus", *gpus, "@@apps", *apps]
+    extra += ["@@ps", "  100     1", "  101   100", "  102   100", "  555     1"]
+    main_pid = 100 if state == "active" else 0
+    return incident_host(argv=argv, active=state, probe_tail=extra, Result="exit-code", NRestarts=1, MainPID=main_pid)
+
+
+def journal(case: str) -> list[str]:
+    return (CASES / case / "journal.txt").read_text().splitlines()
+
+
+def run(fake: FakeTransport, **kw: object) -> dict[str, object]:
+    results = api.diagnose(["gpu-01"], transport_factory=lambda entry, ssh: fake, **kw)  # type: ignore[arg-type]
+    doc = json.loads(render_console.dumps(render_console.results_document(results)))
+    (only,) = doc["results"]
+    return only  # type: ignore[no-any-return]
+
+
+def test_incident_journal_gives_findings_recommendation_and_command() -> None:
+    fake = host(
+        journal("incident-kimi-tp8"), gpus=["0, 97250, 96900"], apps=["101, 95000", "555, 2048"], state="active"
+    )
+    result = run(fake)
+    assert result["outcome"] == "unchanged" and result["error"] is None
+    (finding,) = result["findings"]
+    assert finding["kind"] == "cuda_oom_runtime" and finding["tried_bytes"] == 939524096
+    rec = result["recommendation"]
+    assert rec["chunked_prefill_size"] == 4096 and rec["alloc_conf"] == "expandable_segments:True"
+    assert rec["mem_fraction_static"] == 0.94 and isinstance(rec["mem_fraction_static"], float)
+    # a GPU process outside the server's tree is a neighbour: reported first, and `oom` would refuse
+    assert rec["blocking"] is True and rec["command"] is None
+    assert rec["reasons"][0].startswith("nvidia-smi: process 555 holds 2.00 GiB outside the server")
+    # read-only and one round trip: only the probe ran, and it asked for the journal and nvidia-smi
+    (call,) = fake.calls
+    assert call.stdin is not None
+    assert 'journalctl -u "$unit" -o short-iso --no-pager -q -n 2000' in call.stdin
+    assert "--query-compute-apps=pid,used_memory" in call.stdin
+
+    alone = run(host(journal("incident-kimi-tp8"), gpus=["0, 97250, 96900"], apps=["102, 95000"], state="active"))
+    assert alone["foreign_gpu_processes"] == [] and alone["recommendation"]["blocking"] is False
+    assert alone["recommendation"]["command"].startswith("remediate oom gpu-01 ")  # --unit as the inventory says
+    assert alone["recommendation"]["command"].endswith(" --mem-fraction-static 0.94")
+
+
+def test_since_time_is_quoted_into_the_script_and_restarts_cut_the_runs() -> None:
+    fake = host(journal("stale-oom-then-good-start"))
+    result = run(fake, since="2 hours ago", lines=50)
+    assert "-n 50 --since '2 hours ago'" in (fake.calls[0].stdin or "")
+    assert result["is_stale"] is True
+    only_current = run(host(journal("stale-oom-then-good-start")), since="0")
+    assert only_current["findings"] == [] and only_current["runs"] == 1
+
+
+def test_absent_nvidia_smi_is_a_note_not_an_error() -> None:
+    result = run(host(journal("not-enough-memory-0.5.23-tp8-at-0.75")))
+    assert result["error"] is None
+    assert any("nvidia-smi is not on this host" in n for n in result["notes"])
+    assert result["recommendation"]["blocking"] is True
+    assert result["recommendation"]["command"].endswith("--force")
+
+
+@pytest.mark.parametrize("value", ["yesterday at noon", "-", "1.5", "2 fortnights"])
+def test_bad_since_is_config_error_before_any_host(value: str) -> None:
+    with pytest.raises(ConfigError, match="--since"):
+        api.diagnose(["gpu-01"], since=value, transport_factory=lambda e, s: pytest.fail("contacted a host"))
+
+
+def test_parse_since_forms() -> None:
+    assert parse_since("3") == (3, None)
+    assert parse_since("2026-12-01 08:00") == (None, "2026-12-01 08:00")
+    assert parse_since("@1764576000") == (None, "@1764576000")
+    assert parse_since("-30min") == (None, "-30min")
+    assert parse_since(None) == (None, None)
+    with pytest.raises(ConfigError):
+        parse_since("1", lines=0)
+
+
+def test_secrets_in_evidence_are_masked() -> None:
+    assert (
+        masked("server_args=ServerArgs(api_key='sk-live-1', port=1)") == "server_args=ServerArgs(api_key=***, port=1)"
+    )
+    assert "hunter2" not in masked("--api-key hunter2 HF_TOKEN=hunter2")
+
+
+def test_oom_refuses_on_startup_not_enough_memory_and_changes_nothing(tmp_path: Path) -> None:
+    fake = host(journal("not-enough-memory-0.5.23-tp8-at-0.75"))
+    rollout = api.remediate_oom(
+        api.OomRequest(targets=("gpu-01",)), transport_factory=lambda e, s: fake, retry_dir=str(tmp_path)
+    )
+    (result,) = rollout.results
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert result.error is not None and "refusing the OOM recipe" in result.error
+    assert [f["kind"] for f in result.extra["findings"]][:1] == ["kv_pool_too_small_at_startup"]
+    assert not any("commit" in (c.stdin or "") or "daemon-reload" in c.text for c in fake.calls)
+
+
+def test_oom_dry_run_warns_instead_of_refusing() -> None:
+    fake = host(journal("kv-pool-exhausted-prefill"))
+    rollout = api.remediate_oom(api.OomRequest(targets=("gpu-01",), dry_run=True), transport_factory=lambda e, s: fake)
+    (result,) = rollout.results
+    assert result.exit_code == 0
+    assert any("refuses without --force" in w for w in result.warnings), result.warnings
+
+
+def test_a_container_unit_does_not_attribute_gpu_processes() -> None:
+    docker = ["/usr/bin/docker", "run", "--gpus", "all", "lmsysorg/sglang", "python3", "-m", "sglang.launch_server"]
+    result = run(host(journal("incident-kimi-tp8"), gpus=["0, 97250, 96900"], apps=["9999, 95000"], argv=docker))
+    assert result["foreign_gpu_processes"] == [] and result["recommendation"]["blocking"] is False
+    assert any("runs in a container" in n for n in result["notes"]), result["notes"]

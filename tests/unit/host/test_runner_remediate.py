@@ -1,0 +1,450 @@
+"""The single-host runner against a scripted FakeTransport: probe → plan → commit → wait → verify → rollback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import types
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import tenacity.nap
+from fake_transport import FakeTransport, incident_host, listener_output, probe_output, state_output
+
+from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
+from remediate.host.options import RunOptions
+from remediate.host.runner import remediate_host
+from remediate.models import CommandResult, HostResult
+
+ROOT = Path(__file__).resolve().parents[3]
+INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
+UNIT = "sglang.service"
+PATH = "/etc/systemd/system/sglang.service"
+ARGV = [
+    "/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--model-path", "/models/Kimi-K2.6", "--tp", "8",
+    "--host", "0.0.0.0", "--port", "30000", "--mem-fraction-static", "0.94", "--trust-remote-code",
+]  # fmt: skip
+NOW = 1_764_400_000.0  # 2025-11-29T07:06:40Z
+EPOCH = int(NOW)
+PROBE = r"# remediate probe"  # run (status) or held (oom: detection, lock and read in one)
+COMMIT = r"\Abash -s\n# remediate commit"
+POLL = r"\Asystemctl show"
+JOURNAL = r"\Ajournalctl"
+OOM_JOURNAL = "\n".join(
+    [
+        "Loading safetensors checkpoint shards: 100% Completed",
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "launched with HF_TOKEN=hf_abc123",
+        "sglang.service: Main process exited, code=exited, status=1/FAILURE",
+    ]
+)
+CAPACITY_LINE = (
+    "[2026-11-29 07:14:22 TP0] max_total_num_tokens=195011, chunked_prefill_size=4096, max_prefill_tokens=16384, "
+    "max_running_requests=6, context_len=262144, available_gpu_mem=1.81 GB"
+)
+
+
+@pytest.fixture(autouse=True)
+def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """wait_healthy backs off with tenacity; record the naps instead of taking them (no real sleeps)."""
+    naps: list[float] = []
+    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=naps.append))
+    return naps
+
+
+def remediated_text(text: str = INCIDENT, path: str = PATH, desired: DesiredState | None = None) -> str:
+    sources = UnitSources(fragment=SourceFile(path=path, text=text), env_files={})
+    plan = plan_edit(sources, desired or DesiredState(), now=datetime.fromtimestamp(NOW, tz=UTC))
+    return plan.files[0].new_text if plan.files else text
+
+
+def commit_ok(path: str = PATH, invocation: str = "inv-2", *, backup: bool = True, wrote: bool = True) -> str:
+    lines = [f"@@backup 0 {path}.bak.oom.{EPOCH}"] if backup else []
+    lines += ["@@renamed 0", "@@written 0 0123abcd"] if wrote else []
+    lines += ["@@reloaded", f"@@restart {EPOCH}", f"@@restarted {invocation}", "@@end"]
+    return "\n".join(lines) + "\n"
+
+
+def commit_error(code: int, message: str, stdout: str = "") -> CommandResult:
+    return CommandResult(argv="bash -s", exited=code, stdout=stdout, stderr=f"@@error {message}\n")
+
+
+def info(tokens: int) -> tuple[int, str]:
+    return 200, json.dumps({"max_total_num_tokens": tokens, "chunked_prefill_size": 4096})
+
+
+def make_host(
+    text: str = INCIDENT,
+    *,
+    active: str = "failed",
+    path: str = PATH,
+    argv: list[str] | None = None,
+    journal: str = OOM_JOURNAL,
+) -> FakeTransport:
+    """A host whose sglang unit is ``text`` at ``path``; the caller scripts commits, polls and HTTP."""
+    environment = "HF_HOME=/models/.cache/huggingface CUDA_HOME=/usr/local/cuda"
+    return incident_host(
+        text=text, path=path, argv=argv or ARGV, active=active, journal=journal + "\n", Environment=environment
+    )
+
+
+def run(transport: FakeTransport, **options: object) -> HostResult:
+    return remediate_host(transport, RunOptions(**options), now=lambda: NOW)  # type: ignore[arg-type]
+
+
+def phases(result: HostResult) -> list[str]:
+    return [p.name for p in result.phases]
+
+
+def written_texts(script: str) -> dict[str, str]:
+    """The bytes a rendered commit script writes, per target path (decoded from its base64 array)."""
+    arrays = {}
+    for line in script.splitlines():
+        name, eq, value = line.partition("=(")
+        if eq and name in ("paths", "b64s"):
+            arrays[name] = shlex.split(value.rstrip(")"))
+    return {p: base64.b64decode(b).decode() for p, b in zip(arrays["paths"], arrays["b64s"], strict=True)}
+
+
+# -- success -----------------------------------------------------------------------------------
+
+
+def test_remediated_phases_in_order(no_sleep: list[float]) -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2", main_pid=5000))
+    host.http("/health", None, None, 503, 200)
+    host.http("/server_info", info(206635))
+    result = run(host)
+    assert result.outcome == "remediated", result.error
+    assert result.exit_code == 0 and result.error is None
+    assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait", "verify"]
+    assert result.unit == UNIT and result.unit_path == PATH
+    assert result.max_total_num_tokens == 206635
+    assert result.backup == f"{PATH}.bak.oom.{EPOCH}"
+    assert result.flags_before["mem_fraction_static"] == "0.94"
+    assert result.flags_after == {"mem_fraction_static": "0.93", "chunked_prefill_size": "4096"}
+    assert result.env_after == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    [script] = host.scripts("# remediate commit")
+    assert written_texts(script) == {PATH: remediated_text()}
+    assert len(host.ran(POLL)) == 2  # the state: on the first poll (refused), and once the server answers
+    assert [c.path for c in host.http_calls] == ["/health"] * 4 + ["/server_info"]
+    assert {(c.host, c.port) for c in host.http_calls} == {("127.0.0.1", 30000)}
+    assert len(no_sleep) == 3
+    assert host.opened == 1
+
+
+def test_endpoint_from_port_flag() -> None:
+    argv = [*ARGV[:7], "--port=31000", *ARGV[11:]]
+    host = make_host(argv=argv)
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output(invocation_id="inv-2"))
+    host.http("/health", 200)
+    host.http("/server_info", info(206635))
+    result = run(host)
+    assert result.outcome == "remediated", result.error
+    assert {(c.host, c.port) for c in host.http_calls} == {("127.0.0.1", 31000)}
+
+
+def test_tokens_from_old_endpoint_then_journal() -> None:
+    host = make_host(journal=CAPACITY_LINE)
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output(invocation_id="inv-2"))
+    host.http("/health", 200)
+    host.http("/server_info", 404)
+    host.http("/get_server_info", 404)
+    result = run(host)
+    assert result.outcome == "remediated", result.error
+    assert result.max_total_num_tokens == 195011
+    assert len(host.fetched("/server_info")) == 1 and len(host.fetched("/get_server_info")) == 1
+
+
+def test_target_tokens_gap_is_a_warning() -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output(invocation_id="inv-2"))
+    host.http("/health", 200)
+    host.http("/server_info", info(195011))
+    result = run(host, target_tokens=200000)
+    assert result.outcome == "remediated" and result.exit_code == 0
+    assert result.token_gap is not None and round(result.token_gap, 4) == -0.0249
+    [warning] = result.warnings
+    assert "2.5%" in warning and "195,011" in warning and "200,000" in warning
+
+
+def test_unchanged_when_already_remediated_and_healthy() -> None:
+    host = make_host(remediated_text(), active="active")
+    host.http("/server_info", info(195011))
+    result = run(host)
+    assert result.outcome == "unchanged" and result.exit_code == 0
+    assert result.max_total_num_tokens == 195011
+    assert result.changed is False and result.steps == []
+    assert host.scripts("# remediate commit") == []
+    assert host.ran(POLL) == []
+    assert phases(result) == ["connect", "lock", "read", "plan"]
+    assert len(host.held) == 1 and "@@locked" in host.held[0]  # even a no-op run reads under the lock
+
+
+def test_already_remediated_but_down_is_restarted_without_writes() -> None:
+    host = make_host(remediated_text(), active="failed")
+    host.on(COMMIT, commit_ok(backup=False, wrote=False))
+    host.on(POLL, state_output(invocation_id="inv-2"))
+    host.http("/health", 200)
+    host.http("/server_info", info(195011))
+    result = run(host)
+    assert result.outcome == "remediated", result.error
+    [script] = host.scripts("# remediate commit")
+    assert written_texts(script) == {}
+    assert "systemctl restart" in script
+    assert any("already remediated" in note for note in result.notes)
+
+
+def test_dry_run_sends_no_commit() -> None:
+    host = make_host()
+    result = run(host, dry_run=True)
+    assert result.outcome == "unchanged"  # nothing was changed; `changed` and the diff say what a real run would do
+    assert result.is_dry_run is True and result.to_dict()["dry_run"] is True
+    assert result.changed is True
+    assert "+    --mem-fraction-static 0.93 \\" in result.diff
+    assert any(step.startswith("flock ") for step in result.steps)
+    assert any(step.startswith(f"copy {PATH} to {PATH}.bak.oom.{EPOCH}") for step in result.steps)
+    assert host.scripts("# remediate commit") == []
+    assert host.http_calls == []
+    assert [c.command for c in host.calls] == ["bash -s"]  # the probe only
+
+
+# -- commit failures ---------------------------------------------------------------------------
+
+
+def test_conflict_aborts_without_rollback() -> None:
+    host = make_host()
+    host.on(COMMIT, commit_error(76, f"conflict {PATH} changed since it was read (sha256 abc, expected def)"))
+    result = run(host)
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert result.error is not None and "aborted, nothing written" in result.error and PATH in result.error
+    assert len(host.scripts("# remediate commit")) == 1
+    assert "rollback" not in phases(result)
+
+
+def test_verify_failure_after_write_rolls_back_and_reports_both() -> None:
+    host = make_host()
+    host.on(
+        COMMIT,
+        commit_error(77, f"verify {PATH} has sha256 bad after the write, expected good", "@@renamed 0\n"),
+        commit_error(76, f"conflict {PATH} changed since it was read"),
+    )
+    result = run(host)
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert result.error is not None
+    assert f"commit failed: {PATH} has sha256 bad after the write" in result.error, result.error
+    assert "the rollback failed too" in result.error and result.error.count("gpu-01: ") == 1, result.error
+    assert len(host.scripts("# remediate commit")) == 2
+
+
+def test_need_daemon_reload_after_reload_rolls_back() -> None:
+    host = make_host()
+    host.on(
+        COMMIT,
+        commit_error(78, "reload NeedDaemonReload=yes after daemon-reload", "@@renamed 0\n"),
+        commit_ok(invocation="inv-3"),
+    )
+    host.on(POLL, state_output(invocation_id="inv-3"))
+    host.http("/health", 200)
+    host.http("/server_info", info(180000))
+    result = run(host)
+    assert result.outcome == "rolled_back" and result.exit_code == 1
+    assert result.error is not None and "NeedDaemonReload=yes" in result.error
+    first, undo = host.scripts("# remediate commit")
+    assert written_texts(undo) == {PATH: INCIDENT}
+
+
+# -- waiting: fail fast ------------------------------------------------------------------------
+
+
+FAIL_FAST = {
+    "active-state-failed": [
+        state_output("activating", "start", invocation_id="inv-2", main_pid=5000),
+        state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0),
+    ],
+    "nrestarts-grows": [
+        state_output("activating", "start", invocation_id="inv-2", main_pid=5000),
+        state_output("activating", "auto-restart", invocation_id="inv-2", n_restarts=1, main_pid=0),
+    ],
+    "mainpid-changes": [
+        state_output("activating", "start", invocation_id="inv-2", main_pid=5000),
+        state_output("activating", "start", invocation_id="inv-2", main_pid=5001),
+    ],
+    "invocation-changes": [
+        state_output("activating", "start", invocation_id="inv-2", main_pid=5000),
+        state_output("activating", "start", invocation_id="inv-9", main_pid=5000),
+    ],
+}
+
+
+@pytest.mark.parametrize("polls", FAIL_FAST.values(), ids=FAIL_FAST.keys())
+def test_wait_fails_fast_without_rollback(polls: list[str]) -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, *polls)
+    host.http("/health", None)  # still loading: would poll until the timeout without fail-fast
+    result = run(host, rollback=False, timeout=900)
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert len(host.ran(POLL)) == 2  # the second poll saw the crash
+    assert len(host.scripts("# remediate commit")) == 1
+    assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait"]
+    assert result.journal[0] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert "HF_TOKEN=***" in "\n".join(result.journal)
+    assert "hf_abc123" not in json.dumps(result.to_dict())
+    [journal_call] = host.ran(JOURNAL)
+    assert f"--since @{EPOCH}" in journal_call.command
+
+
+def test_crash_rolls_back_to_the_old_bytes() -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok(invocation="inv-2"), commit_ok(invocation="inv-3", backup=False))
+    host.on(
+        POLL,
+        state_output("activating", "start", invocation_id="inv-2", main_pid=5000),
+        state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0),
+        state_output("active", "running", invocation_id="inv-3", main_pid=6000),
+    )
+    host.http("/health", None, 200)
+    host.http("/server_info", info(180000))
+    result = run(host)
+    assert result.outcome == "rolled_back" and result.exit_code == 1
+    assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait", "rollback"]
+    assert result.error is not None and "failed" in result.error and "rolled back" in result.error
+    assert result.journal[0].startswith("torch.OutOfMemoryError")
+    forward, undo = host.scripts("# remediate commit")
+    assert written_texts(forward) == {PATH: remediated_text()}
+    assert written_texts(undo) == {PATH: INCIDENT}
+    assert "tags=( oom )" in forward and "tags=( '' )" in undo  # the rollback makes no second backup
+    assert result.max_total_num_tokens == 180000  # the old server's
+
+
+def test_rollback_that_fails_too() -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok(invocation="inv-2"), commit_ok(invocation="inv-3", backup=False))
+    host.on(POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
+    host.http("/health", None)
+    result = run(host)
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert result.error is not None and "the rollback failed too" in result.error
+    # the undo's commit held, its wait did not: the message says what the host holds
+    assert f"the previous bytes of {PATH} are back and {UNIT} was restarted on them" in result.error
+    assert "the old server did not come up either" in result.error
+
+
+def test_rollback_whose_commit_fails_does_not_claim_the_old_bytes_are_back() -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok(invocation="inv-2"), commit_error(1, "systemctl daemon-reload: injected"))
+    host.on(POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
+    host.http("/health", None)
+    result = run(host)
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert result.error is not None and "the rollback failed too" in result.error, result.error
+    assert "are back" not in result.error and "did not come up either" not in result.error, result.error
+
+
+def test_min_tokens_below_rolls_back() -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok(invocation="inv-2"), commit_ok(invocation="inv-3", backup=False))
+    host.on(
+        POLL,
+        state_output(invocation_id="inv-2"),
+        state_output(invocation_id="inv-3", main_pid=6000),
+    )
+    host.http("/health", 200)
+    host.http("/server_info", info(150000), info(206635))
+    result = run(host, min_tokens=200000)
+    assert result.outcome == "rolled_back" and result.exit_code == 1
+    assert result.error is not None and "below --min-tokens 200,000" in result.error
+    assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait", "verify", "rollback"]
+    _, undo = host.scripts("# remediate commit")
+    assert written_texts(undo) == {PATH: INCIDENT}
+
+
+def test_min_tokens_below_without_rollback_fails() -> None:
+    host = make_host()
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output(invocation_id="inv-2"))
+    host.http("/health", 200)
+    host.http("/server_info", info(150000))
+    result = run(host, min_tokens=200000, rollback=False)
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert len(host.scripts("# remediate commit")) == 1
+
+
+def test_timeout_counts_polls_not_seconds() -> None:
+    """A tiny timeout stops after the first poll (tenacity's stop_before_delay), then rolls back."""
+    host = make_host()
+    host.on(COMMIT, commit_ok(invocation="inv-2"), commit_ok(invocation="inv-3", backup=False))
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2"))
+    host.http("/health", None)
+    result = run(host, timeout=1e-9, rollback=False)
+    assert result.outcome == "failed"
+    assert result.error is not None and "not healthy after" in result.error
+    assert len(host.ran(POLL)) == 1
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def test_several_sglang_units_is_bad_input() -> None:
+    host = FakeTransport("gpu-01")
+    host.on(PROBE, probe_output(None, {}, candidates=["a.service", "b.service"]))
+    result = run(host)
+    assert result.outcome == "failed" and result.exit_code == 2
+    assert result.error is not None and "a.service, b.service" in result.error and "--unit" in result.error
+    assert host.calls == [] and len(host.held) == 1  # the detection is the locked read's first step
+
+
+def test_probe_failure_is_a_transport_error() -> None:
+    host = FakeTransport("gpu-01")
+    host.on(PROBE, CommandResult(argv="bash -s", exited=255, stdout="", stderr="bash: no such thing\n"))
+    result = run(host)
+    assert result.outcome == "unreachable" and result.exit_code == 3
+    assert result.error is not None and "probe failed" in result.error
+
+
+# -- the fake itself ---------------------------------------------------------------------------
+
+
+def test_fake_refuses_unscripted_commands_and_repeats_its_last_reply() -> None:
+    from fake_transport import UnscriptedCommandError
+
+    from remediate.transport.base import Transport
+
+    host: Transport = FakeTransport("h").on(r"\Aecho", "one\n", 3).http("/health", None, 503, 200)
+    assert [host.run("echo").stdout, host.run("echo").exited, host.run("echo").exited] == ["one\n", 3, 3]
+    assert [host.http_get("127.0.0.1", 1, "/health").status for _ in range(4)] == [None, 503, 200, 200]
+    assert host.http_get("127.0.0.1", 1, "/other").status == 404
+    with pytest.raises(UnscriptedCommandError):
+        host.run("rm -rf /")
+
+
+def test_lock_held_by_another_run_fails_clearly_before_reading() -> None:
+    host = FakeTransport("gpu-01")
+    host.on(r"@@locked", CommandResult("bash -c", 75, "", "@@error lock another remediation holds the lock\n"))
+    result = run(host, unit=UNIT)  # the read comes after the lock in the same script: nothing was read
+    assert result.outcome == "failed" and result.exit_code == 1
+    assert result.error == "gpu-01: another remediation holds the lock on gpu-01"
+    assert host.calls == [] and len(host.held) == 1
+    assert phases(result) == ["connect", "lock"]
+
+
+def test_an_owner_check_that_could_not_run_is_said_in_the_notes(no_sleep: list[float]) -> None:
+    """ss missing on the host: the answer is taken as the unit's (nothing to check it with), and the result
+    says it was not proven, instead of passing in silence."""
+    host = make_host()
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2", main_pid=5000))
+    host.http("/health", 200)
+    host.http("/server_info", info(206635))
+    host.on(r"\A# remediate: listener", listener_output().replace("@@listen\n", "@@listen\n@@nosockets\n"))
+    result = run(host)
+    assert result.outcome == "remediated", result.error
+    assert any("port's owner is not checked" in note for note in result.notes), result.notes
