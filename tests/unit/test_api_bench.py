@@ -15,7 +15,7 @@ from rich.console import Console
 
 from remediate import api, render_bench
 from remediate.cli import cli
-from remediate.core.benchrecord import RunArgs
+from remediate.core.bench.record import RunArgs
 from remediate.errors import ConnectError
 from remediate.fleet import sweep
 from remediate.fleet.inventory import HostEntry

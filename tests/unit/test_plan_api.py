@@ -12,8 +12,8 @@ from fake_transport import FakeTransport, exec_start_value, probe_output
 
 from remediate import api
 from remediate.cli import cli
-from remediate.core.headroom import Spike
-from remediate.core.observation import Observation, parse_observations
+from remediate.core.budget.headroom import Spike
+from remediate.core.budget.observation import Observation, parse_observations
 from remediate.core.startup import parse_server_info
 from remediate.core.unitfile.edit import DesiredState, Settings
 from remediate.fleet import budget as fleet_budget

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from remediate.core.observation import Observation, parse_observations
+from remediate.core.budget.observation import Observation, parse_observations
 from remediate.errors import ConfigError, RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from remediate.core.benchrecord import CSV_COLUMNS, RunArgs, csv_rows, point_record
-from remediate.core.sweep import HostBench
+from remediate.core.bench.record import CSV_COLUMNS, RunArgs, csv_rows, point_record
+from remediate.core.bench.sweep import HostBench
 from remediate.errors import ConfigError
 
 PLOT_EXTRA = "pip install 'remediate[plot]'"

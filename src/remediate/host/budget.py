@@ -2,7 +2,7 @@
 
 The evidence is what the host already has: the unit's journal (the last server start's memory lines and
 any earlier crash), ``/server_info`` when the server answers, and the unit's own settings. The model and
-the choice are the pure core's (:mod:`remediate.core.budget`, :mod:`remediate.core.headroom`).
+the choice are the pure core's (:mod:`remediate.core.budget.pool`, :mod:`remediate.core.budget.headroom`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,19 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from remediate.core.budget import GIB, BudgetModel, CalibrationError, Measured, Unmodelled, calibrate, offline_model
-from remediate.core.budget import model_from_server as _model_from_server
+from remediate.core.budget.headroom import Knobs, Plan, Spike, choose
+from remediate.core.budget.observation import matching
+from remediate.core.budget.pool import (
+    GIB,
+    BudgetModel,
+    CalibrationError,
+    Measured,
+    Unmodelled,
+    calibrate,
+    offline_model,
+)
+from remediate.core.budget.pool import model_from_server as _model_from_server
 from remediate.core.diagnosis import parse_journal
-from remediate.core.headroom import Knobs, Plan, Spike, choose
-from remediate.core.observation import matching
 from remediate.core.probes import ProbeResult
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
 from remediate.core.unitfile.edit import DesiredState, Settings, read_settings

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from remediate.core import probes
 from remediate.core.probes import ProbeResult
-from remediate.core.unitname import normalise_unit
+from remediate.core.unitfile.unitname import normalise_unit
 from remediate.errors import CommandError, LockHeldError, RemediationError, TransportError
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, host_outcome, new_result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remediate.core.observation import Observation, observation_from
+from remediate.core.budget.observation import Observation, observation_from
 from remediate.core.startup import parse_startup
 from remediate.host.health import journal_since
 from remediate.models import HostResult

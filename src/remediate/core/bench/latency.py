@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from remediate.core.sse import StreamChunk
+from remediate.core.bench.stream import StreamChunk
 
 
 @dataclass(frozen=True)
