@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from fake_transport import exec_start_value, probe_output
 
 from remediate.core import probes
-
-SGLANG_CAPACITY = (
-    "[2026-11-29 07:14:22 TP0] max_total_num_tokens=206635, chunked_prefill_size=2048, "
-    "max_prefill_tokens=16384, max_running_requests=6, context_len=262144, available_gpu_mem=1.81 GB"
-)
-SGLANG_046_CAPACITY = (
-    "[2025-05-01 10:00:00 TP0] max_total_num_tokens=180000, chunked_prefill_size=8192, "
-    "max_prefill_tokens=16384, max_running_requests=4097, context_len=131072"
-)
 
 
 def test_parse_show_keeps_equals_signs_inside_values() -> None:
@@ -114,42 +103,6 @@ def test_parse_probe_several_candidates_has_no_state() -> None:
     assert found.candidates == ("a.service", "b.service")
     assert found.state is None
     assert found.files == {}
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        {"max_total_num_tokens": 206635, "chunked_prefill_size": 4096},
-        {"internal_states": [{"memory_usage": {"token_capacity": 206635}}]},
-    ],
-    ids=["top-level", "internal_states"],
-)
-def test_parse_server_info_forms(body: dict[str, object]) -> None:
-    assert probes.parse_server_info(json.dumps(body).encode()) == 206635
-
-
-@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b"{}", b'{"max_total_num_tokens": "206635"}'])
-def test_parse_server_info_without_tokens(body: bytes) -> None:
-    assert probes.parse_server_info(body) is None
-
-
-def test_parse_capacity_line_sglang_md_example() -> None:
-    assert probes.parse_capacity_line(["loading weights", SGLANG_CAPACITY, "The server is fired up"]) == 206635
-    match = probes.CAPACITY_RE.search(SGLANG_CAPACITY)
-    assert match is not None
-    assert match.groups() == ("206635", "2048", "16384", "6", "262144", "1.81")
-
-
-def test_parse_capacity_line_046_form_without_available_mem() -> None:
-    match = probes.CAPACITY_RE.search(SGLANG_046_CAPACITY)
-    assert match is not None and match.group(6) is None
-    assert probes.parse_capacity_line([SGLANG_046_CAPACITY]) == 180000
-
-
-def test_parse_capacity_line_newest_wins_and_none_when_absent() -> None:
-    assert probes.parse_capacity_line([SGLANG_046_CAPACITY, SGLANG_CAPACITY]) == 206635
-    assert probes.parse_capacity_line(["nothing here"]) is None
-    assert probes.parse_capacity_line([]) is None
 
 
 def test_explain_crash_puts_oom_first_then_crash_then_tail() -> None:

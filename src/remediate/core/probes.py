@@ -7,12 +7,10 @@ framed with ``@@`` header lines so one parser can split it. Nothing here does I/
 from __future__ import annotations
 
 import base64
-import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
-from remediate.core.diagnosis.lines import message_text
+from remediate.core.logline import message_text
 from remediate.errors import UnsafePathError
 
 SHOW_PROPERTIES = (
@@ -30,11 +28,6 @@ SHOW_PROPERTIES = (
     "InvocationID",
 )
 
-# sglang's capacity line (SGLANG.md §2.1), every version from 0.4.6 on.
-CAPACITY_RE = re.compile(
-    r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+|None), max_prefill_tokens=(\d+), "
-    r"max_running_requests=(\d+), context_len=(\d+)(?:, available_(?:gpu|cpu)_mem=([\d.]+) GB)?"
-)
 # Lines that explain a crash, most telling first (SGLANG.md §6, §8).
 OOM_RE = re.compile(
     r"OutOfMemoryError|CUDA out of memory|out of memory|Not enough memory|"
@@ -319,37 +312,6 @@ def parse_file_header(rest: str) -> dict[str, str]:
     for match, nxt in zip(matches, [*matches[1:], None], strict=True):
         out[match.group(1)] = rest[match.end() : nxt.start() if nxt is not None else len(rest)]
     return out
-
-
-def parse_server_info(body: bytes) -> int | None:
-    """``max_total_num_tokens`` from /server_info or /get_server_info (top-level key, all versions)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    return tokens_from_info(data) if isinstance(data, dict) else None
-
-
-def tokens_from_info(data: dict[str, Any]) -> int | None:
-    """The KV pool from a parsed info document: top-level, else ``internal_states[0].memory_usage``."""
-    value = data.get("max_total_num_tokens")
-    if isinstance(value, int):
-        return value
-    states = data.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        usage = states[0].get("memory_usage")
-        if isinstance(usage, dict) and isinstance(usage.get("token_capacity"), int):
-            return int(usage["token_capacity"])
-    return None
-
-
-def parse_capacity_line(lines: list[str]) -> int | None:
-    """The newest ``max_total_num_tokens=`` journal line's value, if any."""
-    for line in reversed(lines):
-        match = CAPACITY_RE.match(message_text(line))  # at the message's start: never a logged request's text
-        if match:
-            return int(match.group(1))
-    return None
 
 
 # systemd's words when it stops restarting a crash-looping unit (the start limit): never cut from the lines.

@@ -27,6 +27,7 @@ from remediate.core.budget.pool import (
 from remediate.core.budget.pool import model_from_server as _model_from_server
 from remediate.core.diagnosis import parse_journal
 from remediate.core.probes import ProbeResult
+from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
 from remediate.core.unitfile.edit import DesiredState, Settings, read_settings
 from remediate.core.unitfile.report import mask_secrets
@@ -107,12 +108,8 @@ def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
 
 
 # The startup memory lines, searched in the unit's whole journal: a server up for days has pushed its
-# start far out of any tail, and a restart in progress keeps the previous start's numbers. Each at the start
-# of its message (``-o cat``: after sglang's "[time TPn] " only), so logged requests never fill the 400.
-_STARTUP_LINES = (
-    r"^(\[[^]]*\] )?(server_args=ServerArgs\(|Load weight (begin|end)\."
-    r"|((Full|SWA) )?KV Cache (is allocated|VA upper bound)\.|max_total_num_tokens=)"
-)
+# start far out of any tail, and a restart in progress keeps the previous start's numbers (``STARTUP_LINES_ERE``
+# picks them, each at the start of its message, so logged requests never fill the 400).
 _TAIL = "@@journal-tail"
 
 

@@ -27,10 +27,9 @@ from remediate.core.probes import (
     ServiceState,
     explain_crash,
     gave_up_restarting,
-    parse_capacity_line,
     parse_show,
-    tokens_from_info,
 )
+from remediate.core.startup import parse_capacity_line, tokens_from_info
 from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
 from remediate.host.listener import listener_owner

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediate.core.bench.latency import RequestMetrics, Summary, summarize
-from remediate.core.probes import tokens_from_info
+from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError
 

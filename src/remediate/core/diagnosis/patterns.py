@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from remediate.core.diagnosis.findings import Finding, Kind, Phase
-from remediate.core.diagnosis.lines import LogLine, at_message
 from remediate.core.diagnosis.sizes import gib_to_bytes
 from remediate.core.diagnosis.torch_oom import OOM_MARK, parse_torch_oom
+from remediate.core.logline import LogLine, at_message
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _CAPTURE = re.compile(r"Capture (?:prefill )?cuda graph failed", re.IGNORECASE)

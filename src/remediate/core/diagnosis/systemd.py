@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from remediate.core.diagnosis.findings import Finding
-from remediate.core.diagnosis.lines import LogLine
+from remediate.core.logline import LogLine
 
 # systemd core/unit.c and service.c, each message prefixed by the unit's name ("sglang.service: ").
 _LIMIT = re.compile(r"(?:\S+: )?(?:Failed with result 'start-limit-hit'|Start request repeated too quickly)")
