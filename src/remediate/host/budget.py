@@ -29,6 +29,7 @@ from remediate.core.diagnosis import parse_journal
 from remediate.core.probes import ProbeResult
 from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
+from remediate.core.unitfile.alloc import has_expandable
 from remediate.core.unitfile.edit import DesiredState, Settings, read_settings
 from remediate.core.unitfile.report import mask_secrets
 from remediate.core.unitfile.sources import UnitSources
@@ -68,16 +69,6 @@ class HostBudget:
     @property
     def chosen_fraction(self) -> float | None:
         return self.plan.chosen.fraction if self.plan and self.plan.chosen else None
-
-
-def has_expandable(alloc_conf: str | None) -> bool:
-    """``PYTORCH_CUDA_ALLOC_CONF`` is a comma list of ``key:value``; the last ``expandable_segments`` wins."""
-    found = False
-    for item in (alloc_conf or "").split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "expandable_segments":
-            found = value.strip() == "True"
-    return found
 
 
 def _int(text: str | None) -> int | None:

@@ -8,7 +8,6 @@ from typing import Any
 
 from remediate.core.diagnosis.findings import Finding, GpuProcess, RunFacts
 
-EXPANDABLE = "expandable_segments:True"
 CHUNK = 4096
 STEP = 0.01
 MIN_FRACTION = 0.5  # below this a runtime OOM is not a fraction problem: say so instead of going lower
@@ -57,11 +56,6 @@ class Recommendation:
             "blocking": self.blocking,
             "command": self.command,
         }
-
-
-def has_expandable(alloc_conf: str | None) -> bool:
-    opts = [o.strip().replace(" ", "") for o in (alloc_conf or "").split(",")]
-    return any(o.lower() == EXPANDABLE.lower() for o in opts)
 
 
 def resolved(settings: Settings, facts: RunFacts) -> Settings:
