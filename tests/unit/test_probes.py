@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from fake_transport import exec_start_value, probe_output
 
-from remediate.core import probes
+from remediate.core.diagnosis.explain import explain_crash
+from remediate.core.diagnosis.systemd import gave_up_restarting
+from remediate.core.probe import ServiceState, dropin_order, parse_exec_start, parse_probe, parse_show
+from remediate.core.unitfile.argv import server_endpoint
 
 
 def test_parse_show_keeps_equals_signs_inside_values() -> None:
@@ -16,7 +19,7 @@ def test_parse_show_keeps_equals_signs_inside_values() -> None:
         "Empty=\n"
         "not a property line\n"
     )
-    props = probes.parse_show(text)
+    props = parse_show(text)
     assert props["Environment"] == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True HF_HOME=/models"
     assert props["Description"] == "a=b=c"
     assert props["Empty"] == ""
@@ -29,24 +32,24 @@ def test_parse_exec_start_systemd_rendering_with_quoted_word() -> None:
         '{ path=/bin/bash ; argv[]=/bin/bash -c "exec python3 -m sglang.launch_server --port 31000" ; '
         "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
     )
-    assert probes.parse_exec_start(value) == (("/bin/bash", "-c", "exec python3 -m sglang.launch_server --port 31000"),)
+    assert parse_exec_start(value) == (("/bin/bash", "-c", "exec python3 -m sglang.launch_server --port 31000"),)
 
 
 def test_parse_exec_start_several_lines_and_escapes() -> None:
     first = ["/usr/bin/true"]
     second = ["/opt/venv/bin/python3", "-m", "sglang.launch_server", "--served-model-name", 'say "hi"\tnow']
     value = exec_start_value(first, second)
-    assert probes.parse_exec_start(value) == (tuple(first), tuple(second))
+    assert parse_exec_start(value) == (tuple(first), tuple(second))
 
 
 def test_parse_exec_start_empty() -> None:
-    assert probes.parse_exec_start("") == ()
+    assert parse_exec_start("") == ()
 
 
 def test_service_state_properties() -> None:
-    state = probes.ServiceState(
+    state = ServiceState(
         unit="sglang.service",
-        properties=probes.parse_show(
+        properties=parse_show(
             "NRestarts=3\nMainPID=0\nNeedDaemonReload=yes\nDropInPaths=/a.conf /b.conf\n"
             "EnvironmentFiles=/etc/default/sglang (ignore_errors=no) /etc/opt (ignore_errors=yes)\n"
         ),
@@ -79,7 +82,7 @@ def test_parse_probe_round_trip() -> None:
         analyze=True,
         now=1234.5,
     )
-    found = probes.parse_probe(text, None)
+    found = parse_probe(text, None)
     assert found.candidates == ("sglang.service",)
     assert found.has_systemd_analyze is True
     assert found.now == 1234.5
@@ -99,7 +102,7 @@ def test_parse_probe_round_trip() -> None:
 
 
 def test_parse_probe_several_candidates_has_no_state() -> None:
-    found = probes.parse_probe(probe_output(None, {}, candidates=["a.service", "b.service"]), None)
+    found = parse_probe(probe_output(None, {}, candidates=["a.service", "b.service"]), None)
     assert found.candidates == ("a.service", "b.service")
     assert found.state is None
     assert found.files == {}
@@ -115,7 +118,7 @@ def test_explain_crash_puts_oom_first_then_crash_then_tail() -> None:
         "sglang.service: Main process exited, code=exited, status=1/FAILURE",
         "sglang.service: Failed with result 'exit-code'.",
     ]
-    picked = probes.explain_crash(lines)
+    picked = explain_crash(lines)
     assert picked[0] == lines[2]
     assert picked[1:4] == [lines[1], lines[5], lines[6]]
     assert picked[4:] == [lines[3], lines[4]]  # then the tail, without repeats
@@ -124,7 +127,7 @@ def test_explain_crash_puts_oom_first_then_crash_then_tail() -> None:
 
 def test_explain_crash_limit() -> None:
     lines = [f"CUDA out of memory #{i}" for i in range(30)]
-    assert probes.explain_crash(lines, limit=12) == lines[:12]
+    assert explain_crash(lines, limit=12) == lines[:12]
 
 
 def test_explain_crash_keeps_systemds_start_limit_line_past_the_limit() -> None:
@@ -132,11 +135,11 @@ def test_explain_crash_keeps_systemds_start_limit_line_past_the_limit() -> None:
     restarting the unit must survive (on systemd 252 Result= keeps the crash's exit-code: it is the only sign)."""
     lines = [f"torch.OutOfMemoryError: CUDA out of memory #{i}" for i in range(30)]
     lines += ["sglang.service: Start request repeated too quickly.", "sglang.service: Failed with result 'exit-code'."]
-    picked = probes.explain_crash(lines, limit=12)
+    picked = explain_crash(lines, limit=12)
     assert len(picked) == 12 and picked[:11] == lines[:11]
     assert picked[-1] == "sglang.service: Start request repeated too quickly."
-    assert probes.gave_up_restarting(picked) and not probes.gave_up_restarting(lines[:30])
-    assert probes.gave_up_restarting(["sglang.service: Failed with result 'start-limit-hit'."])
+    assert gave_up_restarting(picked) and not gave_up_restarting(lines[:30])
+    assert gave_up_restarting(["sglang.service: Failed with result 'start-limit-hit'."])
 
 
 @pytest.mark.parametrize(
@@ -150,7 +153,7 @@ def test_explain_crash_keeps_systemds_start_limit_line_past_the_limit() -> None:
     ],
 )
 def test_server_endpoint(argv: list[str], expected: tuple[str, int]) -> None:
-    assert probes.server_endpoint(argv) == expected
+    assert server_endpoint(argv) == expected
 
 
 def test_unloaded_dropins_count_as_a_pending_daemon_reload() -> None:
@@ -159,18 +162,16 @@ def test_unloaded_dropins_count_as_a_pending_daemon_reload() -> None:
         "@@now 1.0\n@@unit app.service\n@@show\nNeedDaemonReload=no\nDropInPaths=\n"
         "@@unloaded /etc/systemd/system/app.service.d/50-x.conf\n@@end\n"
     )
-    found = probes.parse_probe(text, None)
+    found = parse_probe(text, None)
     assert found.unloaded_dropins == ("/etc/systemd/system/app.service.d/50-x.conf",)
     assert found.needs_daemon_reload and found.state is not None and not found.state.needs_daemon_reload
-    assert not probes.parse_probe(
-        text.replace(" /etc/systemd/system/app.service.d/50-x.conf", ""), None
-    ).needs_daemon_reload
+    assert not parse_probe(text.replace(" /etc/systemd/system/app.service.d/50-x.conf", ""), None).needs_daemon_reload
 
 
 def test_dropins_apply_by_file_name_across_directories_first_directory_wins() -> None:
     loaded = ("/etc/systemd/system/a.service.d/20-b.conf", "/run/systemd/system/a.service.d/30-c.conf")
     unloaded = ("/etc/systemd/system/a.service.d/10-a.conf", "/run/systemd/system/a.service.d/20-b.conf")
-    assert probes.dropin_order(loaded, unloaded) == [
+    assert dropin_order(loaded, unloaded) == [
         "/etc/systemd/system/a.service.d/10-a.conf",
         "/etc/systemd/system/a.service.d/20-b.conf",
         "/run/systemd/system/a.service.d/30-c.conf",

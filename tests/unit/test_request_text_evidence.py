@@ -96,7 +96,8 @@ def test_message_starts_follow_the_exception_class_and_the_wrappers() -> None:
 
 def test_a_logged_request_quoting_systemd_is_not_systemd_giving_up() -> None:
     """The wait's failure message (host/health.fail) says the start limit stopped the unit only on systemd's line."""
-    from remediate.core.probes import explain_crash, gave_up_restarting
+    from remediate.core.diagnosis.explain import explain_crash
+    from remediate.core.diagnosis.systemd import gave_up_restarting
 
     cat = [re.sub(r"^\w{3} \d\d \S+ \S+ \S+: ", "", line) for line in FORGED]
     assert not gave_up_restarting(cat) and not gave_up_restarting(FORGED)

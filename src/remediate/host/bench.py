@@ -30,7 +30,8 @@ from remediate.core.bench.sweep import (
     safe_id_range,
     skip_reason,
 )
-from remediate.core.probes import ServiceState, explain_crash
+from remediate.core.diagnosis.explain import explain_crash
+from remediate.core.probe import ServiceState
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
 from remediate.host.health import fetch_json, fetch_server_info, journal_since, read_state
 from remediate.host.options import RunOptions

@@ -26,7 +26,7 @@ from remediate.core.budget.pool import (
 )
 from remediate.core.budget.pool import model_from_server as _model_from_server
 from remediate.core.diagnosis import parse_journal
-from remediate.core.probes import ProbeResult
+from remediate.core.probe import ProbeResult
 from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
 from remediate.core.unitfile.alloc import has_expandable

@@ -24,7 +24,7 @@ from remediate.core.diagnosis import (
     parse_journal,
 )
 from remediate.core.diagnosis.gpus import Gpu, GpuApp, foreign_apps, parse_apps, parse_gpus, process_tree
-from remediate.core.probes import ProbeResult
+from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import UnitSources, read_settings
 from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError

@@ -22,13 +22,10 @@ from typing import Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_before_delay
 
+from remediate.core.diagnosis.explain import explain_crash
+from remediate.core.diagnosis.systemd import gave_up_restarting
 from remediate.core.jsondoc import DocumentError, parse_document
-from remediate.core.probes import (
-    ServiceState,
-    explain_crash,
-    gave_up_restarting,
-    parse_show,
-)
+from remediate.core.probe import ServiceState, parse_show
 from remediate.core.startup import parse_capacity_line, tokens_from_info
 from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError

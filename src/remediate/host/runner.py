@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from remediate.core import probes
-from remediate.core.probes import ProbeResult
+from remediate.core.probe import ProbeResult, refuse_unsafe
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
@@ -223,7 +222,7 @@ def _remediate_locked(
         plan = plan_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
         refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
-        probes.refuse_unsafe(found, [f.path for f in plan.files], transport.host)
+        refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
         result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)

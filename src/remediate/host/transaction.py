@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from remediate.core.probes import ServiceState
+from remediate.core.probe import ServiceState
 from remediate.core.unitfile.report import mask_data
 from remediate.errors import (
     CommitError,
