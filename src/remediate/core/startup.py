@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediate.core.logline import LogLine, split_line
+from remediate.core.numbers import as_float, as_int
 
 # Every startup number is printed with "%.2f" (sglang model_executor/model_runner.py, mem_cache/memory_pool.py,
 # managers/scheduler.py): digits, optionally a fraction. Never "1.2.3": such text is not a startup line.
@@ -246,31 +247,6 @@ class ServerSettings:
     kvcache_gib: float | None = None  # internal_states[0].memory_usage.kvcache (0.4.10.post2+)
 
 
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-        return int(value)
-    return None
-
-
-def _float(value: object) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -282,23 +258,23 @@ def parse_server_info(data: Mapping[str, Any]) -> ServerSettings:
     if isinstance(states, list) and states and isinstance(states[0], dict):
         usage = states[0].get("memory_usage")
         if isinstance(usage, dict):
-            kvcache = _float(usage.get("kvcache"))
-    page = _int(data.get("page_size"))
+            kvcache = as_float(usage.get("kvcache"), text=True)
+    page = as_int(data.get("page_size"), text=True, whole_float=True)
     return ServerSettings(
-        mem_fraction_static=_float(data.get("mem_fraction_static")),
-        chunked_prefill_size=_int(data.get("chunked_prefill_size")),
+        mem_fraction_static=as_float(data.get("mem_fraction_static"), text=True),
+        chunked_prefill_size=as_int(data.get("chunked_prefill_size"), text=True, whole_float=True),
         page_size=page if page and page > 0 else 1,
-        max_total_tokens=_int(data.get("max_total_tokens")),
+        max_total_tokens=as_int(data.get("max_total_tokens"), text=True, whole_float=True),
         max_total_num_tokens=tokens_from_info(data),
-        context_length=_int(data.get("context_length")),
-        max_req_input_len=_int(data.get("max_req_input_len")),
-        max_running_requests=_int(data.get("max_running_requests")),
-        tp_size=_int(data.get("tp_size")),
+        context_length=as_int(data.get("context_length"), text=True, whole_float=True),
+        max_req_input_len=as_int(data.get("max_req_input_len"), text=True, whole_float=True),
+        max_running_requests=as_int(data.get("max_running_requests"), text=True, whole_float=True),
+        tp_size=as_int(data.get("tp_size"), text=True, whole_float=True),
         model_path=_str(data.get("model_path")),
         speculative_algorithm=_str(data.get("speculative_algorithm")),
-        speculative_num_steps=_int(data.get("speculative_num_steps")),
-        speculative_eagle_topk=_int(data.get("speculative_eagle_topk")),
-        speculative_num_draft_tokens=_int(data.get("speculative_num_draft_tokens")),
+        speculative_num_steps=as_int(data.get("speculative_num_steps"), text=True, whole_float=True),
+        speculative_eagle_topk=as_int(data.get("speculative_eagle_topk"), text=True, whole_float=True),
+        speculative_num_draft_tokens=as_int(data.get("speculative_num_draft_tokens"), text=True, whole_float=True),
         kvcache_gib=kvcache,
     )
 
@@ -306,12 +282,12 @@ def parse_server_info(data: Mapping[str, Any]) -> ServerSettings:
 def tokens_from_info(data: Mapping[str, Any]) -> int | None:
     """The KV pool from a parsed ``/server_info`` document: top-level ``max_total_num_tokens`` (every version),
     else ``internal_states[0].memory_usage.token_capacity`` (sglang managers/scheduler.py ``get_internal_state``)."""
-    value = _int(data.get("max_total_num_tokens"))
+    value = as_int(data.get("max_total_num_tokens"), text=True, whole_float=True)
     if value is not None:
         return value
     states = data.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
         usage = states[0].get("memory_usage")
         if isinstance(usage, dict):
-            return _int(usage.get("token_capacity"))
+            return as_int(usage.get("token_capacity"), text=True, whole_float=True)
     return None

@@ -26,6 +26,7 @@ from remediate.core.budget.pool import (
 )
 from remediate.core.budget.pool import model_from_server as _model_from_server
 from remediate.core.diagnosis import parse_journal
+from remediate.core.numbers import as_int
 from remediate.core.probe import ProbeResult
 from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
@@ -69,13 +70,6 @@ class HostBudget:
     @property
     def chosen_fraction(self) -> float | None:
         return self.plan.chosen.fraction if self.plan and self.plan.chosen else None
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
@@ -150,7 +144,7 @@ def evidence_from(
     if chunk is None:
         chunk = startup.chunked_prefill_size
     if chunk is None:
-        chunk = _int(unit.chunked_prefill_size)
+        chunk = as_int(unit.chunked_prefill_size, text=True)
     spike, note = diagnosed_spike(journal)
     model_path = (info.model_path if info else None) or args.get("model_path")
     tp_size = (info.tp_size if info else None) or args.get("tp_size")

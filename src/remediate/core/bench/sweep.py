@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediate.core.bench.latency import RequestMetrics, Summary, summarize
+from remediate.core.numbers import as_int
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError
@@ -107,19 +108,15 @@ class ServerLimits:
     vocab_size: int | None = None
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def limits_from_info(info: dict[str, Any], model_info: dict[str, Any] | None = None) -> ServerLimits:
     """The limits from the info document (``vocab_size`` also from ``/model_info`` where a server has it)."""
     vocab = None
     for doc in (model_info or {}, info):
-        vocab = vocab or _int(doc.get("vocab_size"))
+        vocab = vocab or as_int(doc.get("vocab_size"))
     return ServerLimits(
         max_total_num_tokens=tokens_from_info(info),
-        max_req_input_len=_int(info.get("max_req_input_len")),
-        context_length=_int(info.get("context_length")) or _int(info.get("context_len")),
+        max_req_input_len=as_int(info.get("max_req_input_len")),
+        context_length=as_int(info.get("context_length")) or as_int(info.get("context_len")),
         vocab_size=vocab,
     )
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from remediate.core.diagnosis.findings import Finding
 from remediate.core.logline import LogLine, message_text
+from remediate.core.numbers import as_int
 
 # systemd's words when it stops restarting a crash-looping unit (the start limit): systemd src/core/unit.c and
 # service.c, each message prefixed by the unit's name ("sglang.service: "); only at the start of the message
@@ -26,13 +27,6 @@ def gave_up_restarting(lines: list[str]) -> bool:
     return any(is_gave_up(line) for line in lines)
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        return None
-
-
 def crash_loop_finding(
     lines: Sequence[LogLine], show: Mapping[str, str], previous_restarts: int | None, *, run: int
 ) -> Finding | None:
@@ -40,7 +34,7 @@ def crash_loop_finding(
     said_by_systemd = [line for line in lines if line.is_systemd or not (line.ident or line.has_sglang_prefix)]
     evidence = [line for line in said_by_systemd if GAVE_UP_RE.match(line.text) or _COUNTER.match(line.text)]
     counters = [int(m[1]) for line in evidence if (m := _COUNTER.match(line.text))]
-    restarts = _int(show.get("NRestarts"))
+    restarts = as_int(show.get("NRestarts"), text=True)
     if restarts is None and counters:
         restarts = counters[-1]
     hit = show.get("Result") == "start-limit-hit" or any(GAVE_UP_RE.match(line.text) for line in evidence)
