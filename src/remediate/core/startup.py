@@ -134,10 +134,6 @@ class StartupNumbers:
     ranks: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
 
-    @property
-    def is_empty(self) -> bool:
-        return self.free0_gib is None and self.free1_gib is None and self.max_total_num_tokens is None
-
 
 def rank_and_message(line: LogLine) -> tuple[str, str]:
     """The TP/DP rank of a line and its message: "[2026-12-01 09:06:33 TP0] …" / "[… DP0 TP3] …", journald's

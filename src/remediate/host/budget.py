@@ -67,10 +67,6 @@ class HostBudget:
     errors: tuple[CalibrationError, ...] = ()
     notes: tuple[str, ...] = ()
 
-    @property
-    def chosen_fraction(self) -> float | None:
-        return self.plan.chosen.fraction if self.plan and self.plan.chosen else None
-
 
 def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
     """The newest runtime CUDA OOM of a prefill with its numbers, as a spike (plus what was missing)."""

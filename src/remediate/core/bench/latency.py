@@ -125,12 +125,6 @@ class Summary:
     p90: float | None = None
     p99: float | None = None
 
-    def scaled(self, factor: float) -> Summary:
-        def s(v: float | None) -> float | None:
-            return None if v is None else v * factor
-
-        return Summary(s(self.mean), s(self.median), s(self.p90), s(self.p99))
-
 
 def summarize(values: Sequence[float | None]) -> Summary:
     present = [v for v in values if v is not None]
