@@ -54,7 +54,8 @@ def test_qwen3_tp2_startup_numbers_are_the_minimum_over_ranks() -> None:
 
 
 def test_qwen3_14b_tp2_predicts_139814_from_the_logged_numbers() -> None:
-    """SGLANG.md §3.2: free0 18.73, free1 17.22, cell 4*128*2*40*2 = 81,920 B at 0.65 -> #tokens 139,814."""
+    """sglang mem_cache/kv_cache_configurator.py ``_profile_available_bytes``:
+    free0 18.73, free1 17.22, cell 4*128*2*40*2 = 81,920 B at 0.65 -> #tokens 139,814."""
     numbers = parse_startup(lines("qwen3-14b-tp2.log"))
     for cell in (81920, None):  # the model config's cell, and the cell read off the K/V sizes
         raw = model(numbers, anchor=False, cell_bytes=cell)

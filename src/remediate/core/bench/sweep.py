@@ -1,9 +1,9 @@
 """PURE: the long-context sweep of ``remediate bench`` — lengths, exact prompts, skip rules, results.
 
 Text prompts drift off the requested length and ``bench_serving`` samples lengths in [1, L] unless told
-otherwise (SGLANG.md §9), so the sweep sends ``input_ids``: exactly N ids, each request with its own
-first id (nothing of it can be in the prefix cache), ids drawn from a range every tokenizer has as
-ordinary tokens. The RNG seed comes in from the caller.
+otherwise (sglang benchmark/datasets/random.py, ``--random-range-ratio``), so the sweep sends ``input_ids``:
+exactly N ids, each request with its own first id (nothing of it can be in the prefix cache), ids drawn from a
+range every tokenizer has as ordinary tokens. The RNG seed comes in from the caller.
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ def _splitmix64(state: int, count: int) -> list[int]:
 
 
 def generate_body(ids: Sequence[int], gen: int) -> dict[str, Any]:
-    """The ``/generate`` request: exact ids, greedy, no early stop, streamed (SGLANG.md §5)."""
+    """The ``/generate`` request: exact ids, greedy, no early stop, streamed (sglang managers/io_struct.py
+    ``GenerateReqInput``, entrypoints/http_server.py ``generate_request``)."""
     return {
         "input_ids": list(ids),
         "sampling_params": {"max_new_tokens": gen, "ignore_eos": True, "temperature": 0},

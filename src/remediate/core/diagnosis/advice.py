@@ -100,7 +100,8 @@ def neighbours(finding: Finding, server_pids: tuple[int, ...] = ()) -> tuple[Gpu
 
 
 def tokens_at(s: Settings, fraction: float) -> int | None:
-    """KV tokens at another fraction: the pool is ``free1 − free0·(1 − mfs)`` (SGLANG.md §3.2), same token size."""
+    """KV tokens at another fraction: the pool is ``free1 − free0·(1 − mfs)``, same token size (sglang
+    mem_cache/kv_cache_configurator.py ``_profile_available_bytes``)."""
     free0, free1, tokens, cur = (
         s.free_before_weights_bytes,
         s.free_after_weights_bytes,

@@ -1,6 +1,8 @@
-"""The crash texts of sglang and torch (SGLANG.md §2.5, §6, §8), one matcher per kind.
+"""The crash texts of sglang and torch, one matcher per kind: torch c10/cuda/CUDACachingAllocator.cpp (the CUDA
+OOM), sglang model_executor/pool_configurator.py (``Not enough memory``), model_executor/runner/
+decode_cuda_graph_runner.py (``Capture cuda graph failed``), managers/scheduler.py (``hit an exception``).
 
-Each text is matched only where its message starts (``lines.at_message``): a request or prompt that sglang
+Each text is matched only where its message starts (``logline.at_message``): a request or prompt that sglang
 logs in the middle of a line is never evidence. The numbers inside a matched message are read after it.
 """
 

@@ -52,7 +52,7 @@ def _size(match: re.Match[str] | None, group: int = 1) -> int | None:
 
 def parse_torch_oom(text: str) -> TorchOOM | None:
     """The numbers in ``text`` if it carries torch's CUDA OOM message, else None. Cut texts give what they hold.
-    The journal parser passes the text from where the message starts (``lines.at_message``), never a line's
+    The journal parser passes the text from where the message starts (``logline.at_message``), never a line's
     middle: the numbers are read after torch's mark only."""
     mark = OOM_MARK.search(text)
     if mark is None:
