@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from remediate.core.diagnosis.findings import Finding, GpuProcess, RunFacts
+from remediate.core.diagnosis.findings import Finding, RunFacts
+from remediate.core.diagnosis.torch_oom import GpuProcess
 
 CHUNK = 4096
 STEP = 0.01

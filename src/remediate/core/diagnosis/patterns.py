@@ -83,7 +83,7 @@ def _torch(line: LogLine, mark: re.Match[str], following: Sequence[LogLine]) -> 
     text = line.text
     oom = parse_torch_oom(text[mark.start() :])
     assert oom is not None, "match_line found OOM_MARK"
-    values = {k: v for k, v in vars(oom).items() if v is not None and v != ()}
+    values: dict[str, Any] = {"oom": oom, "tried_bytes": oom.tried_bytes}
     # the same OOM re-raised (chained, or wrapped as "Capture cuda graph failed: …", maybe cut) is one finding
     dedupe = f"{oom.gpu}/{oom.tried_bytes}/{oom.total_bytes}/{oom.free_bytes}" if oom.tried_bytes else text[:400]
     if at_message(_CAPTURE, text):

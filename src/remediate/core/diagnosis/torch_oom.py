@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from remediate.core.diagnosis.findings import GpuProcess
 from remediate.core.diagnosis.sizes import SIZE, parse_size
 
 OOM_MARK = re.compile(r"CUDA out of memory\.?", re.IGNORECASE)
@@ -25,6 +25,18 @@ _OLD = re.compile(
     rf"(?: ({SIZE}) allowed;)?(?: ({SIZE}) reserved in total by PyTorch)?"
 )
 _OLD_GPU = re.compile(r"\(GPU (\d+);")
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One NVML process line of torch's OOM text (``self``: "this process", i.e. the crashing one)."""
+
+    pid: int | None
+    bytes: int
+    self: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "bytes": self.bytes, "self": self.self}
 
 
 @dataclass(frozen=True)
