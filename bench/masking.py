@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from remediate.core.sweep import mask_info  # noqa: E402
+from remediate.core.bench.sweep import mask_info  # noqa: E402
 from remediate.core.unitfile.secrets import mask_secrets  # noqa: E402
 from remediate.host.diagnose import masked  # noqa: E402
 

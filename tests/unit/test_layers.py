@@ -7,7 +7,7 @@
     host/       one host's transaction, health, restore, ...    not fleet/, not the faces
     transport/  base.py, ssh.py (the only fabric/paramiko)      core, errors, models only
     controller/ the controller's own files (state dir, logs)    core, errors, models only (transport's floor)
-    core/       PURE: unitfile/, probes.py, backups.py          core, errors, models + pure stdlib only
+    core/       PURE: unitfile/, probe.py, backups.py           core, errors, models + pure stdlib only
     errors.py models.py                                         each other only
 
 The checker reads the source (AST), so it sees function-level and ``TYPE_CHECKING`` imports too, and
@@ -180,7 +180,7 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 def test_the_tree_has_its_layers() -> None:
     layers = {layer_of(m) for m in MODULES}
     assert layers == set(RANK)
-    assert {"remediate.core.unitfile.edit", "remediate.core.probes", "remediate.core.backups"} <= set(MODULES)
+    assert {"remediate.core.unitfile.edit", "remediate.core.probe", "remediate.core.backups"} <= set(MODULES)
     assert {"remediate.host.runner", "remediate.host.transaction", "remediate.fleet.rollout"} <= set(MODULES)
     assert {"remediate.controller.state", "remediate.controller.transactions"} <= set(MODULES)
 
@@ -232,7 +232,7 @@ KNOWN = set(MODULES)
     ],
 )
 def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
-    assert violations("remediate.core.probes", source, KNOWN), source
+    assert violations("remediate.core.probe", source, KNOWN), source
 
 
 @pytest.mark.parametrize(
@@ -252,7 +252,7 @@ def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
         ("remediate.controller.state", "from remediate import api"),
         ("remediate.controller.state", "import paramiko"),
         ("remediate.transport.base", "from remediate.controller.state import state_dir"),
-        ("remediate.core.probes", "from remediate.controller.state import state_dir"),
+        ("remediate.core.probe", "from remediate.controller.state import state_dir"),
         ("remediate.models", "from remediate.core.unitfile.edit import DesiredState"),
         ("remediate.models", "from remediate.transport.base import SSHOptions"),
         ("remediate.errors", "import os"),
@@ -276,16 +276,16 @@ def test_checker_catches_an_upward_or_misplaced_import(module: str, source: str)
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("remediate.core.probes", "import re\nfrom remediate.core.unitfile.edit import UnitSources"),
+        ("remediate.core.probe", "import re\nfrom remediate.core.unitfile.edit import UnitSources"),
         (
-            "remediate.core.probes",
+            "remediate.core.probe",
             "from datetime import UTC, datetime\ndef f(now: datetime) -> datetime:\n    return now",
         ),
         ("remediate.core.unitfile.edit", "from . import model\nfrom .model import parse_unit"),
-        ("remediate.host.runner", "from remediate.core.probes import ProbeResult\nimport time"),
+        ("remediate.host.runner", "from remediate.core.probe import ProbeResult\nimport time"),
         ("remediate.fleet.settings", "from remediate.host.options import RunOptions"),
         ("remediate.controller.retry", "import os\nfrom remediate.controller.state import state_dir"),
-        ("remediate.controller.observations", "from remediate.core.observation import Observation"),
+        ("remediate.controller.observations", "from remediate.core.budget.observation import Observation"),
         ("remediate.host.transaction", "from remediate.controller.transactions import record_transaction"),
         ("remediate.fleet.retry", "from remediate.controller.retry import write_retry_text"),
         ("remediate.api.change", "from remediate.controller.state import check_state_dir"),
@@ -301,5 +301,5 @@ def test_checker_allows_what_the_contract_allows(module: str, source: str) -> No
 
 
 def test_relative_imports_are_resolved() -> None:
-    errors = violations("remediate.core.probes", "from ..host import runner", KNOWN)
+    errors = violations("remediate.core.probe", "from ..host import runner", KNOWN)
     assert any("imports remediate.host.runner: core must not import host" in e for e in errors), errors

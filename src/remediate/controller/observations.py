@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from remediate.controller.state import state_dir
-from remediate.core.observation import Observation, parse_observations
+from remediate.core.budget.observation import Observation, parse_observations
 from remediate.errors import ConfigError
 
 ENV = "REMEDIATE_OBSERVATIONS"

@@ -16,31 +16,104 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediate.core.diagnosis.lines import split_line
+from remediate.core.logline import LogLine, split_line
+from remediate.core.numbers import as_float, as_int
 
+# Every startup number is printed with "%.2f" (sglang model_executor/model_runner.py, mem_cache/memory_pool.py,
+# managers/scheduler.py): digits, optionally a fraction. Never "1.2.3": such text is not a startup line.
+_NUM = r"\d+(?:\.\d+)?"
+# A rank prefix in any time format ("[t TP0] ", "[2026-12-01T09:06:33+00:00 DP0 TP3] "): sglang's logger
+# format can be changed, so the ranks, not the time, tell a startup line.
 _RANK_RE = re.compile(r"\[[^\[\]]*?((?: [A-Z][A-Z_]*\d+)+)\] ")
-_LOAD_BEGIN_RE = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
-_LOAD_END_RE = re.compile(r"Load weight end\. .*?avail mem=([\d.]+) GB")
-_KV_RE = re.compile(
+# sglang model_executor/model_runner.py ``load_model``: "Load weight begin. avail mem=%.2f GB", then
+# "Load weight end. elapsed=…, type=…, avail mem=%.2f GB, mem usage=%.2f GB." (older: no elapsed=).
+LOAD_BEGIN_RE = re.compile(rf"Load weight begin\. avail mem=({_NUM}) GB")
+LOAD_END_RE = re.compile(rf"Load weight end\..*?avail mem=({_NUM}) GB")
+# sglang mem_cache/memory_pool.py (MHATokenToKVPool / MLATokenToKVPool ``_finalize_allocation_log``).
+KV_RE = re.compile(
     r"(?:(?:Full|SWA) )?KV Cache (?:is allocated|VA upper bound)\. (?:dtype: \S+, )?#tokens: (\d+), "
-    r"(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
+    rf"(?:K size: ({_NUM}) GB, V size: ({_NUM}) GB|KV size: ({_NUM}) GB)"
 )
-_CAPACITY_RE = re.compile(
+# sglang managers/scheduler.py (``Scheduler.__init__``, TP rank 0): the capacity line, every version from 0.4.6
+# on; "available_gpu_mem=" (or "available_cpu_mem=") since 0.4.7.
+CAPACITY_RE = re.compile(
     r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+|None), max_prefill_tokens=(\d+), "
-    r"max_running_requests=(\d+), context_len=(\d+)(?:, available_(?:gpu|cpu)_mem=([\d.]+) GB)?"
+    rf"max_running_requests=(\d+), context_len=(\d+)(?:, available_(?:gpu|cpu)_mem=({_NUM}) GB)?"
 )
-_SERVER_ARGS_RE = re.compile(r"server_args=ServerArgs\(")
-# A field of the ServerArgs repr (dataclass __repr__: "ServerArgs(a=1, b=2)"), not text inside a value.
+# sglang entrypoints/engine.py logs the resolved args at every start: "server_args=ServerArgs(…)", the dataclass
+# repr. (0.5.23 logs a dict instead, ``server_args={…}`` from ``_server_args_for_logging``: not read here.)
+SERVER_ARGS_RE = re.compile(r"server_args=ServerArgs\(")
+# The same lines for ``grep -E`` over ``journalctl -o cat`` (sglang's one bracketed prefix, or none): the host
+# reads a whole journal through it so that logged requests never crowd the startup lines out.
+STARTUP_LINES_ERE = (
+    r"^(\[[^]]*\] )?(server_args=ServerArgs\(|Load weight (begin|end)\."
+    r"|((Full|SWA) )?KV Cache (is allocated|VA upper bound)\.|max_total_num_tokens=)"
+)
+# A field of the ServerArgs repr (dataclass __repr__: "ServerArgs(a=1, b=2)"), not text inside a value; a
+# number runs to the next field.
 _FIELD = r"(?:(?<=\()|(?<=, ))"
+_END = r"(?=[,)]|$)"
 _ARG_RE = {
-    "mem_fraction_static": re.compile(rf"{_FIELD}mem_fraction_static=([\d.]+)"),
-    "page_size": re.compile(rf"{_FIELD}page_size=(\d+)"),
-    "max_total_tokens": re.compile(rf"{_FIELD}max_total_tokens=(\d+)"),
-    "chunked_prefill_size": re.compile(rf"{_FIELD}chunked_prefill_size=(-?\d+)"),
-    "tp_size": re.compile(rf"{_FIELD}tp_size=(\d+)"),
+    "mem_fraction_static": re.compile(rf"{_FIELD}mem_fraction_static=({_NUM}){_END}"),
+    "page_size": re.compile(rf"{_FIELD}page_size=(\d+){_END}"),
+    "max_total_tokens": re.compile(rf"{_FIELD}max_total_tokens=(\d+){_END}"),
+    "chunked_prefill_size": re.compile(rf"{_FIELD}chunked_prefill_size=(-?\d+){_END}"),
+    "cuda_graph_max_bs": re.compile(rf"{_FIELD}cuda_graph_max_bs=(\d+){_END}"),
+    "max_running_requests": re.compile(rf"{_FIELD}max_running_requests=(\d+){_END}"),
+    "tp_size": re.compile(rf"{_FIELD}tp_size=(\d+){_END}"),
     "model_path": re.compile(rf"{_FIELD}model_path='([^']*)'"),
     "speculative_algorithm": re.compile(rf"{_FIELD}speculative_algorithm='([^']*)'"),
 }
+_TEXT_ARGS = ("model_path", "speculative_algorithm")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """sglang's capacity line: the pool it allocated and the limits it resolved."""
+
+    max_total_num_tokens: int
+    chunked_prefill_size: int | None  # None: chunking off ("None" in the line)
+    max_prefill_tokens: int
+    max_running_requests: int  # effective (possibly clamped) value
+    context_len: int
+    available_gpu_mem_gib: float | None  # headroom of the fresh server, after graphs (0.4.7+)
+
+
+def parse_capacity(text: str) -> Capacity | None:
+    """The capacity line at the start of ``text`` (a message without its prefixes), else None."""
+    match = CAPACITY_RE.match(text)
+    if match is None:
+        return None
+    chunk = match.group(2)
+    return Capacity(
+        max_total_num_tokens=int(match.group(1)),
+        chunked_prefill_size=None if chunk == "None" else int(chunk),
+        max_prefill_tokens=int(match.group(3)),
+        max_running_requests=int(match.group(4)),
+        context_len=int(match.group(5)),
+        available_gpu_mem_gib=float(match.group(6)) if match.group(6) else None,
+    )
+
+
+def parse_capacity_line(lines: Iterable[str]) -> int | None:
+    """The newest capacity line's ``max_total_num_tokens`` in raw journal lines, if any."""
+    found: int | None = None
+    for line in lines:
+        capacity = parse_capacity(rank_and_message(split_line(0, line))[1])
+        if capacity is not None:
+            found = capacity.max_total_num_tokens
+    return found
+
+
+def parse_server_args(text: str) -> dict[str, int | float | str]:
+    """The few resolved args remediate reads from a ``server_args=ServerArgs(…)`` message (absent: not there)."""
+    found: dict[str, int | float | str] = {}
+    for key, pattern in _ARG_RE.items():
+        match = pattern.search(text)
+        if match:
+            raw = match.group(1)
+            found[key] = raw if key in _TEXT_ARGS else float(raw) if key == "mem_fraction_static" else int(raw)
+    return found
 
 
 @dataclass(frozen=True)
@@ -61,37 +134,18 @@ class StartupNumbers:
     ranks: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
 
-    @property
-    def is_empty(self) -> bool:
-        return self.free0_gib is None and self.free1_gib is None and self.max_total_num_tokens is None
 
-
-def _rank_and_message(line: str) -> tuple[str, str]:
+def rank_and_message(line: LogLine) -> tuple[str, str]:
     """The TP/DP rank of a line and its message: "[2026-12-01 09:06:33 TP0] …" / "[… DP0 TP3] …", journald's
     prefix before it (any text in the brackets before the ranks)."""
-    parts = split_line(0, line)
-    if parts.has_sglang_prefix:
-        return parts.ranks, parts.text
-    match = _RANK_RE.match(parts.text)
-    return (match.group(1).strip(), parts.text[match.end() :]) if match else ("", parts.text)
+    if line.has_sglang_prefix:
+        return line.ranks, line.text
+    match = _RANK_RE.match(line.text)
+    return (match.group(1).strip(), line.text[match.end() :]) if match else ("", line.text)
 
 
 def _min(values: Mapping[str, float]) -> float | None:
     return min(values.values()) if values else None
-
-
-def _server_args(line: str) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, pattern in _ARG_RE.items():
-        match = pattern.search(line)
-        if match:
-            raw = match.group(1)
-            found[key] = raw if key in ("model_path", "speculative_algorithm") else _number(raw)
-    return found
-
-
-def _number(raw: str) -> int | float:
-    return float(raw) if "." in raw else int(raw)
 
 
 def parse_startup(lines: Iterable[str]) -> StartupNumbers:
@@ -104,13 +158,13 @@ def parse_startup(lines: Iterable[str]) -> StartupNumbers:
     complete: StartupNumbers | None = None
     for raw in lines:
         line = raw.rstrip("\n")
-        rank, text = _rank_and_message(line)
-        is_args = bool(_SERVER_ARGS_RE.match(text))
-        if is_args or (rank in block.begin and _LOAD_BEGIN_RE.match(text)):
+        rank, text = rank_and_message(split_line(0, line))
+        is_args = bool(SERVER_ARGS_RE.match(text))
+        if is_args or (rank in block.begin and LOAD_BEGIN_RE.match(text)):
             done = block.numbers()
             if done.free0_gib is not None and done.free1_gib is not None:
                 complete = done
-            block = _Block(args=_server_args(text) if is_args else {})
+            block = _Block(args=parse_server_args(text) if is_args else {})
             if is_args:
                 continue
         block.feed(rank, line, text)
@@ -128,22 +182,22 @@ class _Block:
     begin: dict[str, float] = field(default_factory=dict)
     end: dict[str, float] = field(default_factory=dict)
     kv: dict[str, tuple[int, float, bool]] = field(default_factory=dict)
-    capacity: re.Match[str] | None = None
+    capacity: Capacity | None = None
     evidence: list[str] = field(default_factory=list)
 
     def feed(self, rank: str, line: str, text: str) -> None:
-        if match := _LOAD_BEGIN_RE.match(text):
+        if match := LOAD_BEGIN_RE.match(text):
             self.begin[rank] = float(match.group(1))
-        elif match := _LOAD_END_RE.match(text):
+        elif match := LOAD_END_RE.match(text):
             self.end[rank] = float(match.group(1))
-        elif (match := _KV_RE.match(text)) and rank not in self.kv:
+        elif (match := KV_RE.match(text)) and rank not in self.kv:
             tokens = int(match.group(1))
             if match.group(4) is not None:
                 self.kv[rank] = (tokens, float(match.group(4)), True)
             else:
                 self.kv[rank] = (tokens, float(match.group(2)) + float(match.group(3)), False)
-        elif match := _CAPACITY_RE.match(text):
-            self.capacity = match
+        elif capacity := parse_capacity(text):
+            self.capacity = capacity
         else:
             return
         self.evidence.append(line)
@@ -151,18 +205,17 @@ class _Block:
     def numbers(self) -> StartupNumbers:
         kv_min = min(self.kv.values()) if self.kv else None
         capacity = self.capacity
-        chunk = capacity.group(2) if capacity else None
         return StartupNumbers(
             free0_gib=_min(self.begin),
             free1_gib=_min(self.end),
             kv_tokens=kv_min[0] if kv_min else None,
             kv_gib=kv_min[1] if kv_min else None,
             is_mla=kv_min[2] if kv_min else None,
-            max_total_num_tokens=int(capacity.group(1)) if capacity else None,
-            chunked_prefill_size=int(chunk) if chunk not in (None, "None") else None,
-            max_running_requests=int(capacity.group(4)) if capacity else None,
-            context_len=int(capacity.group(5)) if capacity else None,
-            available_gpu_mem_gib=float(capacity.group(6)) if capacity and capacity.group(6) else None,
+            max_total_num_tokens=capacity.max_total_num_tokens if capacity else None,
+            chunked_prefill_size=capacity.chunked_prefill_size if capacity else None,
+            max_running_requests=capacity.max_running_requests if capacity else None,
+            context_len=capacity.context_len if capacity else None,
+            available_gpu_mem_gib=capacity.available_gpu_mem_gib if capacity else None,
             server_args=dict(self.args),
             ranks=tuple(sorted(set(self.begin) | set(self.end) | set(self.kv))),
             evidence=tuple(self.evidence),
@@ -190,31 +243,6 @@ class ServerSettings:
     kvcache_gib: float | None = None  # internal_states[0].memory_usage.kvcache (0.4.10.post2+)
 
 
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-        return int(value)
-    return None
-
-
-def _float(value: object) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -226,22 +254,36 @@ def parse_server_info(data: Mapping[str, Any]) -> ServerSettings:
     if isinstance(states, list) and states and isinstance(states[0], dict):
         usage = states[0].get("memory_usage")
         if isinstance(usage, dict):
-            kvcache = _float(usage.get("kvcache"))
-    page = _int(data.get("page_size"))
+            kvcache = as_float(usage.get("kvcache"), text=True)
+    page = as_int(data.get("page_size"), text=True, whole_float=True)
     return ServerSettings(
-        mem_fraction_static=_float(data.get("mem_fraction_static")),
-        chunked_prefill_size=_int(data.get("chunked_prefill_size")),
+        mem_fraction_static=as_float(data.get("mem_fraction_static"), text=True),
+        chunked_prefill_size=as_int(data.get("chunked_prefill_size"), text=True, whole_float=True),
         page_size=page if page and page > 0 else 1,
-        max_total_tokens=_int(data.get("max_total_tokens")),
-        max_total_num_tokens=_int(data.get("max_total_num_tokens")),
-        context_length=_int(data.get("context_length")),
-        max_req_input_len=_int(data.get("max_req_input_len")),
-        max_running_requests=_int(data.get("max_running_requests")),
-        tp_size=_int(data.get("tp_size")),
+        max_total_tokens=as_int(data.get("max_total_tokens"), text=True, whole_float=True),
+        max_total_num_tokens=tokens_from_info(data),
+        context_length=as_int(data.get("context_length"), text=True, whole_float=True),
+        max_req_input_len=as_int(data.get("max_req_input_len"), text=True, whole_float=True),
+        max_running_requests=as_int(data.get("max_running_requests"), text=True, whole_float=True),
+        tp_size=as_int(data.get("tp_size"), text=True, whole_float=True),
         model_path=_str(data.get("model_path")),
         speculative_algorithm=_str(data.get("speculative_algorithm")),
-        speculative_num_steps=_int(data.get("speculative_num_steps")),
-        speculative_eagle_topk=_int(data.get("speculative_eagle_topk")),
-        speculative_num_draft_tokens=_int(data.get("speculative_num_draft_tokens")),
+        speculative_num_steps=as_int(data.get("speculative_num_steps"), text=True, whole_float=True),
+        speculative_eagle_topk=as_int(data.get("speculative_eagle_topk"), text=True, whole_float=True),
+        speculative_num_draft_tokens=as_int(data.get("speculative_num_draft_tokens"), text=True, whole_float=True),
         kvcache_gib=kvcache,
     )
+
+
+def tokens_from_info(data: Mapping[str, Any]) -> int | None:
+    """The KV pool from a parsed ``/server_info`` document: top-level ``max_total_num_tokens`` (every version),
+    else ``internal_states[0].memory_usage.token_capacity`` (sglang managers/scheduler.py ``get_internal_state``)."""
+    value = as_int(data.get("max_total_num_tokens"), text=True, whole_float=True)
+    if value is not None:
+        return value
+    states = data.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        usage = states[0].get("memory_usage")
+        if isinstance(usage, dict):
+            return as_int(usage.get("token_capacity"), text=True, whole_float=True)
+    return None

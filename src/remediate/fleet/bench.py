@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from remediate.core.benchrecord import RunArgs
-from remediate.core.sweep import DEFAULT_CONTEXTS as DEFAULT_CONTEXTS
-from remediate.core.sweep import DEFAULT_GEN as DEFAULT_GEN
-from remediate.core.sweep import BenchPoint, parse_contexts
-from remediate.core.sweep import HostBench as HostBench
+from remediate.core.bench.record import RunArgs
+from remediate.core.bench.sweep import DEFAULT_CONTEXTS as DEFAULT_CONTEXTS
+from remediate.core.bench.sweep import DEFAULT_GEN as DEFAULT_GEN
+from remediate.core.bench.sweep import BenchPoint, parse_contexts
+from remediate.core.bench.sweep import HostBench as HostBench
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry

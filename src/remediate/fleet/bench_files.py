@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remediate.core.benchrecord import CSV_COLUMNS, RunArgs, csv_rows, point_record
-from remediate.core.sweep import HostBench
+from remediate.core.bench.record import CSV_COLUMNS, RunArgs, csv_rows, point_record
+from remediate.core.bench.sweep import HostBench
 from remediate.errors import ConfigError
 
 if TYPE_CHECKING:

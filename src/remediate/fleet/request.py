@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediate.core.unitname import normalise_unit
+from remediate.core.unitfile.unitname import normalise_unit
 from remediate.transport.base import SSHOptions
 
 

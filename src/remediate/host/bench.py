@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from remediate.core.latency import RequestMetrics, measure_request
-from remediate.core.probes import ServiceState, explain_crash
-from remediate.core.sse import StreamError, decode_stream
-from remediate.core.sweep import (
+from remediate.core.bench.latency import RequestMetrics, measure_request
+from remediate.core.bench.stream import StreamError, decode_stream
+from remediate.core.bench.sweep import (
     DEFAULT_GEN,
     POOL_MARGIN,
     BenchPoint,
@@ -31,6 +30,8 @@ from remediate.core.sweep import (
     safe_id_range,
     skip_reason,
 )
+from remediate.core.diagnosis.explain import explain_crash
+from remediate.core.probe import ServiceState
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
 from remediate.host.facts import fetch_json, fetch_server_info, journal_since, read_state
 from remediate.host.options import RunOptions

@@ -2,7 +2,7 @@
 
 The evidence is what the host already has: the unit's journal (the last server start's memory lines and
 any earlier crash), ``/server_info`` when the server answers, and the unit's own settings. The model and
-the choice are the pure core's (:mod:`remediate.core.budget`, :mod:`remediate.core.headroom`).
+the choice are the pure core's (:mod:`remediate.core.budget.pool`, :mod:`remediate.core.budget.headroom`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,24 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from remediate.core.budget import GIB, BudgetModel, CalibrationError, Measured, Unmodelled, calibrate, offline_model
-from remediate.core.budget import model_from_server as _model_from_server
+from remediate.core.budget.headroom import Knobs, Plan, Spike, choose
+from remediate.core.budget.observation import matching
+from remediate.core.budget.pool import (
+    GIB,
+    BudgetModel,
+    CalibrationError,
+    Measured,
+    Unmodelled,
+    calibrate,
+    offline_model,
+)
+from remediate.core.budget.pool import model_from_server as _model_from_server
 from remediate.core.diagnosis import parse_journal
-from remediate.core.headroom import Knobs, Plan, Spike, choose
-from remediate.core.observation import matching
-from remediate.core.probes import ProbeResult
+from remediate.core.numbers import as_int
+from remediate.core.probe import ProbeResult
+from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
+from remediate.core.unitfile.alloc import has_expandable
 from remediate.core.unitfile.edit import DesiredState, Settings, read_settings
 from remediate.core.unitfile.report import mask_secrets
 from remediate.core.unitfile.sources import UnitSources
@@ -56,27 +67,6 @@ class HostBudget:
     errors: tuple[CalibrationError, ...] = ()
     notes: tuple[str, ...] = ()
 
-    @property
-    def chosen_fraction(self) -> float | None:
-        return self.plan.chosen.fraction if self.plan and self.plan.chosen else None
-
-
-def has_expandable(alloc_conf: str | None) -> bool:
-    """``PYTORCH_CUDA_ALLOC_CONF`` is a comma list of ``key:value``; the last ``expandable_segments`` wins."""
-    found = False
-    for item in (alloc_conf or "").split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "expandable_segments":
-            found = value.strip() == "True"
-    return found
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
 
 def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
     """The newest runtime CUDA OOM of a prefill with its numbers, as a spike (plus what was missing)."""
@@ -99,12 +89,8 @@ def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
 
 
 # The startup memory lines, searched in the unit's whole journal: a server up for days has pushed its
-# start far out of any tail, and a restart in progress keeps the previous start's numbers. Each at the start
-# of its message (``-o cat``: after sglang's "[time TPn] " only), so logged requests never fill the 400.
-_STARTUP_LINES = (
-    r"^(\[[^]]*\] )?(server_args=ServerArgs\(|Load weight (begin|end)\."
-    r"|((Full|SWA) )?KV Cache (is allocated|VA upper bound)\.|max_total_num_tokens=)"
-)
+# start far out of any tail, and a restart in progress keeps the previous start's numbers (``STARTUP_LINES_ERE``
+# picks them, each at the start of its message, so logged requests never fill the 400).
 _TAIL = "@@journal-tail"
 
 
@@ -156,7 +142,7 @@ def evidence_from(
     if chunk is None:
         chunk = startup.chunked_prefill_size
     if chunk is None:
-        chunk = _int(unit.chunked_prefill_size)
+        chunk = as_int(unit.chunked_prefill_size, text=True)
     spike, note = diagnosed_spike(journal)
     model_path = (info.model_path if info else None) or args.get("model_path")
     tp_size = (info.tp_size if info else None) or args.get("tp_size")

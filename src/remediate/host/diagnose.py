@@ -12,7 +12,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 
 from remediate.core.diagnosis import (
     Diagnosis,
@@ -24,7 +23,8 @@ from remediate.core.diagnosis import (
     parse_journal,
 )
 from remediate.core.diagnosis.gpus import Gpu, GpuApp, foreign_apps, parse_apps, parse_gpus, process_tree
-from remediate.core.probes import ProbeResult
+from remediate.core.numbers import as_float
+from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import UnitSources, read_settings
 from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError
@@ -117,13 +117,6 @@ class DiagnosisEvidence:
         }
 
 
-def _number(text: str | None) -> float | None:
-    try:
-        return float(Decimal(text)) if text is not None else None
-    except (InvalidOperation, ValueError):
-        return None
-
-
 _CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl", "ctr"})
 
 
@@ -135,9 +128,9 @@ def unit_settings(
         current = read_settings(sources)
     except ConfigError:
         current = None
-    chunk = _number(current.chunked_prefill_size) if current else None
+    chunk = as_float(current.chunked_prefill_size, text=True) if current else None
     return Settings(
-        mem_fraction_static=_number(current.mem_fraction_static) if current else None,
+        mem_fraction_static=as_float(current.mem_fraction_static, text=True) if current else None,
         chunked_prefill_size=int(chunk) if chunk is not None else None,
         alloc_conf=current.alloc_conf if current else None,
         total_gpu_bytes=min((g.total_bytes for g in gpus), default=None),

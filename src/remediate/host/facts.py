@@ -11,7 +11,8 @@ import shlex
 from typing import Any
 
 from remediate.core.jsondoc import DocumentError, parse_document
-from remediate.core.probes import ServiceState, parse_show, tokens_from_info
+from remediate.core.probe import ServiceState, parse_show
+from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.report import mask_secrets
 from remediate.transport.base import Transport
 

@@ -21,7 +21,10 @@ from typing import Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_before_delay
 
-from remediate.core.probes import ServiceState, explain_crash, gave_up_restarting, parse_capacity_line, tokens_from_info
+from remediate.core.diagnosis.explain import explain_crash
+from remediate.core.diagnosis.systemd import gave_up_restarting
+from remediate.core.probe import ServiceState
+from remediate.core.startup import parse_capacity_line, tokens_from_info
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
 from remediate.host.facts import fetch_server_info, journal_since, read_state
 from remediate.host.listener import listener_owner

@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 
 from remediate.core.listener import Listener, Owner, parse_listeners, parse_socket_inodes, who
-from remediate.core.probes import ServiceState, parse_show
+from remediate.core.probe import ServiceState, parse_show
 from remediate.host import templates
 from remediate.transport.base import Transport
 

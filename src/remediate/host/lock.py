@@ -21,9 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from remediate.core import probes
-from remediate.core.probes import ProbeResult
-from remediate.core.unitname import normalise_unit
+from remediate.core.probe import ProbeResult, parse_probe
+from remediate.core.unitfile.unitname import normalise_unit
 from remediate.errors import CommandError, LockHeldError, RemediationError, TransportError
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, host_outcome, new_result
@@ -99,7 +98,7 @@ def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines
             if exc.result.exited == LOCK_BROKEN_EXIT:
                 raise RemediationError(transport.host, f"cannot take the unit's lock: {_why(exc)}") from exc
             raise TransportError(transport.host, f"probe failed (exit {exc.result.exited}): {_why(exc)}") from exc
-        found = resolve_unit(transport, probes.parse_probe(text, unit), unit)
+        found = resolve_unit(transport, parse_probe(text, unit), unit)
         if LOCKED not in text.splitlines():
             raise TransportError(transport.host, "the locked read did not say @@locked: the unit's lock is not held")
         yield found
@@ -119,7 +118,7 @@ def retake(first: str, unit: str | None, wait: int) -> Retake:
     """How a reconnect takes the lock back: for the unit the first read found (its canonical Id, never detected
     again), waiting first for a commit script of this run (the commit lock, up to its own limit), then for
     the unit's lock (the old holder, on a half-open connection, lets go within its heartbeat timeout)."""
-    found = probes.parse_probe(first, unit)
+    found = parse_probe(first, unit)
     name = found.state.unit if found.state is not None else unit
     if not name:
         raise TransportError("", "no unit to take the lock back for")  # never: the first read found one

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from remediate.core.observation import Observation, observation_from
+from remediate.core.budget.observation import Observation, observation_from
+from remediate.core.numbers import as_float
 from remediate.core.startup import parse_startup
 from remediate.host.facts import journal_since
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
 JOURNAL_LINES = 2000  # the last start's memory lines sit near the end
-
-
-def _float(text: object) -> float | None:
-    try:
-        return float(str(text)) if text is not None else None
-    except ValueError:
-        return None
 
 
 def observe(transport: Transport, result: HostResult, *, command: str, at: str) -> Observation | None:
@@ -27,7 +21,9 @@ def observe(transport: Transport, result: HostResult, *, command: str, at: str) 
     args = startup.server_args
     if startup.max_total_num_tokens not in (None, tokens):
         return None  # the journal's last start is not the server that answered
-    fraction = _float(args.get("mem_fraction_static")) or _float(result.flags_after.get("mem_fraction_static"))
+    fraction = as_float(args.get("mem_fraction_static"), text=True) or as_float(
+        result.flags_after.get("mem_fraction_static"), text=True
+    )
     model_path = args.get("model_path")
     if fraction is None or not isinstance(model_path, str) or not model_path:
         return None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from remediate.core.observation import Observation
+from remediate.core.budget.observation import Observation
 from remediate.core.unitfile.edit import DesiredState
-from remediate.core.unitname import normalise_unit
+from remediate.core.unitfile.unitname import normalise_unit
 
 LOCK_WAIT_S = 30
 """Seconds a run waits for another run's lock on the same unit before it fails with LockHeldError."""

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from remediate.core.probes import ProbeResult, ServiceState
+from remediate.core.probe import ProbeResult, ServiceState
 from remediate.core.unitfile.edit import Settings
 from remediate.core.unitfile.report import env_values, flag_values
 from remediate.errors import RemediateError, TransportError, UnhealthyError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from remediate.core.probes import ProbeResult
+from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import DesiredState
 from remediate.core.unitfile.sources import UnitSources
 from remediate.host.budget import auto_desired, plan_budget, plan_document, read_budget_evidence

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from remediate.core.probes import ServiceState
+from remediate.core.probe import ServiceState
 from remediate.core.unitfile.edit import UnitSources
 from remediate.core.unitfile.sources import server_args
 from remediate.errors import ConfigError, RemediationError

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from remediate.core import probes
-from remediate.core.probes import ProbeResult
+from remediate.core.probe import SHOW_PROPERTIES, ProbeResult, dropin_order, parse_probe
+from remediate.core.unitfile.argv import server_endpoint
 from remediate.core.unitfile.command import SglangCommand
 from remediate.core.unitfile.edit import SourceFile, UnitSources
 from remediate.core.unitfile.ports import host_endpoint
@@ -33,7 +33,7 @@ def probe_script(
     return templates.render(
         "probe.sh.j2",
         unit=unit or "",
-        properties=probes.SHOW_PROPERTIES,
+        properties=SHOW_PROPERTIES,
         extra_files=extra_files,
         journal_lines=journal_lines,
         journal_since=journal_since,
@@ -54,7 +54,7 @@ def probe(
     result = transport.run("bash -s", stdin=script, timeout=60)
     if not result.ok and "@@end" not in result.stdout:
         raise TransportError(transport.host, f"probe failed (exit {result.exited}): {result.stderr.strip()}")
-    return probes.parse_probe(result.stdout, unit)
+    return parse_probe(result.stdout, unit)
 
 
 def resolve_unit(transport: Transport, found: ProbeResult, unit: str | None) -> ProbeResult:
@@ -97,7 +97,7 @@ def sources_from_probe(found: ProbeResult) -> UnitSources:
         raise ConfigError(f"cannot read unit file {state.fragment_path}", source=state.unit)
     dropins = tuple(
         SourceFile(path=p, text=found.files[p].text)
-        for p in probes.dropin_order(state.dropin_paths, found.unloaded_dropins)
+        for p in dropin_order(state.dropin_paths, found.unloaded_dropins)
         if p in found.files and found.files[p].exists
     )
     env_files: dict[str, str | None] = {}
@@ -131,15 +131,15 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
         if any("sglang" in word for word in argv):
             command = _command(found)
             if command is not None and command.ports is not None:
-                host, port = probes.server_endpoint(server_args(sources_from_probe(found)), fallback)
+                host, port = server_endpoint(server_args(sources_from_probe(found)), fallback)
                 return host_endpoint(command.ports, host, port)
             if any("$" in word for word in argv):
                 try:
                     argv = tuple(server_args(sources_from_probe(found)))
                 except ConfigError:
                     pass
-            return probes.server_endpoint(argv, fallback)
-    return probes.server_endpoint((), fallback)  # no sglang ExecStart: sglang's own defaults
+            return server_endpoint(argv, fallback)
+    return server_endpoint((), fallback)  # no sglang ExecStart: sglang's own defaults
 
 
 def _command(found: ProbeResult) -> SglangCommand | None:

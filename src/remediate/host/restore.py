@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from remediate.core import probes
 from remediate.core.backups import (
     Backup,
     choose,
@@ -27,7 +26,7 @@ from remediate.core.backups import (
     swap,
     validate_backup,
 )
-from remediate.core.probes import ProbeResult
+from remediate.core.probe import ProbeResult, parse_probe, refuse_unsafe
 from remediate.core.unitfile.edit import UnitSources
 from remediate.core.unitfile.report import unified_diff
 from remediate.core.unitfile.sources import refuse_template_edit
@@ -58,7 +57,7 @@ def list_backups(transport: Transport, found: ProbeResult) -> list[Backup]:
     if "@@end" not in result.stdout:
         why = result.stderr.strip() or "its output ended early"
         raise TransportError(transport.host, f"listing backups failed (exit {result.exited}): {why}")
-    listed = probes.parse_probe(result.stdout, None).files
+    listed = parse_probe(result.stdout, None).files
     backups = []
     for remote in listed.values():
         backup = make_backup(remote.path, text=remote.text, sha256=remote.sha256, size=remote.size, mtime=remote.mtime)
@@ -181,7 +180,7 @@ def _rollback_locked(
             if b.text != found.files[b.original].text
         ]
         refuse_template_edit(unit, [w.path for w in writes])
-        probes.refuse_unsafe(found, [w.path for w in writes], transport.host)
+        refuse_unsafe(found, [w.path for w in writes], transport.host)
         result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
         result.summary += settings_diff(current, after) if writes else []
         result.diff = "".join(unified_diff(w.path, w.old_text, w.new_text) for w in writes)

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from remediate.core import probes
-from remediate.core.probes import ProbeResult, tokens_from_info
+from remediate.core.probe import ProbeResult, refuse_unsafe
+from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
@@ -111,7 +111,8 @@ def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> 
     result.target_tokens = options.target_tokens
     longest = (healthy.info or {}).get("max_req_input_len")
     if isinstance(longest, int):
-        # A smaller KV pool silently lowers the longest prompt sglang accepts (SGLANG.md §3.2).
+        # A smaller KV pool silently lowers the longest prompt sglang accepts (sglang managers/tp_worker.py:
+        # max_req_len = min(context_len - 1, kv_capacity - 1), max_req_input_len = max_req_len - 5).
         result.extra["max_req_input_len"] = longest
         context = (healthy.info or {}).get("context_length")
         if isinstance(context, int) and longest < context - 6:
@@ -223,7 +224,7 @@ def _remediate_locked(
         plan = plan_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
         refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
-        probes.refuse_unsafe(found, [f.path for f in plan.files], transport.host)
+        refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
         result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)

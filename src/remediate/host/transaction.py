@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from remediate.controller.transactions import record_transaction
-from remediate.core.probes import ServiceState
+from remediate.core.probe import ServiceState
 from remediate.core.unitfile.report import mask_data
 from remediate.errors import (
     CommitError,

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from fake_transport import exec_start_value, probe_output
 
-from remediate.core import probes
-
-SGLANG_CAPACITY = (
-    "[2026-11-29 07:14:22 TP0] max_total_num_tokens=206635, chunked_prefill_size=2048, "
-    "max_prefill_tokens=16384, max_running_requests=6, context_len=262144, available_gpu_mem=1.81 GB"
-)
-SGLANG_046_CAPACITY = (
-    "[2025-05-01 10:00:00 TP0] max_total_num_tokens=180000, chunked_prefill_size=8192, "
-    "max_prefill_tokens=16384, max_running_requests=4097, context_len=131072"
-)
+from remediate.core.diagnosis.explain import explain_crash
+from remediate.core.diagnosis.systemd import gave_up_restarting
+from remediate.core.probe import ServiceState, dropin_order, parse_exec_start, parse_probe, parse_show
+from remediate.core.unitfile.argv import server_endpoint
 
 
 def test_parse_show_keeps_equals_signs_inside_values() -> None:
@@ -27,7 +19,7 @@ def test_parse_show_keeps_equals_signs_inside_values() -> None:
         "Empty=\n"
         "not a property line\n"
     )
-    props = probes.parse_show(text)
+    props = parse_show(text)
     assert props["Environment"] == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True HF_HOME=/models"
     assert props["Description"] == "a=b=c"
     assert props["Empty"] == ""
@@ -40,24 +32,24 @@ def test_parse_exec_start_systemd_rendering_with_quoted_word() -> None:
         '{ path=/bin/bash ; argv[]=/bin/bash -c "exec python3 -m sglang.launch_server --port 31000" ; '
         "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
     )
-    assert probes.parse_exec_start(value) == (("/bin/bash", "-c", "exec python3 -m sglang.launch_server --port 31000"),)
+    assert parse_exec_start(value) == (("/bin/bash", "-c", "exec python3 -m sglang.launch_server --port 31000"),)
 
 
 def test_parse_exec_start_several_lines_and_escapes() -> None:
     first = ["/usr/bin/true"]
     second = ["/opt/venv/bin/python3", "-m", "sglang.launch_server", "--served-model-name", 'say "hi"\tnow']
     value = exec_start_value(first, second)
-    assert probes.parse_exec_start(value) == (tuple(first), tuple(second))
+    assert parse_exec_start(value) == (tuple(first), tuple(second))
 
 
 def test_parse_exec_start_empty() -> None:
-    assert probes.parse_exec_start("") == ()
+    assert parse_exec_start("") == ()
 
 
 def test_service_state_properties() -> None:
-    state = probes.ServiceState(
+    state = ServiceState(
         unit="sglang.service",
-        properties=probes.parse_show(
+        properties=parse_show(
             "NRestarts=3\nMainPID=0\nNeedDaemonReload=yes\nDropInPaths=/a.conf /b.conf\n"
             "EnvironmentFiles=/etc/default/sglang (ignore_errors=no) /etc/opt (ignore_errors=yes)\n"
         ),
@@ -90,7 +82,7 @@ def test_parse_probe_round_trip() -> None:
         analyze=True,
         now=1234.5,
     )
-    found = probes.parse_probe(text, None)
+    found = parse_probe(text, None)
     assert found.candidates == ("sglang.service",)
     assert found.has_systemd_analyze is True
     assert found.now == 1234.5
@@ -110,46 +102,10 @@ def test_parse_probe_round_trip() -> None:
 
 
 def test_parse_probe_several_candidates_has_no_state() -> None:
-    found = probes.parse_probe(probe_output(None, {}, candidates=["a.service", "b.service"]), None)
+    found = parse_probe(probe_output(None, {}, candidates=["a.service", "b.service"]), None)
     assert found.candidates == ("a.service", "b.service")
     assert found.state is None
     assert found.files == {}
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        {"max_total_num_tokens": 206635, "chunked_prefill_size": 4096},
-        {"internal_states": [{"memory_usage": {"token_capacity": 206635}}]},
-    ],
-    ids=["top-level", "internal_states"],
-)
-def test_parse_server_info_forms(body: dict[str, object]) -> None:
-    assert probes.parse_server_info(json.dumps(body).encode()) == 206635
-
-
-@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b"{}", b'{"max_total_num_tokens": "206635"}'])
-def test_parse_server_info_without_tokens(body: bytes) -> None:
-    assert probes.parse_server_info(body) is None
-
-
-def test_parse_capacity_line_sglang_md_example() -> None:
-    assert probes.parse_capacity_line(["loading weights", SGLANG_CAPACITY, "The server is fired up"]) == 206635
-    match = probes.CAPACITY_RE.search(SGLANG_CAPACITY)
-    assert match is not None
-    assert match.groups() == ("206635", "2048", "16384", "6", "262144", "1.81")
-
-
-def test_parse_capacity_line_046_form_without_available_mem() -> None:
-    match = probes.CAPACITY_RE.search(SGLANG_046_CAPACITY)
-    assert match is not None and match.group(6) is None
-    assert probes.parse_capacity_line([SGLANG_046_CAPACITY]) == 180000
-
-
-def test_parse_capacity_line_newest_wins_and_none_when_absent() -> None:
-    assert probes.parse_capacity_line([SGLANG_046_CAPACITY, SGLANG_CAPACITY]) == 206635
-    assert probes.parse_capacity_line(["nothing here"]) is None
-    assert probes.parse_capacity_line([]) is None
 
 
 def test_explain_crash_puts_oom_first_then_crash_then_tail() -> None:
@@ -162,7 +118,7 @@ def test_explain_crash_puts_oom_first_then_crash_then_tail() -> None:
         "sglang.service: Main process exited, code=exited, status=1/FAILURE",
         "sglang.service: Failed with result 'exit-code'.",
     ]
-    picked = probes.explain_crash(lines)
+    picked = explain_crash(lines)
     assert picked[0] == lines[2]
     assert picked[1:4] == [lines[1], lines[5], lines[6]]
     assert picked[4:] == [lines[3], lines[4]]  # then the tail, without repeats
@@ -171,7 +127,7 @@ def test_explain_crash_puts_oom_first_then_crash_then_tail() -> None:
 
 def test_explain_crash_limit() -> None:
     lines = [f"CUDA out of memory #{i}" for i in range(30)]
-    assert probes.explain_crash(lines, limit=12) == lines[:12]
+    assert explain_crash(lines, limit=12) == lines[:12]
 
 
 def test_explain_crash_keeps_systemds_start_limit_line_past_the_limit() -> None:
@@ -179,11 +135,11 @@ def test_explain_crash_keeps_systemds_start_limit_line_past_the_limit() -> None:
     restarting the unit must survive (on systemd 252 Result= keeps the crash's exit-code: it is the only sign)."""
     lines = [f"torch.OutOfMemoryError: CUDA out of memory #{i}" for i in range(30)]
     lines += ["sglang.service: Start request repeated too quickly.", "sglang.service: Failed with result 'exit-code'."]
-    picked = probes.explain_crash(lines, limit=12)
+    picked = explain_crash(lines, limit=12)
     assert len(picked) == 12 and picked[:11] == lines[:11]
     assert picked[-1] == "sglang.service: Start request repeated too quickly."
-    assert probes.gave_up_restarting(picked) and not probes.gave_up_restarting(lines[:30])
-    assert probes.gave_up_restarting(["sglang.service: Failed with result 'start-limit-hit'."])
+    assert gave_up_restarting(picked) and not gave_up_restarting(lines[:30])
+    assert gave_up_restarting(["sglang.service: Failed with result 'start-limit-hit'."])
 
 
 @pytest.mark.parametrize(
@@ -197,7 +153,7 @@ def test_explain_crash_keeps_systemds_start_limit_line_past_the_limit() -> None:
     ],
 )
 def test_server_endpoint(argv: list[str], expected: tuple[str, int]) -> None:
-    assert probes.server_endpoint(argv) == expected
+    assert server_endpoint(argv) == expected
 
 
 def test_unloaded_dropins_count_as_a_pending_daemon_reload() -> None:
@@ -206,18 +162,16 @@ def test_unloaded_dropins_count_as_a_pending_daemon_reload() -> None:
         "@@now 1.0\n@@unit app.service\n@@show\nNeedDaemonReload=no\nDropInPaths=\n"
         "@@unloaded /etc/systemd/system/app.service.d/50-x.conf\n@@end\n"
     )
-    found = probes.parse_probe(text, None)
+    found = parse_probe(text, None)
     assert found.unloaded_dropins == ("/etc/systemd/system/app.service.d/50-x.conf",)
     assert found.needs_daemon_reload and found.state is not None and not found.state.needs_daemon_reload
-    assert not probes.parse_probe(
-        text.replace(" /etc/systemd/system/app.service.d/50-x.conf", ""), None
-    ).needs_daemon_reload
+    assert not parse_probe(text.replace(" /etc/systemd/system/app.service.d/50-x.conf", ""), None).needs_daemon_reload
 
 
 def test_dropins_apply_by_file_name_across_directories_first_directory_wins() -> None:
     loaded = ("/etc/systemd/system/a.service.d/20-b.conf", "/run/systemd/system/a.service.d/30-c.conf")
     unloaded = ("/etc/systemd/system/a.service.d/10-a.conf", "/run/systemd/system/a.service.d/20-b.conf")
-    assert probes.dropin_order(loaded, unloaded) == [
+    assert dropin_order(loaded, unloaded) == [
         "/etc/systemd/system/a.service.d/10-a.conf",
         "/etc/systemd/system/a.service.d/20-b.conf",
         "/run/systemd/system/a.service.d/30-c.conf",

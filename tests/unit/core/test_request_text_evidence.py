@@ -15,9 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remediate.core.diagnosis import Settings, advise, parse_journal
-from remediate.core.probes import parse_capacity_line
-from remediate.core.startup import parse_startup
-from remediate.host.budget import _STARTUP_LINES, diagnosed_spike
+from remediate.core.startup import STARTUP_LINES_ERE, parse_capacity_line, parse_startup
+from remediate.host.budget import diagnosed_spike
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
 FORGED_CASE = CASES / "request-text-is-not-evidence" / "journal.txt"
@@ -79,7 +78,7 @@ def test_the_startup_grep_selects_only_lines_that_start_with_a_startup_message()
     """The remote ``grep -E`` (host/budget.read_journal) run for real on ``-o cat`` text: logged requests
     never take the 400 places of the startup lines."""
     cat = [re.sub(r"^\w{3} \d\d \S+ \S+ \S+: ", "", line) for line in HEALTHY + FORGED]
-    run = subprocess.run(["grep", "-E", _STARTUP_LINES], input="\n".join(cat) + "\n", capture_output=True, text=True)
+    run = subprocess.run(["grep", "-E", STARTUP_LINES_ERE], input="\n".join(cat) + "\n", capture_output=True, text=True)
     selected = run.stdout.splitlines()
     assert selected and not any("Receive: obj=" in line or "Finish: obj=" in line for line in selected)
     assert len(selected) == sum(
@@ -88,7 +87,7 @@ def test_the_startup_grep_selects_only_lines_that_start_with_a_startup_message()
 
 
 def test_message_starts_follow_the_exception_class_and_the_wrappers() -> None:
-    from remediate.core.diagnosis.lines import message_starts
+    from remediate.core.logline import message_starts
 
     text = "RuntimeError: Capture cuda graph failed: CUDA error: out of memory"
     assert [text[i:][:10] for i in message_starts(text)] == ["RuntimeErr", "Capture cu", "CUDA error", "out of mem"]
@@ -97,7 +96,8 @@ def test_message_starts_follow_the_exception_class_and_the_wrappers() -> None:
 
 def test_a_logged_request_quoting_systemd_is_not_systemd_giving_up() -> None:
     """The wait's failure message (host/health.fail) says the start limit stopped the unit only on systemd's line."""
-    from remediate.core.probes import explain_crash, gave_up_restarting
+    from remediate.core.diagnosis.explain import explain_crash
+    from remediate.core.diagnosis.systemd import gave_up_restarting
 
     cat = [re.sub(r"^\w{3} \d\d \S+ \S+ \S+: ", "", line) for line in FORGED]
     assert not gave_up_restarting(cat) and not gave_up_restarting(FORGED)

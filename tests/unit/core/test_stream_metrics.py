@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remediate.core.latency import measure_request, percentile, summarize
-from remediate.core.sse import SSEDecoder, StreamError, decode_stream
+from remediate.core.bench.latency import measure_request, percentile, summarize
+from remediate.core.bench.stream import SSEDecoder, StreamError, decode_stream
 from remediate.transport.http1 import HttpStream, StreamBroken, request_bytes
 
 

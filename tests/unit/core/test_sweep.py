@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remediate.core.benchrecord import CSV_COLUMNS, RunArgs, csv_rows, point_record
-from remediate.core.latency import RequestMetrics
-from remediate.core.sweep import (
+from remediate.core.bench.latency import RequestMetrics
+from remediate.core.bench.record import CSV_COLUMNS, RunArgs, csv_rows, point_record
+from remediate.core.bench.sweep import (
     BenchPoint,
     HostBench,
     ServerLimits,
@@ -156,7 +156,7 @@ def test_the_bench_core_does_no_io() -> None:
 
     core = Path(__file__).resolve().parents[3] / "src" / "remediate" / "core"
     allowed = {"__future__", "collections.abc", "dataclasses", "hashlib", "json", "math", "re", "typing"}
-    for name in ("sweep.py", "sse.py", "latency.py", "benchrecord.py"):
+    for name in ("bench/sweep.py", "bench/stream.py", "bench/latency.py", "bench/record.py"):
         tree = ast.parse((core / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from remediate.core.probes import parse_file_header
+from remediate.core.probe import parse_file_header
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.core.unitfile.report import display_text, plan_to_dict, summary_lines, unified_diff
 from remediate.core.unitfile.sources import server_args

@@ -16,7 +16,7 @@ from rich.console import Console
 from remediate import api
 from remediate.cli import cli
 from remediate.cli.render import bench as render_bench
-from remediate.core.benchrecord import RunArgs
+from remediate.core.bench.record import RunArgs
 from remediate.errors import ConnectError
 from remediate.fleet import bench as fleet_bench
 from remediate.fleet import bench_files

@@ -66,7 +66,7 @@ def test_bench_help_shows_the_sweep_defaults_it_reads_on_first_use() -> None:
     from click.testing import CliRunner
 
     from remediate.cli import cli
-    from remediate.core.sweep import DEFAULT_CONTEXTS, DEFAULT_GEN
+    from remediate.core.bench.sweep import DEFAULT_CONTEXTS, DEFAULT_GEN
 
     shown = " ".join(CliRunner().invoke(cli, ["bench", "--help"]).output.split())
     assert f"[default: ({DEFAULT_CONTEXTS})]" in shown and f"[default: ({DEFAULT_GEN}); x>=1]" in shown

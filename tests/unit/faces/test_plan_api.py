@@ -13,8 +13,8 @@ from fake_transport import FakeTransport, incident_host
 from remediate import api
 from remediate.cli import cli
 from remediate.controller import observations
-from remediate.core.headroom import Spike
-from remediate.core.observation import Observation, parse_observations
+from remediate.core.budget.headroom import Spike
+from remediate.core.budget.observation import Observation, parse_observations
 from remediate.core.startup import parse_server_info
 from remediate.core.unitfile.edit import DesiredState, Settings
 from remediate.fleet import jobs
@@ -138,7 +138,7 @@ def test_auto_never_raises_the_fraction_that_crashed_unless_allowed() -> None:
     ev = evidence_from(journal("standin-incident-crash-0.94.journal"), None, Settings("0.94", None, None))
     small = Spike(400 * MIB, 32768, int(666.44 * MIB), int(358.40 * MIB), fraction=0.94)
     planned = plan_budget(replace(ev, spike=small, spike_note=None), BudgetOptions(), "gpu-01")
-    assert planned.chosen_fraction == 0.95
+    assert planned.plan is not None and planned.plan.chosen is not None and planned.plan.chosen.fraction == 0.95
     desired, notes = auto_desired(planned, DesiredState())
     assert str(desired.mem_fraction_static) == "0.94"
     assert notes[0] == (

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport
 
-from remediate.core import probes
+from remediate.core.probe import parse_probe, refuse_unsafe
 from remediate.errors import EXIT_BAD_INPUT, UnsafePathError
 from remediate.host import commit
 from remediate.host.commit import UNSAFE_EXIT, FileWrite
@@ -162,13 +162,13 @@ def test_the_locked_read_reports_an_unsafe_directory_and_the_plan_refuses_it(tmp
         ["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=systemctl, timeout=30
     )
     assert done.returncode == 0, done.stderr
-    found = probes.parse_probe(done.stdout, UNIT)
+    found = parse_probe(done.stdout, UNIT)
     assert found.files[str(unit)].unsafe == "" and found.files[str(unit)].text == OLD
     assert found.files[str(env)].unsafe == (
         f"{env.parent} is owned by uid {SERVICE_UID}, not root: chown root:root {env.parent} && chmod go-w "
         f"{env.parent}, or move the file to a root-owned directory"
     )
     assert found.files[str(env)].text == ENV_OLD
-    probes.refuse_unsafe(found, [str(unit)], "gpu-01")  # a write of the unit alone is fine
+    refuse_unsafe(found, [str(unit)], "gpu-01")  # a write of the unit alone is fine
     with pytest.raises(UnsafePathError, match=f"^gpu-01: refused, nothing written: {env.parent} is owned by uid"):
-        probes.refuse_unsafe(found, [str(unit), str(env)], "gpu-01")
+        refuse_unsafe(found, [str(unit), str(env)], "gpu-01")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediate.core.probes import ProbeResult, RemoteFile, ServiceState
+from remediate.core.probe import ProbeResult, RemoteFile, ServiceState
 from remediate.errors import ConfigError
 from remediate.host.options import RunOptions
 from remediate.host.probe import endpoint_of

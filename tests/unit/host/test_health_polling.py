@@ -10,7 +10,7 @@ import pytest
 import tenacity.nap
 from fake_transport import FakeTransport, state_output
 
-from remediate.core.probes import ServiceState
+from remediate.core.probe import ServiceState
 from remediate.errors import UnhealthyError
 from remediate.host.health import MAX_GAP_S, STATE_EVERY_S, wait_healthy
 from remediate.transport.base import HttpResponse

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport
 
-from remediate.core import probes
+from remediate.core.probe import parse_probe
 from remediate.host import commit, templates
 from remediate.host.commit import FileWrite
 from remediate.host.lock import LOCK_HELD_EXIT, lock_path
@@ -254,7 +254,7 @@ def test_probe_reads_every_file_its_one_systemctl_show_names(tmp_path: Path) -> 
     done = subprocess.run(
         ["bash", "-s"], input=probe_script("sglang.service"), capture_output=True, text=True, env=env, check=True
     )
-    found = probes.parse_probe(done.stdout, "sglang.service")
+    found = parse_probe(done.stdout, "sglang.service")
     assert found.state is not None and found.state.fragment_path == str(frag)
     assert found.state.active_state == "active"
     assert set(found.files) == {str(frag), str(dropin), str(loaded), str(on_disk), f"{tmp_path}/gone.env"}

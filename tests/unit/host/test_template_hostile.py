@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediate.core import probes
+from remediate.core.probe import parse_probe
 from remediate.host import templates
 from remediate.host.commit import FileWrite
 from remediate.host.environ import environ_script
@@ -101,7 +101,7 @@ def test_backups_listing_parses_back_hostile_paths(names: list[str]) -> None:
         script = templates.render("backups.sh.j2", files=files)
         code, out, err = _bash(script, "-s")
         assert code == 0, err
-        listed = probes.parse_probe(out, None).files
+        listed = parse_probe(out, None).files
         assert set(listed) == {f"{f}.bak.oom.{EPOCH}" for f in files}
         for name, path in zip(names, files, strict=True):
             assert listed[f"{path}.bak.oom.{EPOCH}"].text == _unit("old " + name)

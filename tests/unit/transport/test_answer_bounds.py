@@ -1,4 +1,4 @@
-"""Answers from a host are bounded: JSON depth (core/jsondoc.py), SSE line length (core/sse.py), a command's
+"""Answers from a host are bounded: JSON depth (core/jsondoc.py), SSE line length (core/bench/stream.py), a command's
 output size and total time (transport/channels.drain)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from remediate.core.bench.stream import MAX_LINE_BYTES, StreamError, decode_stream
 from remediate.core.jsondoc import MAX_DEPTH, DocumentError, parse_document
-from remediate.core.sse import MAX_LINE_BYTES, StreamError, decode_stream
 from remediate.errors import ConnectionLost, TransportError
 from remediate.transport.channels import drain
 

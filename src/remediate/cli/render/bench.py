@@ -18,8 +18,8 @@ from rich.progress import (
 from rich.table import Table
 
 from remediate.cli.render.console import dumps, safe
-from remediate.core.benchrecord import RunArgs
-from remediate.core.sweep import BenchPoint, HostBench
+from remediate.core.bench.record import RunArgs
+from remediate.core.bench.sweep import BenchPoint, HostBench
 from remediate.core.unitfile.report import display_text, mask_data
 from remediate.fleet.inventory import HostEntry
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from remediate.core.diagnosis.advice import Recommendation, Settings
 from remediate.core.diagnosis.advisor import advise, oom_command
-from remediate.core.diagnosis.findings import KINDS, Diagnosis, Finding, GpuProcess, Kind, RunFacts
+from remediate.core.diagnosis.findings import KINDS, Diagnosis, Finding, Kind, RunFacts
 from remediate.core.diagnosis.parser import parse_journal
 from remediate.core.diagnosis.sizes import format_size, parse_size
-from remediate.core.diagnosis.torch_oom import TorchOOM, parse_torch_oom
+from remediate.core.diagnosis.torch_oom import GpuProcess, TorchOOM, parse_torch_oom
 
 __all__ = [
     "KINDS",

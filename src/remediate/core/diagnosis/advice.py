@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from remediate.core.diagnosis.findings import Finding, GpuProcess, RunFacts
+from remediate.core.diagnosis.findings import Finding, RunFacts
+from remediate.core.diagnosis.torch_oom import GpuProcess
 
-EXPANDABLE = "expandable_segments:True"
 CHUNK = 4096
 STEP = 0.01
 MIN_FRACTION = 0.5  # below this a runtime OOM is not a fraction problem: say so instead of going lower
@@ -59,11 +59,6 @@ class Recommendation:
         }
 
 
-def has_expandable(alloc_conf: str | None) -> bool:
-    opts = [o.strip().replace(" ", "") for o in (alloc_conf or "").split(",")]
-    return any(o.lower() == EXPANDABLE.lower() for o in opts)
-
-
 def resolved(settings: Settings, facts: RunFacts) -> Settings:
     """The unit's settings, gaps filled from what the failing run logged."""
     return replace(
@@ -106,7 +101,8 @@ def neighbours(finding: Finding, server_pids: tuple[int, ...] = ()) -> tuple[Gpu
 
 
 def tokens_at(s: Settings, fraction: float) -> int | None:
-    """KV tokens at another fraction: the pool is ``free1 − free0·(1 − mfs)`` (SGLANG.md §3.2), same token size."""
+    """KV tokens at another fraction: the pool is ``free1 − free0·(1 − mfs)``, same token size (sglang
+    mem_cache/kv_cache_configurator.py ``_profile_available_bytes``)."""
     free0, free1, tokens, cur = (
         s.free_before_weights_bytes,
         s.free_after_weights_bytes,

@@ -1,9 +1,11 @@
 """PURE: findings + the unit's current settings → which way to turn each knob, with the arithmetic.
 
-Directions (SGLANG.md §3, §6): a runtime CUDA OOM wants more headroom (expandable segments, chunked
-prefill, a *lower* fraction); a startup ``Not enough memory`` wants a *higher* fraction; KV-pool exhaustion
-wants fewer running requests; another process on the GPU is fixed by no knob of ours. The fraction is
-never raised for a runtime OOM nor lowered for a startup one.
+Directions (the pool is sized from the fraction in sglang mem_cache/kv_cache_configurator.py
+``_profile_available_bytes``; model_executor/pool_configurator.py raises ``Not enough memory``): a runtime
+CUDA OOM wants more headroom (expandable segments, chunked prefill, a *lower* fraction); a startup ``Not
+enough memory`` wants a *higher* fraction; KV-pool exhaustion wants fewer running requests; another process on
+the GPU is fixed by no knob of ours. The fraction is never raised for a runtime OOM nor lowered for a startup
+one.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from remediate.core.diagnosis.torch_oom import GpuProcess, TorchOOM
+
 Kind = Literal[
     "cuda_oom_runtime",
     "cuda_oom_graph_capture",
@@ -21,18 +23,6 @@ Phase = Literal["prefill", "decode", "graph_capture", "unknown"]
 
 
 @dataclass(frozen=True)
-class GpuProcess:
-    """One NVML process line of torch's OOM text (``self``: "this process", i.e. the crashing one)."""
-
-    pid: int | None
-    bytes: int
-    self: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "bytes": self.bytes, "self": self.self}
-
-
-@dataclass(frozen=True)
 class Finding:
     """One piece of crash evidence. Sizes are bytes; fields a kind does not have stay None."""
 
@@ -42,18 +32,8 @@ class Finding:
     index: int = -1  # position of ``line`` in the journal given
     run: int = 0  # which run of the server (0 = oldest in the journal given)
     rank: int | None = None  # TP rank when sglang's prefix said so
-    # torch's CUDA OOM text
-    torch_format: str | None = None  # "old" (≤2.0), "2.1", "2.2+", "new" (docs.pytorch.org link)
-    gpu: int | None = None
-    tried_bytes: int | None = None
-    total_bytes: int | None = None
-    free_bytes: int | None = None
-    allocated_bytes: int | None = None
-    private_pools_bytes: int | None = None
-    reserved_unallocated_bytes: int | None = None
-    reserved_bytes: int | None = None  # old format's "reserved in total by PyTorch"
-    allowed_bytes: int | None = None
-    processes: tuple[GpuProcess, ...] = ()
+    oom: TorchOOM | None = None  # torch's CUDA OOM text, taken apart (the two cuda_oom kinds)
+    tried_bytes: int | None = None  # the allocation that failed: torch's (``oom.tried_bytes``) or flashinfer's
     phase: Phase | None = None
     prefill_tokens: int | None = None
     running_requests: int | None = None
@@ -72,26 +52,79 @@ class Finding:
     note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form: the kind and line first, None fields dropped, numbers as numbers."""
+        """JSON form: the kind and line first, None fields dropped, numbers as numbers; torch's numbers in line
+        with the others (the JSON stays flat)."""
         out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "processes":
+        for name in _JSON_ORDER:
+            value = getattr(self, name)
+            if name == "processes":
                 if value:
                     out["processes"] = [p.to_dict() for p in value]
-            elif f.name == "evidence":
+            elif name == "evidence":
                 out["evidence"] = list(value)
-            elif f.name == "is_possible":
+            elif name == "is_possible":
                 if value:
                     out["possible"] = True
             elif value is not None:
-                out[f.name] = value
+                out[name] = value
         return out
+
+    # torch's numbers, read through (None, or no processes, when the finding is not torch's OOM)
+    @property
+    def torch_format(self) -> str | None:
+        return self.oom.torch_format if self.oom else None
+
+    @property
+    def gpu(self) -> int | None:
+        return self.oom.gpu if self.oom else None
+
+    @property
+    def total_bytes(self) -> int | None:
+        return self.oom.total_bytes if self.oom else None
+
+    @property
+    def free_bytes(self) -> int | None:
+        return self.oom.free_bytes if self.oom else None
+
+    @property
+    def allocated_bytes(self) -> int | None:
+        return self.oom.allocated_bytes if self.oom else None
+
+    @property
+    def private_pools_bytes(self) -> int | None:
+        return self.oom.private_pools_bytes if self.oom else None
+
+    @property
+    def reserved_unallocated_bytes(self) -> int | None:
+        return self.oom.reserved_unallocated_bytes if self.oom else None
+
+    @property
+    def reserved_bytes(self) -> int | None:
+        return self.oom.reserved_bytes if self.oom else None
+
+    @property
+    def allowed_bytes(self) -> int | None:
+        return self.oom.allowed_bytes if self.oom else None
+
+    @property
+    def processes(self) -> tuple[GpuProcess, ...]:
+        return self.oom.processes if self.oom else ()
 
     @property
     def neighbours(self) -> tuple[GpuProcess, ...]:
         """Other processes holding memory on the GPU (see the advisor for PID-namespace caveats)."""
         return tuple(p for p in self.processes if not p.self)
+
+
+# The JSON keys of a finding, in the order they have always had (torch's between ``rank`` and ``phase``).
+_JSON_ORDER = (
+    "kind", "line", "evidence", "index", "run", "rank",
+    "torch_format", "gpu", "tried_bytes", "total_bytes", "free_bytes", "allocated_bytes", "private_pools_bytes",
+    "reserved_unallocated_bytes", "reserved_bytes", "allowed_bytes", "processes",
+    "phase", "prefill_tokens", "running_requests", "mem_fraction_static", "suggested_fraction", "minimum_fraction",
+    "tokens_requested", "tokens_available", "slots_available", "graph_flag", "min_gpu_memory_bytes",
+    "local_gpu_memory_bytes", "restarts", "is_possible", "note",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from remediate.core.diagnosis.findings import LOADING_NOTE, Diagnosis, Finding, Phase
-from remediate.core.diagnosis.lines import LogLine, split_lines
 from remediate.core.diagnosis.patterns import match_line
 from remediate.core.diagnosis.runs import RunSplitter
 from remediate.core.diagnosis.systemd import crash_loop_finding
+from remediate.core.logline import LogLine, split_lines
 
 # sglang scheduler.py: logger.error(f"{name} hit an exception: {traceback}"), at the start of its message.
 _HEADER = re.compile(r"(\w+) hit an exception:")

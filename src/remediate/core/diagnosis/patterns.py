@@ -1,6 +1,8 @@
-"""The crash texts of sglang and torch (SGLANG.md §2.5, §6, §8), one matcher per kind.
+"""The crash texts of sglang and torch, one matcher per kind: torch c10/cuda/CUDACachingAllocator.cpp (the CUDA
+OOM), sglang model_executor/pool_configurator.py (``Not enough memory``), model_executor/runner/
+decode_cuda_graph_runner.py (``Capture cuda graph failed``), managers/scheduler.py (``hit an exception``).
 
-Each text is matched only where its message starts (``lines.at_message``): a request or prompt that sglang
+Each text is matched only where its message starts (``logline.at_message``): a request or prompt that sglang
 logs in the middle of a line is never evidence. The numbers inside a matched message are read after it.
 """
 
@@ -12,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from remediate.core.diagnosis.findings import Finding, Kind, Phase
-from remediate.core.diagnosis.lines import LogLine, at_message
 from remediate.core.diagnosis.sizes import gib_to_bytes
 from remediate.core.diagnosis.torch_oom import OOM_MARK, parse_torch_oom
+from remediate.core.logline import LogLine, at_message
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _CAPTURE = re.compile(r"Capture (?:prefill )?cuda graph failed", re.IGNORECASE)
@@ -81,7 +83,7 @@ def _torch(line: LogLine, mark: re.Match[str], following: Sequence[LogLine]) -> 
     text = line.text
     oom = parse_torch_oom(text[mark.start() :])
     assert oom is not None, "match_line found OOM_MARK"
-    values = {k: v for k, v in vars(oom).items() if v is not None and v != ()}
+    values: dict[str, Any] = {"oom": oom, "tried_bytes": oom.tried_bytes}
     # the same OOM re-raised (chained, or wrapped as "Capture cuda graph failed: …", maybe cut) is one finding
     dedupe = f"{oom.gpu}/{oom.tried_bytes}/{oom.total_bytes}/{oom.free_bytes}" if oom.tried_bytes else text[:400]
     if at_message(_CAPTURE, text):

@@ -6,19 +6,18 @@ import math
 
 from remediate.core.diagnosis.advice import (
     CHUNK,
-    EXPANDABLE,
     MIN_FRACTION,
     SHARE,
     STEP,
     Recommendation,
     Settings,
     fmt_fraction,
-    has_expandable,
     neighbours,
     tokens_at,
 )
 from remediate.core.diagnosis.findings import LOADING_NOTE, Finding
 from remediate.core.diagnosis.sizes import format_size as fs
+from remediate.core.unitfile.alloc import EXPANDABLE, has_expandable
 
 
 def _worst(findings: list[Finding]) -> Finding:

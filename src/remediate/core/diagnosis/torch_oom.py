@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from remediate.core.diagnosis.findings import GpuProcess
 from remediate.core.diagnosis.sizes import SIZE, parse_size
 
 OOM_MARK = re.compile(r"CUDA out of memory\.?", re.IGNORECASE)
@@ -25,6 +25,18 @@ _OLD = re.compile(
     rf"(?: ({SIZE}) allowed;)?(?: ({SIZE}) reserved in total by PyTorch)?"
 )
 _OLD_GPU = re.compile(r"\(GPU (\d+);")
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One NVML process line of torch's OOM text (``self``: "this process", i.e. the crashing one)."""
+
+    pid: int | None
+    bytes: int
+    self: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "bytes": self.bytes, "self": self.self}
 
 
 @dataclass(frozen=True)
@@ -52,7 +64,7 @@ def _size(match: re.Match[str] | None, group: int = 1) -> int | None:
 
 def parse_torch_oom(text: str) -> TorchOOM | None:
     """The numbers in ``text`` if it carries torch's CUDA OOM message, else None. Cut texts give what they hold.
-    The journal parser passes the text from where the message starts (``lines.at_message``), never a line's
+    The journal parser passes the text from where the message starts (``logline.at_message``), never a line's
     middle: the numbers are read after torch's mark only."""
     mark = OOM_MARK.search(text)
     if mark is None:

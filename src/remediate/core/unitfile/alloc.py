@@ -17,6 +17,7 @@ from remediate.errors import ConfigError
 
 ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
 ALLOC_NEW = "PYTORCH_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,13 @@ def missing_options(value: str | None, wanted: str) -> list[str]:
         if colon:
             have[key.strip()] = setting.strip()
     return [o for o in wanted.split(",") if have.get(o.partition(":")[0]) != o.partition(":")[2]]
+
+
+def has_expandable(value: str | None) -> bool:
+    """Whether an allocator value turns expandable segments on. torch parses the list left to right and a later
+    key overrides an earlier one (c10/cuda/CUDAAllocatorConfig.cpp ``parseArgs``), so the last
+    ``expandable_segments`` wins: ``expandable_segments:True,expandable_segments:False`` is off."""
+    return not missing_options(value, EXPANDABLE)
 
 
 @dataclass(frozen=True)

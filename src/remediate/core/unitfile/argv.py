@@ -119,3 +119,25 @@ def find_flags(items: Sequence[ArgItem], name: str) -> list[FlagHit]:
                 hits.append(FlagHit(name, index, None, None, None, None))
         index += 2 if (takes_value and not eq and canonical is not None) else 1
     return hits
+
+
+def server_endpoint(argv: tuple[str, ...] | list[str], default_port: int = 30000) -> tuple[str, int]:
+    """Where the sglang server listens, as seen from its host (``0.0.0.0`` means loopback); ``default_port``
+    when the command line names no port."""
+    host, port = "127.0.0.1", default_port
+    for i, word in enumerate(argv):
+        for name in ("--host", "--port"):
+            value: str | None = None
+            if word == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif word.startswith(name + "="):
+                value = word.split("=", 1)[1]
+            if value is None:
+                continue
+            if name == "--port" and value.isdigit():
+                port = int(value)
+            elif name == "--host":
+                host = value
+    if host in ("0.0.0.0", "", "::", "[::]", "localhost"):
+        host = "127.0.0.1"
+    return host, port

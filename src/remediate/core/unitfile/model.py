@@ -9,7 +9,7 @@ file offsets, so every byte that is not edited stays as it was.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # A span of file text: (start, end) offsets, end exclusive.
@@ -243,8 +243,3 @@ def parse_unit(text: str) -> UnitFile:
 def render_unit(unit: UnitFile) -> str:
     """The unit's text, byte for byte."""
     return unit.text
-
-
-def lines_text(lines: Sequence[Line], text: str) -> str:
-    """Verbatim text of consecutive physical lines, endings included."""
-    return text[lines[0].start : lines[-1].full_end]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from remediate.core.sweep import BenchPoint, HostBench
+from remediate.core.bench.sweep import BenchPoint, HostBench
 
 CSV_COLUMNS = (
     "host",

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from remediate.core.budget import Measured
+from remediate.core.budget.pool import Measured
 from remediate.core.startup import StartupNumbers
 
 SCHEMA = 1

@@ -1,9 +1,9 @@
 """PURE: the long-context sweep of ``remediate bench`` — lengths, exact prompts, skip rules, results.
 
 Text prompts drift off the requested length and ``bench_serving`` samples lengths in [1, L] unless told
-otherwise (SGLANG.md §9), so the sweep sends ``input_ids``: exactly N ids, each request with its own
-first id (nothing of it can be in the prefix cache), ids drawn from a range every tokenizer has as
-ordinary tokens. The RNG seed comes in from the caller.
+otherwise (sglang benchmark/datasets/random.py, ``--random-range-ratio``), so the sweep sends ``input_ids``:
+exactly N ids, each request with its own first id (nothing of it can be in the prefix cache), ids drawn from a
+range every tokenizer has as ordinary tokens. The RNG seed comes in from the caller.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediate.core.latency import RequestMetrics, Summary, summarize
-from remediate.core.probes import tokens_from_info
+from remediate.core.bench.latency import RequestMetrics, Summary, summarize
+from remediate.core.numbers import as_int
+from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError
 
@@ -89,7 +90,8 @@ def _splitmix64(state: int, count: int) -> list[int]:
 
 
 def generate_body(ids: Sequence[int], gen: int) -> dict[str, Any]:
-    """The ``/generate`` request: exact ids, greedy, no early stop, streamed (SGLANG.md §5)."""
+    """The ``/generate`` request: exact ids, greedy, no early stop, streamed (sglang managers/io_struct.py
+    ``GenerateReqInput``, entrypoints/http_server.py ``generate_request``)."""
     return {
         "input_ids": list(ids),
         "sampling_params": {"max_new_tokens": gen, "ignore_eos": True, "temperature": 0},
@@ -107,19 +109,15 @@ class ServerLimits:
     vocab_size: int | None = None
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def limits_from_info(info: dict[str, Any], model_info: dict[str, Any] | None = None) -> ServerLimits:
     """The limits from the info document (``vocab_size`` also from ``/model_info`` where a server has it)."""
     vocab = None
     for doc in (model_info or {}, info):
-        vocab = vocab or _int(doc.get("vocab_size"))
+        vocab = vocab or as_int(doc.get("vocab_size"))
     return ServerLimits(
         max_total_num_tokens=tokens_from_info(info),
-        max_req_input_len=_int(info.get("max_req_input_len")),
-        context_length=_int(info.get("context_length")) or _int(info.get("context_len")),
+        max_req_input_len=as_int(info.get("max_req_input_len")),
+        context_length=as_int(info.get("context_length")) or as_int(info.get("context_len")),
         vocab_size=vocab,
     )
 

@@ -1,12 +1,12 @@
 """PURE: sglang's streaming ``/generate`` as server-sent events.
 
-sglang writes ``data: <json>\\n\\n`` per chunk and ``data: [DONE]\\n\\n`` at the end (SGLANG.md §5); a
-``ValueError`` mid-stream becomes ``data: {"error": {...}}``. Every chunk's ``meta_info`` carries
-``prompt_tokens``, ``completion_tokens`` (so far) and ``cached_tokens``; the last one ``e2e_latency``
-and ``finish_reason``. The decoder follows the SSE rules sglang relies on: ``data:`` lines (one
-optional space after the colon) accumulate until a blank line; comments and other fields are
-ignored; ``\\r\\n`` line ends are accepted. Arrival times come in with the bytes (the transport
-takes them), so each event carries the time of the bytes that completed it.
+sglang writes ``data: <json>\\n\\n`` per chunk and ``data: [DONE]\\n\\n`` at the end (sglang
+entrypoints/http_server.py ``generate_request``); a ``ValueError`` mid-stream becomes ``data: {"error":
+{...}}``. Every chunk's ``meta_info`` carries ``prompt_tokens``, ``completion_tokens`` (so far) and
+``cached_tokens``; the last one ``e2e_latency`` and ``finish_reason``. The decoder follows the SSE rules
+sglang relies on: ``data:`` lines (one optional space after the colon) accumulate until a blank line; comments
+and other fields are ignored; ``\\r\\n`` line ends are accepted. Arrival times come in with the bytes (the
+transport takes them), so each event carries the time of the bytes that completed it.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from remediate.core.budget import GIB, BudgetModel, Prediction
+from remediate.core.budget.pool import GIB, BudgetModel, Prediction
 
 _CHUNK_FLOOR = 256  # smaller chunks than this make long prefills impractically slow
 

@@ -1,18 +1,15 @@
-"""PURE: builders for read-only remote probes and parsers of what they print.
+"""PURE: what the read-only probe printed — the unit's ``systemctl show`` properties, its files, the evidence.
 
-Every probe is one shell script (rendered from ``templates/``) run in one round trip; its output is
-framed with ``@@`` header lines so one parser can split it. Nothing here does I/O.
+Every probe is one shell script (``templates/probe.sh.j2``) run in one round trip; its output is framed with
+``@@`` header lines so one parser can split it. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
-from remediate.core.diagnosis.lines import message_text
 from remediate.errors import UnsafePathError
 
 SHOW_PROPERTIES = (
@@ -29,23 +26,6 @@ SHOW_PROPERTIES = (
     "MainPID",
     "InvocationID",
 )
-
-# sglang's capacity line (SGLANG.md §2.1), every version from 0.4.6 on.
-CAPACITY_RE = re.compile(
-    r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+|None), max_prefill_tokens=(\d+), "
-    r"max_running_requests=(\d+), context_len=(\d+)(?:, available_(?:gpu|cpu)_mem=([\d.]+) GB)?"
-)
-# Lines that explain a crash, most telling first (SGLANG.md §6, §8).
-OOM_RE = re.compile(
-    r"OutOfMemoryError|CUDA out of memory|out of memory|Not enough memory|"
-    r"Prefill out of memory|Decode out of memory|Capture cuda graph failed|reserved by PyTorch but unallocated",
-    re.IGNORECASE,
-)
-CRASH_RE = re.compile(
-    r"hit an exception|Traceback|SIGQUIT|Main process exited|Failed with result|"
-    r"start-limit|Start request repeated|RuntimeError|Exception",
-)
-
 
 # Sections the probe prints when asked for crash evidence (``diagnose``, the ``oom`` gate).
 EVIDENCE_SECTIONS = ("journal", "gpus", "apps", "ps")
@@ -319,87 +299,3 @@ def parse_file_header(rest: str) -> dict[str, str]:
     for match, nxt in zip(matches, [*matches[1:], None], strict=True):
         out[match.group(1)] = rest[match.end() : nxt.start() if nxt is not None else len(rest)]
     return out
-
-
-def parse_server_info(body: bytes) -> int | None:
-    """``max_total_num_tokens`` from /server_info or /get_server_info (top-level key, all versions)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    return tokens_from_info(data) if isinstance(data, dict) else None
-
-
-def tokens_from_info(data: dict[str, Any]) -> int | None:
-    """The KV pool from a parsed info document: top-level, else ``internal_states[0].memory_usage``."""
-    value = data.get("max_total_num_tokens")
-    if isinstance(value, int):
-        return value
-    states = data.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        usage = states[0].get("memory_usage")
-        if isinstance(usage, dict) and isinstance(usage.get("token_capacity"), int):
-            return int(usage["token_capacity"])
-    return None
-
-
-def parse_capacity_line(lines: list[str]) -> int | None:
-    """The newest ``max_total_num_tokens=`` journal line's value, if any."""
-    for line in reversed(lines):
-        match = CAPACITY_RE.match(message_text(line))  # at the message's start: never a logged request's text
-        if match:
-            return int(match.group(1))
-    return None
-
-
-# systemd's words when it stops restarting a crash-looping unit (the start limit): never cut from the lines.
-# systemd core/unit.c and service.c, at the start of the unit's message ("sglang.service: …"): a logged
-# request that quotes them is not systemd giving up.
-GAVE_UP_RE = re.compile(r"(?:\S+: )?(?:Start request repeated too quickly|Failed with result 'start-limit-hit')")
-
-
-def explain_crash(lines: list[str], limit: int = 12) -> list[str]:
-    """Journal lines that explain a failure: OOM lines first, then crash lines, then the tail; systemd's
-    start-limit line (it gave up restarting the unit) is kept even when more lines than ``limit`` explain it."""
-    oom = [line for line in lines if OOM_RE.search(line)]
-    crash = [line for line in lines if CRASH_RE.search(line) and line not in oom]
-    picked: list[str] = []
-    for line in oom + crash + lines[-5:]:
-        if line not in picked:
-            picked.append(line)
-    kept = picked[:limit]
-    gave_up = next((line for line in reversed(lines) if _gave_up(line)), None)
-    if gave_up is not None and gave_up not in kept and kept:
-        kept[-1] = gave_up
-    return kept
-
-
-def gave_up_restarting(lines: list[str]) -> bool:
-    """Whether these journal lines say systemd stopped restarting the unit (its start limit was hit)."""
-    return any(_gave_up(line) for line in lines)
-
-
-def _gave_up(line: str) -> bool:
-    return GAVE_UP_RE.match(message_text(line)) is not None
-
-
-def server_endpoint(argv: tuple[str, ...] | list[str], default_port: int = 30000) -> tuple[str, int]:
-    """Where the sglang server listens, as seen from its host (``0.0.0.0`` means loopback); ``default_port``
-    when the command line names no port."""
-    host, port = "127.0.0.1", default_port
-    for i, word in enumerate(argv):
-        for name in ("--host", "--port"):
-            value: str | None = None
-            if word == name and i + 1 < len(argv):
-                value = argv[i + 1]
-            elif word.startswith(name + "="):
-                value = word.split("=", 1)[1]
-            if value is None:
-                continue
-            if name == "--port" and value.isdigit():
-                port = int(value)
-            elif name == "--host":
-                host = value
-    if host in ("0.0.0.0", "", "::", "[::]", "localhost"):
-        host = "127.0.0.1"
-    return host, port

@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from remediate.core.numbers import as_float, as_int
 from remediate.core.startup import ServerSettings, StartupNumbers
 
 GIB = 1 << 30
@@ -130,10 +131,10 @@ def model_from_server(
     free0, free1 = startup.free0_gib, startup.free1_gib
     fraction = settings.mem_fraction_static
     if fraction is None:
-        fraction = _as_float(startup.server_args.get("mem_fraction_static"))
+        fraction = as_float(startup.server_args.get("mem_fraction_static"))
     tokens = settings.max_total_num_tokens or startup.max_total_num_tokens or startup.kv_tokens
     page = settings.page_size if settings.page_size > 1 else int(startup.server_args.get("page_size", 1) or 1)
-    cap = settings.max_total_tokens or _as_int(startup.server_args.get("max_total_tokens"))
+    cap = settings.max_total_tokens or as_int(startup.server_args.get("max_total_tokens"))
     notes: list[str] = []
     cell = cell_bytes
     if cell is None and startup.kv_tokens and startup.kv_gib:
@@ -266,11 +267,3 @@ def calibrate(model: BudgetModel, measured: Sequence[Measured]) -> tuple[BudgetM
 def _is_capped(model: BudgetModel, tokens: int) -> bool:
     cap = model.max_total_tokens
     return cap is not None and tokens >= cap // model.page_size * model.page_size
-
-
-def _as_float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _as_int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,10 +1,11 @@
 """PURE: per-request latency metrics of a streamed ``/generate``, measured like sglang's own benchmark.
 
-(SGLANG.md §5, §9.) TTFT = send → the first chunk that carries a token; ITL = the gap between chunks
-divided by the rise in ``completion_tokens`` (a multi-token chunk is spread evenly, like
-``bench_serving``); decode wall = first token → last token; decode tok/s = (completion − 1) / decode
-wall; prefill tok/s = (prompt − cached) / TTFT; E2E = send → the end of the stream. Percentiles
-interpolate linearly between order statistics (numpy's default, which ``bench_serving`` uses).
+(sglang benchmark/serving.py ``calculate_metrics``; the stream of entrypoints/http_server.py
+``generate_request``.) TTFT = send → the first chunk that carries a token; ITL = the gap between chunks
+divided by the rise in ``completion_tokens`` (a multi-token chunk is spread evenly, like ``bench_serving``);
+decode wall = first token → last token; decode tok/s = (completion − 1) / decode wall; prefill tok/s = (prompt
+− cached) / TTFT; E2E = send → the end of the stream. Percentiles interpolate linearly between order
+statistics (numpy's default, which ``bench_serving`` uses).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from remediate.core.sse import StreamChunk
+from remediate.core.bench.stream import StreamChunk
 
 
 @dataclass(frozen=True)
@@ -124,12 +125,6 @@ class Summary:
     median: float | None = None
     p90: float | None = None
     p99: float | None = None
-
-    def scaled(self, factor: float) -> Summary:
-        def s(v: float | None) -> float | None:
-            return None if v is None else v * factor
-
-        return Summary(s(self.mean), s(self.median), s(self.p90), s(self.p99))
 
 
 def summarize(values: Sequence[float | None]) -> Summary:
