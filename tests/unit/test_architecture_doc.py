@@ -158,7 +158,6 @@ def test_a_disagreement_names_each_missing_and_extra_module() -> None:
 # docs/ARCHITECTURE.md describes the layout that issue #21's slices are moving the tree to (cli/render/,
 # controller/, fleet/jobs.py, host/probe.py …): on the docs branch alone the tree is still the old one.
 # Strict: once the slices are merged and the list adjusted, this passes and the mark must go.
-@pytest.mark.xfail(strict=True, reason="ARCHITECTURE.md lists the issue #21 target layout; drop this mark at merge")
 def test_the_module_list_matches_the_source_tree() -> None:
     problem = disagreement(doc_modules(DOC.read_text()), source_modules(PACKAGE))
     assert not problem, problem
