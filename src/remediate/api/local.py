@@ -8,7 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from remediate.controller import localfile
-from remediate.core.unitfile.edit import EditPlan, SourceFile, UnitSources, plan_edit
+from remediate.core.unitfile.edit import SourceFile, UnitEdit, UnitSources, plan_edit
 from remediate.errors import ConfigError
 from remediate.fleet.settings import (
     desired_state,
@@ -21,7 +21,7 @@ class EditResult:
     """`remediate edit`: the plan for a local unit file and, with ``write``, the backup taken."""
 
     path: Path
-    plan: EditPlan
+    plan: UnitEdit
     backup: Path | None = None
 
     @property

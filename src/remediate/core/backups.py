@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from remediate.core.unitfile.edit import Settings, SourceFile, UnitSources, find_sglang_exec, read_settings
+from remediate.core.unitfile.edit import SourceFile, UnitSettings, UnitSources, find_sglang_exec, read_settings
 from remediate.errors import ConfigError, RemediateError, UnsafePathError
 
 # <original>.bak[.<tag>][.<epoch>][.<n>] — the epoch is 9–11 digits (2001…2286).
@@ -138,14 +138,14 @@ def validate_backup(backup: Backup, sources: UnitSources, unit: str) -> UnitSour
     return restored
 
 
-def settings_or_none(sources: UnitSources) -> Settings | None:
+def settings_or_none(sources: UnitSources) -> UnitSettings | None:
     try:
         return read_settings(sources)
     except RemediateError:
         return None
 
 
-def settings_diff(current: Settings | None, restored: Settings | None) -> list[str]:
+def settings_diff(current: UnitSettings | None, restored: UnitSettings | None) -> list[str]:
     """Flag-level difference a restore would make: ``mem-fraction-static 0.93 → 0.94``."""
     if current is None or restored is None:
         return ["(settings not readable)"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from remediate.core.budget.headroom import Knobs, Plan, Spike, choose
+from remediate.core.budget.headroom import BudgetPlan, Knobs, Spike, choose
 from remediate.core.budget.observation import matching
 from remediate.core.budget.pool import (
     GIB,
@@ -31,7 +31,7 @@ from remediate.core.probe import ProbeResult
 from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
 from remediate.core.unitfile.alloc import has_expandable
-from remediate.core.unitfile.edit import DesiredState, Settings, read_settings
+from remediate.core.unitfile.edit import DesiredState, UnitSettings, read_settings
 from remediate.core.unitfile.report import mask_secrets
 from remediate.core.unitfile.sources import UnitSources
 from remediate.errors import ConfigError
@@ -63,7 +63,7 @@ class BudgetEvidence:
 class HostBudget:
     evidence: BudgetEvidence
     model: BudgetModel | None
-    plan: Plan | None
+    plan: BudgetPlan | None
     errors: tuple[CalibrationError, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -120,12 +120,12 @@ def read_budget_evidence(
     if state.active_state == "active":
         document, _ = fetch_server_info(transport, *endpoint_of(found, options))
         info = parse_server_info(document) if document else None
-    unit: Settings = read_settings(sources)
+    unit: UnitSettings = read_settings(sources)
     return evidence_from(tail, info, unit, startup_lines=startup_lines)
 
 
 def evidence_from(
-    journal: list[str], info: ServerSettings | None, unit: Settings, *, startup_lines: Sequence[str] = ()
+    journal: list[str], info: ServerSettings | None, unit: UnitSettings, *, startup_lines: Sequence[str] = ()
 ) -> BudgetEvidence:
     """``journal``: the tail (crash evidence); the startup lines come before it in time (duplicates are fine)."""
     startup = parse_startup([*startup_lines, *journal])
@@ -311,7 +311,7 @@ def model_document(model: BudgetModel) -> dict[str, Any]:
     }
 
 
-def choice_document(plan: Plan) -> dict[str, Any]:
+def choice_document(plan: BudgetPlan) -> dict[str, Any]:
     """Rows, the choice, the target and the remedies (also used by `plan --offline`)."""
     chosen = plan.chosen
     return {

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from remediate.core.diagnosis import (
+    AdvisorInput,
     Diagnosis,
     Finding,
     Recommendation,
-    Settings,
     advise,
     oom_command,
     parse_journal,
@@ -122,14 +122,14 @@ _CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl", "ctr"})
 
 def unit_settings(
     sources: UnitSources, server: frozenset[int], gpus: tuple[Gpu, ...], foreign: tuple[GpuApp, ...] = ()
-) -> Settings:
+) -> AdvisorInput:
     """The advisor's input from the unit on disk (what a restart would run) and the GPUs."""
     try:
         current = read_settings(sources)
     except ConfigError:
         current = None
     chunk = as_float(current.chunked_prefill_size, text=True) if current else None
-    return Settings(
+    return AdvisorInput(
         mem_fraction_static=as_float(current.mem_fraction_static, text=True) if current else None,
         chunked_prefill_size=int(chunk) if chunk is not None else None,
         alloc_conf=current.alloc_conf if current else None,

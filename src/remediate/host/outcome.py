@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from remediate.core.probe import ProbeResult, ServiceState
-from remediate.core.unitfile.edit import Settings
+from remediate.core.unitfile.edit import UnitSettings
 from remediate.core.unitfile.report import env_values, flag_values
 from remediate.errors import RemediateError, TransportError, UnhealthyError
 from remediate.models import HostResult, Phase, ProgressFn
@@ -67,7 +67,7 @@ class Timer:
             self.progress(self.result.host, "waiting", f"{phase} · {elapsed:.0f}s · {line}")
 
 
-def record_settings(result: HostResult, before: Settings | None, after: Settings | None) -> None:
+def record_settings(result: HostResult, before: UnitSettings | None, after: UnitSettings | None) -> None:
     """The managed flags and environment before and after the change (unknown sides stay empty)."""
     if before is not None:
         result.flags_before, result.env_before = flag_values(before), env_values(before)

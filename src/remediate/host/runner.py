@@ -16,7 +16,7 @@ from typing import Any
 from remediate.core.probe import ProbeResult, refuse_unsafe
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
-from remediate.core.unitfile.edit import EditPlan, UnitSources, plan_edit
+from remediate.core.unitfile.edit import UnitEdit, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.core.unitfile.sources import load_service, refuse_template_edit
 from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
@@ -36,7 +36,7 @@ from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
 
 
-def _fill_plan(result: HostResult, plan: EditPlan) -> None:
+def _fill_plan(result: HostResult, plan: UnitEdit) -> None:
     record_settings(result, plan.before, plan.after)
     result.diff = "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files)
     result.summary = summary_lines(plan)
@@ -44,7 +44,7 @@ def _fill_plan(result: HostResult, plan: EditPlan) -> None:
     result.changed = plan.is_changed
 
 
-def verify_server_args(host: str, info: dict[str, Any] | None, plan: EditPlan) -> dict[str, str]:
+def verify_server_args(host: str, info: dict[str, Any] | None, plan: UnitEdit) -> dict[str, str]:
     """The server that answers must run the values we wrote (its resolved ServerArgs are in the info
     document). Catches a restart that did not take — and another server answering on that port.
     Returns the flags it compared (and found equal)."""
@@ -137,7 +137,7 @@ def _already_healthy(
     found: ProbeResult,
     sources: UnitSources,
     options: RunOptions,
-    plan: EditPlan,
+    plan: UnitEdit,
     result: HostResult,
     wanted: str | None,
 ) -> tuple[int | None, list[str]]:
@@ -280,7 +280,7 @@ def _status_drift(
     unit: str,
     sources: UnitSources,
     info: dict[str, Any] | None,
-    plan: EditPlan,
+    plan: UnitEdit,
     options: RunOptions,
     result: HostResult,
 ) -> None:

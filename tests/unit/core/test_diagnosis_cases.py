@@ -14,21 +14,21 @@ from typing import Any
 import pytest
 import yaml
 
-from remediate.core.diagnosis import KINDS, Settings, advise, parse_journal
+from remediate.core.diagnosis import KINDS, AdvisorInput, advise, parse_journal
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
 NAMES = sorted(p.name for p in CASES.iterdir() if p.is_dir())
 
 
-def load(name: str) -> tuple[list[str], dict[str, str], Settings, dict[str, Any]]:
+def load(name: str) -> tuple[list[str], dict[str, str], AdvisorInput, dict[str, Any]]:
     d = CASES / name
     lines = (d / "journal.txt").read_text().splitlines()
     show: dict[str, str] = {}
     if (d / "show.txt").exists():
         show = dict(line.split("=", 1) for line in (d / "show.txt").read_text().splitlines() if "=" in line)
-    settings = Settings()
+    settings = AdvisorInput()
     if (d / "settings.yaml").exists():
-        settings = Settings(**yaml.safe_load((d / "settings.yaml").read_text()))
+        settings = AdvisorInput(**yaml.safe_load((d / "settings.yaml").read_text()))
     return lines, show, settings, yaml.safe_load((d / "expected.yaml").read_text())
 
 

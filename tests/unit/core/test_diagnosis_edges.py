@@ -3,7 +3,7 @@ command builder, fractions at their limits, GPU listings, and sizes."""
 
 from __future__ import annotations
 
-from remediate.core.diagnosis import Recommendation, Settings, advise, format_size, oom_command, parse_journal
+from remediate.core.diagnosis import AdvisorInput, Recommendation, advise, format_size, oom_command, parse_journal
 from remediate.core.diagnosis.gpus import foreign_apps, parse_apps, parse_gpus, process_tree
 from remediate.core.diagnosis.sizes import gib_to_bytes, parse_size
 
@@ -52,14 +52,16 @@ def test_oom_command_needs_a_kind_and_a_fraction_and_skips_what_oom_cannot_fix()
 
 def test_runtime_oom_far_beyond_the_gpu_stops_at_the_floor_and_says_so() -> None:
     huge = OOM.replace("Tried to allocate 2.00 GiB", "Tried to allocate 60.00 GiB")
-    rec = advise(parse_journal([huge]), Settings(mem_fraction_static=0.9, alloc_conf="expandable_segments:True"))
+    rec = advise(parse_journal([huge]), AdvisorInput(mem_fraction_static=0.9, alloc_conf="expandable_segments:True"))
     assert rec.mem_fraction_static == 0.5
     assert any("does not fit this GPU" in r for r in rec.reasons)
 
 
 def test_runtime_oom_without_gpu_size_takes_one_step() -> None:
     cut = OOM.split(" GPU 0")[0] + " GPU 0 has a total capacity of 79.19 GiB of which 100.00 MiB is free."
-    rec = advise(parse_journal([cut.replace(" total capacity of 79.19 GiB", " total capacity of ?")]), Settings(0.9))
+    rec = advise(
+        parse_journal([cut.replace(" total capacity of 79.19 GiB", " total capacity of ?")]), AdvisorInput(0.9)
+    )
     assert rec.mem_fraction_static == 0.89
 
 
@@ -68,7 +70,7 @@ def test_startup_without_any_numbers_cannot_compute_a_fraction() -> None:
     assert rec.blocking and rec.mem_fraction_static is None
     stepped = advise(
         parse_journal(["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]),
-        Settings(mem_fraction_static=0.8),
+        AdvisorInput(mem_fraction_static=0.8),
     )
     assert stepped.mem_fraction_static == 0.81  # one step up, never down
 
@@ -79,7 +81,7 @@ def test_startup_with_weights_filling_the_gpu_says_more_gpus() -> None:
         "[2026-12-01 08:00:09 TP0] Load weight end. type=X, dtype=fp16, avail mem=0.10 GB, mem usage=79.90 GB.",
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
     ]
-    rec = advise(parse_journal(lines), Settings(mem_fraction_static=0.99))
+    rec = advise(parse_journal(lines), AdvisorInput(mem_fraction_static=0.99))
     assert rec.mem_fraction_static is None and any("more GPUs" in r for r in rec.reasons)
 
 
@@ -112,7 +114,7 @@ def test_small_prefill_is_not_chunked_and_a_cut_old_format_keeps_what_it_has() -
         "[2026-12-01 08:00:00 TP0] Prefill batch. #new-seq: 1, #new-token: 3000, #cached-token: 0, token usage: 0.1,",
         f"[2026-12-01 08:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last): ... {OOM}",
     ]
-    rec = advise(parse_journal(lines), Settings(mem_fraction_static=0.9, chunked_prefill_size=-1))
+    rec = advise(parse_journal(lines), AdvisorInput(mem_fraction_static=0.9, chunked_prefill_size=-1))
     assert rec.chunked_prefill_size is None
     assert any("the prefill was 3000 tokens" in r for r in rec.reasons)
     old = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 3; 23.54 GiB tot"

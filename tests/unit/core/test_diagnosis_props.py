@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediate.core.diagnosis import Settings, advise, format_size, parse_journal, parse_size, parse_torch_oom
+from remediate.core.diagnosis import AdvisorInput, advise, format_size, parse_journal, parse_size, parse_torch_oom
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
 REAL = sorted({line for p in sorted(CASES.glob("*/journal.txt")) for line in p.read_text().splitlines()})
@@ -19,7 +19,7 @@ def _check(lines: list[str], show: dict[str, str] | None = None) -> None:
     for f in diagnosis.findings:
         assert f.line is not None
         f.to_dict()
-    rec = advise(diagnosis, Settings(mem_fraction_static=0.9))
+    rec = advise(diagnosis, AdvisorInput(mem_fraction_static=0.9))
     rec.to_dict()
     diagnosis.to_dict()
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from remediate.core.diagnosis import Settings, advise, parse_journal
+from remediate.core.diagnosis import AdvisorInput, advise, parse_journal
 
 FIXTURES = Path(__file__).resolve().parents[2] / "data" / "torch_oom"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((FIXTURES / "expected.json").read_text())
@@ -59,14 +59,14 @@ def test_real_text(name: str) -> None:
 
 def test_real_neighbour_blocks_and_container_view_does_not() -> None:
     other = parse_journal((FIXTURES / "other_process.sglang-overlap.txt").read_text().splitlines())
-    rec = advise(other, Settings(mem_fraction_static=0.9))
+    rec = advise(other, AdvisorInput(mem_fraction_static=0.9))
     assert rec.blocking
     assert "process 829 holds 100.51 GiB on GPU 0" in rec.reasons[0]
 
 
 def test_real_expandable_already_on_is_not_recommended_again() -> None:
     text = (FIXTURES / "expandable_cuda_conf.sglang-decode.txt").read_text().splitlines()
-    rec = advise(parse_journal(text), Settings(mem_fraction_static=0.9, alloc_conf="expandable_segments:True"))
+    rec = advise(parse_journal(text), AdvisorInput(mem_fraction_static=0.9, alloc_conf="expandable_segments:True"))
     assert rec.alloc_conf is None
     assert rec.chunked_prefill_size is None  # a decode OOM: chunked prefill does not bound it
     assert rec.mem_fraction_static is not None and rec.mem_fraction_static <= 0.9

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from remediate.core.diagnosis import Settings, advise, parse_journal
+from remediate.core.diagnosis import AdvisorInput, advise, parse_journal
 from remediate.core.unitfile.alloc import EXPANDABLE, has_expandable
-from remediate.core.unitfile.edit import Settings as UnitSettings
+from remediate.core.unitfile.edit import UnitSettings
 from remediate.host.budget import evidence_from
 
 ON_THEN_OFF = "expandable_segments:True,expandable_segments:False"
@@ -44,9 +44,9 @@ def test_has_expandable(value: str | None, on: bool) -> None:
 
 def test_diagnose_reads_the_last_key() -> None:
     crash = parse_journal(CRASH)
-    on = advise(crash, Settings(mem_fraction_static=0.9, alloc_conf=EXPANDABLE))
+    on = advise(crash, AdvisorInput(mem_fraction_static=0.9, alloc_conf=EXPANDABLE))
     assert on.alloc_conf is None and f"{EXPANDABLE} is already set" in on.reasons
-    off = advise(crash, Settings(mem_fraction_static=0.9, alloc_conf=ON_THEN_OFF))
+    off = advise(crash, AdvisorInput(mem_fraction_static=0.9, alloc_conf=ON_THEN_OFF))
     assert off.alloc_conf == EXPANDABLE and f"{EXPANDABLE} is already set" not in off.reasons
 
 

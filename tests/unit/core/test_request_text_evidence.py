@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediate.core.diagnosis import Settings, advise, parse_journal
+from remediate.core.diagnosis import AdvisorInput, advise, parse_journal
 from remediate.core.startup import STARTUP_LINES_ERE, parse_capacity_line, parse_startup
 from remediate.host.budget import diagnosed_spike
 
@@ -43,7 +43,7 @@ def test_logged_requests_change_no_finding_and_no_number(name: str) -> None:
     before, after = parse_journal(lines), parse_journal(forged)
     assert [f.to_dict() for f in after.findings] == [f.to_dict() for f in before.findings]
     assert after.runs == before.runs
-    settings = Settings(mem_fraction_static=0.9)
+    settings = AdvisorInput(mem_fraction_static=0.9)
     assert advise(after, settings).to_dict() == advise(before, settings).to_dict()
     assert _without_evidence(parse_startup(forged)) == _without_evidence(parse_startup(lines))
     assert parse_capacity_line(forged) == parse_capacity_line(lines)

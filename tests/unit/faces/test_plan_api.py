@@ -16,7 +16,7 @@ from remediate.controller import observations
 from remediate.core.budget.headroom import Spike
 from remediate.core.budget.observation import Observation, parse_observations
 from remediate.core.startup import parse_server_info
-from remediate.core.unitfile.edit import DesiredState, Settings
+from remediate.core.unitfile.edit import DesiredState, UnitSettings
 from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
 from remediate.host.budget import auto_desired, diagnosed_spike, evidence_from, plan_budget
@@ -112,7 +112,7 @@ def test_no_startup_lines_no_model() -> None:
 
 
 def test_auto_desired_from_a_spike_and_the_fallback() -> None:
-    ev = evidence_from(journal("standin-incident-crash-0.94.journal"), None, Settings("0.94", None, None))
+    ev = evidence_from(journal("standin-incident-crash-0.94.journal"), None, UnitSettings("0.94", None, None))
     assert ev.fraction == 0.94 and ev.current.chunked_prefill_size == -1 and not ev.current.is_expandable
     planned = plan_budget(replace(ev, spike=SPIKE, spike_note=None), BudgetOptions(target_tokens=200_000), "gpu-01")
     desired, notes = auto_desired(planned, DesiredState())
@@ -135,7 +135,7 @@ def test_auto_desired_from_a_spike_and_the_fallback() -> None:
 
 def test_auto_never_raises_the_fraction_that_crashed_unless_allowed() -> None:
     # A smaller spike: with chunk 4096 the plan's 10 % margin would fit at 0.95, above the crash at 0.94.
-    ev = evidence_from(journal("standin-incident-crash-0.94.journal"), None, Settings("0.94", None, None))
+    ev = evidence_from(journal("standin-incident-crash-0.94.journal"), None, UnitSettings("0.94", None, None))
     small = Spike(400 * MIB, 32768, int(666.44 * MIB), int(358.40 * MIB), fraction=0.94)
     planned = plan_budget(replace(ev, spike=small, spike_note=None), BudgetOptions(), "gpu-01")
     assert planned.plan is not None and planned.plan.chosen is not None and planned.plan.chosen.fraction == 0.95
@@ -161,7 +161,9 @@ def test_allow_raise_without_auto_is_refused() -> None:
 
 def test_evidence_prefers_the_server_over_the_unit() -> None:
     info = parse_server_info({**INFO_093, "chunked_prefill_size": 2048})
-    ev = evidence_from([], info, Settings("0.9", "8192", "expandable_segments:True,garbage_collection_threshold:0.6"))
+    ev = evidence_from(
+        [], info, UnitSettings("0.9", "8192", "expandable_segments:True,garbage_collection_threshold:0.6")
+    )
     assert (ev.fraction, ev.current.chunked_prefill_size, ev.current.is_expandable) == (0.93, 2048, True)
     assert (ev.model_path, ev.tp_size) == ("moonshotai/Kimi-K2.6", 8)
 

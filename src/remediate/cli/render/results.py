@@ -19,7 +19,7 @@ from rich.text import Text
 
 from remediate.cli.render.console import format_tokens, safe
 from remediate.cli.render.plan import plan_table
-from remediate.core.unitfile.edit import EditPlan
+from remediate.core.unitfile.edit import UnitEdit
 from remediate.core.unitfile.report import display_text, plan_to_dict, summary_lines, unified_diff
 from remediate.models import HostResult
 
@@ -47,7 +47,7 @@ def diff_lines(console: Console, diff: str) -> None:
         console.print(display_text(line), style=style, highlight=False, markup=False)
 
 
-def edit_report(console: Console, path: str, plan: EditPlan, backup: str | None) -> None:
+def edit_report(console: Console, path: str, plan: UnitEdit, backup: str | None) -> None:
     """`remediate edit`: the masked diff, the flag summary, notes, and what was written."""
     diff_lines(console, "".join(unified_diff(f.path, f.old_text, f.new_text) for f in plan.files))
     for line in summary_lines(plan):
@@ -60,7 +60,7 @@ def edit_report(console: Console, path: str, plan: EditPlan, backup: str | None)
         console.print(f"wrote {display_text(path)} (backup {display_text(backup)})", highlight=False, markup=False)
 
 
-def edit_document(plan: EditPlan, backup: str | None) -> dict[str, Any]:
+def edit_document(plan: UnitEdit, backup: str | None) -> dict[str, Any]:
     """`remediate edit --json`: the plan, and whether (and where to) it was backed up and written."""
     return {**plan_to_dict(plan), "written": bool(backup), "backup": backup}
 

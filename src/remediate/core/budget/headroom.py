@@ -104,7 +104,7 @@ class Remedy:
 
 
 @dataclass(frozen=True)
-class Plan:
+class BudgetPlan:
     rows: tuple[Row, ...]
     chosen: Row | None
     proposed: Knobs
@@ -155,7 +155,7 @@ def choose(
     max_running_requests: int | None = None,
     step: float = 0.01,
     span: int = 3,
-) -> Plan:
+) -> BudgetPlan:
     """The LARGEST grid fraction whose usable headroom covers the spike's need with ``margin``."""
     overhead = overhead_gib(model, spike)
     sized = model if overhead is None else _with_overhead(model, overhead)
@@ -186,7 +186,7 @@ def choose(
     rows = [_mark(r, chosen) for r in rows]
     chosen = next((r for r in rows if r.is_chosen), None)
     window = [r for r in rows if abs(r.fraction - centre) <= span * step + 1e-9 or r.is_chosen or r is target_row]
-    plan = Plan(tuple(window), chosen, proposed, margin, target_tokens, target_fraction, reasons=tuple(reasons))
+    plan = BudgetPlan(tuple(window), chosen, proposed, margin, target_tokens, target_fraction, reasons=tuple(reasons))
     if target_tokens is None or chosen is None:
         return _replace_plan(plan, warnings=tuple(warnings))
     if chosen.prediction.tokens >= target_tokens:
@@ -222,7 +222,7 @@ def _with_overhead(model: BudgetModel, overhead: float) -> BudgetModel:
     return replace(model, overhead_gib=overhead)
 
 
-def _replace_plan(plan: Plan, **changes: object) -> Plan:
+def _replace_plan(plan: BudgetPlan, **changes: object) -> BudgetPlan:
     return replace(plan, **changes)  # type: ignore[arg-type]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remediate.core.diagnosis.advice import Recommendation, Settings
+from remediate.core.diagnosis.advice import AdvisorInput, Recommendation
 from remediate.core.diagnosis.advisor import advise, oom_command
 from remediate.core.diagnosis.findings import KINDS, Diagnosis, Finding, Kind, RunFacts
 from remediate.core.diagnosis.parser import parse_journal
@@ -12,7 +12,7 @@ from remediate.core.diagnosis.torch_oom import GpuProcess, TorchOOM, parse_torch
 __all__ = [
     "KINDS",
     "Recommendation",
-    "Settings",
+    "AdvisorInput",
     "advise",
     "oom_command",
     "Diagnosis",

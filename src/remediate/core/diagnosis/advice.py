@@ -16,7 +16,7 @@ SHARE = 0.10  # reserved-but-unallocated counts when it is at least this share o
 
 
 @dataclass(frozen=True)
-class Settings:
+class AdvisorInput:
     """What the unit runs today (None = not known / flag absent)."""
 
     mem_fraction_static: float | None = None
@@ -59,7 +59,7 @@ class Recommendation:
         }
 
 
-def resolved(settings: Settings, facts: RunFacts) -> Settings:
+def resolved(settings: AdvisorInput, facts: RunFacts) -> AdvisorInput:
     """The unit's settings, gaps filled from what the failing run logged."""
     return replace(
         settings,
@@ -100,7 +100,7 @@ def neighbours(finding: Finding, server_pids: tuple[int, ...] = ()) -> tuple[Gpu
     return tuple(others)
 
 
-def tokens_at(s: Settings, fraction: float) -> int | None:
+def tokens_at(s: AdvisorInput, fraction: float) -> int | None:
     """KV tokens at another fraction: the pool is ``free1 − free0·(1 − mfs)``, same token size (sglang
     mem_cache/kv_cache_configurator.py ``_profile_available_bytes``)."""
     free0, free1, tokens, cur = (

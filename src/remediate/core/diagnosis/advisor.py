@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import replace
 
-from remediate.core.diagnosis.advice import CHUNK, Recommendation, Settings, fmt_fraction, resolved
+from remediate.core.diagnosis.advice import CHUNK, AdvisorInput, Recommendation, fmt_fraction, resolved
 from remediate.core.diagnosis.findings import Diagnosis, Finding
 from remediate.core.diagnosis.pools import advise_kv_exhausted, advise_startup, advise_unbalanced
 from remediate.core.diagnosis.runtime import advise_graph_capture, advise_runtime
@@ -31,9 +31,9 @@ _PRIORITY = (
 )
 
 
-def advise(diagnosis: Diagnosis, settings: Settings | None = None) -> Recommendation:
+def advise(diagnosis: Diagnosis, settings: AdvisorInput | None = None) -> Recommendation:
     """The recommendation for the latest failure in ``diagnosis``."""
-    s = resolved(settings or Settings(), diagnosis.facts)
+    s = resolved(settings or AdvisorInput(), diagnosis.facts)
     latest = diagnosis.latest
     notes = [f"{f.kind}: {f.note}" for f in latest if f.kind == "crash_loop" and f.note]
     crash = [f for f in latest if f.kind != "crash_loop"]
@@ -58,7 +58,7 @@ def advise(diagnosis: Diagnosis, settings: Settings | None = None) -> Recommenda
 # failures that more free GPU memory would have avoided: a neighbour on the GPU contradicts the recipe
 _MEMORY_KINDS = frozenset({"cuda_oom_runtime", "cuda_oom_graph_capture", "cuda_error_oom", "tp_memory_unbalanced"})
 
-_ADVISORS: dict[str, Callable[[list[Finding], Settings], Recommendation]] = {
+_ADVISORS: dict[str, Callable[[list[Finding], AdvisorInput], Recommendation]] = {
     "kv_pool_too_small_at_startup": advise_startup,
     "tp_memory_unbalanced": advise_unbalanced,
     "kv_pool_exhausted": advise_kv_exhausted,

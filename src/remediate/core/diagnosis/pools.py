@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from remediate.core.diagnosis.advice import Recommendation, Settings, fmt_fraction, step_up, tokens_at
+from remediate.core.diagnosis.advice import AdvisorInput, Recommendation, fmt_fraction, step_up, tokens_at
 from remediate.core.diagnosis.findings import Finding
 from remediate.core.diagnosis.sizes import format_size as fs
 
 
-def advise_startup(findings: list[Finding], s: Settings) -> Recommendation:
+def advise_startup(findings: list[Finding], s: AdvisorInput) -> Recommendation:
     """``Not enough memory``: the KV pool came out empty, so the fraction goes *up* (never down)."""
     f = next((g for g in findings if g.suggested_fraction is not None), findings[0])
     cur = f.mem_fraction_static if f.mem_fraction_static is not None else s.mem_fraction_static
@@ -47,7 +47,7 @@ def advise_startup(findings: list[Finding], s: Settings) -> Recommendation:
     return Recommendation(mem_fraction_static=target, reasons=tuple(reasons), blocking=True)
 
 
-def advise_kv_exhausted(findings: list[Finding], s: Settings) -> Recommendation:
+def advise_kv_exhausted(findings: list[Finding], s: AdvisorInput) -> Recommendation:
     """The logical KV pool (or the request slots) ran out: fewer running requests; a lower fraction hurts."""
     f = findings[-1]
     reasons: list[str] = []
@@ -80,7 +80,7 @@ def advise_kv_exhausted(findings: list[Finding], s: Settings) -> Recommendation:
     )
 
 
-def advise_unbalanced(findings: list[Finding], s: Settings) -> Recommendation:
+def advise_unbalanced(findings: list[Finding], s: AdvisorInput) -> Recommendation:
     """Some GPU has far less free memory than the others: a neighbour process, not a knob of ours."""
     f = findings[0]
     detail = ""

@@ -9,8 +9,8 @@ from remediate.core.diagnosis.advice import (
     MIN_FRACTION,
     SHARE,
     STEP,
+    AdvisorInput,
     Recommendation,
-    Settings,
     fmt_fraction,
     neighbours,
     tokens_at,
@@ -29,7 +29,7 @@ def _worst(findings: list[Finding]) -> Finding:
     return max(findings, key=short)
 
 
-def advise_runtime(findings: list[Finding], s: Settings) -> Recommendation:
+def advise_runtime(findings: list[Finding], s: AdvisorInput) -> Recommendation:
     f = _worst(findings)
     reasons: list[str] = []
     blocking = False
@@ -100,7 +100,7 @@ def advise_runtime(findings: list[Finding], s: Settings) -> Recommendation:
     )
 
 
-def _chunking(f: Finding, s: Settings, need: int) -> tuple[int | None, int, str | None]:
+def _chunking(f: Finding, s: AdvisorInput, need: int) -> tuple[int | None, int, str | None]:
     """Chunked prefill bounds the spike when it scales with the prefill size."""
     if f.phase != "prefill":
         return None, need, None
@@ -122,7 +122,7 @@ def _chunking(f: Finding, s: Settings, need: int) -> tuple[int | None, int, str 
     return CHUNK, spike, reason
 
 
-def _fraction_for(f: Finding, s: Settings, remaining: int, have_numbers: bool) -> tuple[float | None, list[str]]:
+def _fraction_for(f: Finding, s: AdvisorInput, remaining: int, have_numbers: bool) -> tuple[float | None, list[str]]:
     """The smallest step down whose added headroom covers what is still missing (never a step up)."""
     cur = s.mem_fraction_static
     if cur is None:
@@ -157,7 +157,7 @@ def _fraction_for(f: Finding, s: Settings, remaining: int, have_numbers: bool) -
     return new, reasons
 
 
-def advise_graph_capture(findings: list[Finding], s: Settings) -> Recommendation:
+def advise_graph_capture(findings: list[Finding], s: AdvisorInput) -> Recommendation:
     """Graph capture OOM at startup: fewer captured batch sizes, or the smallest step down."""
     f = _worst(findings)
     reasons: list[str] = []

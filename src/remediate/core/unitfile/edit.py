@@ -20,7 +20,7 @@ from remediate.core.unitfile.sources import Service, SourceFile, UnitSources, lo
 from remediate.errors import ConfigError, OwnedElsewhereError
 
 __all__ = [
-    "Change", "DesiredState", "EditPlan", "FileEdit", "Settings", "SourceFile", "UnitSources",
+    "Change", "DesiredState", "UnitEdit", "FileEdit", "UnitSettings", "SourceFile", "UnitSources",
     "find_sglang_exec", "plan_edit", "read_settings", "runs_sglang", "validate_desired",
 ]  # fmt: skip
 
@@ -40,7 +40,7 @@ class DesiredState:
 
 
 @dataclass(frozen=True)
-class Settings:
+class UnitSettings:
     """Effective values, as strings exactly as written (None = unset)."""
 
     mem_fraction_static: str | None
@@ -65,12 +65,12 @@ class FileEdit:
 
 
 @dataclass(frozen=True)
-class EditPlan:
+class UnitEdit:
     files: tuple[FileEdit, ...]
     changes: tuple[Change, ...]
     notes: tuple[str, ...]
-    before: Settings
-    after: Settings
+    before: UnitSettings
+    after: UnitSettings
 
     @property
     def is_changed(self) -> bool:
@@ -316,11 +316,11 @@ def _flag_value(items: list[ArgItem], name: str, setting: str) -> str | None:
     return hit.value_text if hit is not None else None
 
 
-def read_settings(sources: UnitSources) -> Settings:
+def read_settings(sources: UnitSources) -> UnitSettings:
     """Effective values sglang would see (raises like ``plan_edit`` when they cannot be known)."""
     service = load_service(sources)
     items = service.items()
-    return Settings(
+    return UnitSettings(
         _flag_value(items, "mem-fraction-static", FRACTION),
         _flag_value(items, "chunked-prefill-size", CHUNK),
         alloc_value(service),
@@ -337,7 +337,7 @@ def _apply(sources: UnitSources, edits: dict[str, list[TextEdit]]) -> UnitSource
     return UnitSources(new(sources.fragment), tuple(new(d) for d in sources.dropins), env_files, sources.unit_name)
 
 
-def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> EditPlan:
+def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> UnitEdit:
     """Plan the edits that bring the service to ``desired`` (pure; raises ConfigError)."""
     validate_desired(desired)
     service = load_service(sources)
@@ -367,4 +367,4 @@ def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> 
     }
     files = tuple(FileEdit(p, old_texts[p], new_texts[p]) for p in old_texts if old_texts[p] != new_texts[p])
     notes = tuple(dict.fromkeys([*service.notes, *plan.notes]))
-    return EditPlan(files, tuple(plan.changes), notes, before, after)
+    return UnitEdit(files, tuple(plan.changes), notes, before, after)

@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-from remediate.core.unitfile.edit import EditPlan, Settings
+from remediate.core.unitfile.edit import UnitEdit, UnitSettings
 from remediate.core.unitfile.secrets import MASK, mask_secrets
 
 __all__ = ["MASK", "display_text", "mask_data", "mask_secrets", "plan_to_dict", "summary_lines", "unified_diff"]
@@ -16,12 +16,12 @@ __all__ = ["MASK", "display_text", "mask_data", "mask_secrets", "plan_to_dict", 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-def flag_values(settings: Settings) -> dict[str, str | None]:
+def flag_values(settings: UnitSettings) -> dict[str, str | None]:
     """The server flags we manage, keyed by sglang's ServerArgs names (the JSON ``flags`` block)."""
     return {"mem_fraction_static": settings.mem_fraction_static, "chunked_prefill_size": settings.chunked_prefill_size}
 
 
-def env_values(settings: Settings) -> dict[str, str | None]:
+def env_values(settings: UnitSettings) -> dict[str, str | None]:
     """The environment we manage (the JSON ``env`` block)."""
     return {"PYTORCH_CUDA_ALLOC_CONF": settings.alloc_conf}
 
@@ -52,7 +52,7 @@ def unified_diff(path: str, old: str, new: str) -> str:
     return "".join(fixed)
 
 
-def summary_lines(plan: EditPlan) -> list[str]:
+def summary_lines(plan: UnitEdit) -> list[str]:
     """One line per changed setting: ``--mem-fraction-static 0.94 → 0.93 (ExecStart=)``."""
     lines = []
     for change in plan.changes:
@@ -62,7 +62,7 @@ def summary_lines(plan: EditPlan) -> list[str]:
     return lines
 
 
-def plan_to_dict(plan: EditPlan) -> dict[str, Any]:
+def plan_to_dict(plan: UnitEdit) -> dict[str, Any]:
     """The plan as JSON-ready data, secrets masked (diffs instead of file texts)."""
     data: dict[str, Any] = mask_data(
         {
