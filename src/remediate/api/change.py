@@ -77,19 +77,11 @@ def remediate_oom(
     ahead = connect_ahead(transport_factory).start(hosts, strategy, request.ssh)
     try:
         return jobs.roll_out(
-            hosts,
-            inventory,
-            strategy,
-            request.ssh,
+            jobs.Fleet(hosts, inventory, strategy, request.ssh, ahead),
             # The job imports the transaction's modules: the first batch's handshakes are under way meanwhile.
             jobs.oom_job(request, per_host, progress),  # --auto planning; healthy ends are recorded
-            dry_run=request.dry_run,
-            progress=progress,
-            confirm=confirm,
-            transport_factory=ahead,
-            stop_when=stop_when,
-            retry_dir=retry_dir,
-            retry_file=request.retry_file,
+            hooks=jobs.Hooks(progress, confirm, stop_when),
+            retry=None if request.dry_run else jobs.RetryTarget(retry_dir, request.retry_file),
         )
     finally:
         ahead.close()
@@ -126,15 +118,8 @@ def rollback(
     if not dry_run:
         check_results_kept(inventory_obj, retry_dir, retry_file)
     return jobs.roll_out(
-        hosts,
-        inventory_obj,
-        plan,
-        ssh or SSHOptions(),
+        jobs.Fleet(hosts, inventory_obj, plan, ssh or SSHOptions(), transports(transport_factory)),
         jobs.rollback_job(options, to, progress),  # a healthy end is recorded
-        dry_run=dry_run,
-        progress=progress,
-        confirm=confirm,
-        transport_factory=transports(transport_factory),
-        retry_dir=retry_dir,
-        retry_file=retry_file,
+        hooks=jobs.Hooks(progress, confirm),
+        retry=None if dry_run else jobs.RetryTarget(retry_dir, retry_file),
     )

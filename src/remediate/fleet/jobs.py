@@ -157,33 +157,50 @@ def connected(
     return work
 
 
-def roll_out(
-    hosts: list[HostEntry],
-    inventory: Inventory | None,
-    strategy: Strategy,
-    ssh: SSHOptions,
-    job: Callable[[Transport, HostEntry], HostResult],
-    *,
-    dry_run: bool,
-    progress: ProgressFn | None,
-    confirm: Callable[[str], bool] | None,
-    transport_factory: TransportFactory,
-    stop_when: Callable[[HostResult], str | None] | None = None,
-    retry_dir: str | None = None,
-    retry_file: str | None = None,
-) -> RolloutResult:
-    """Run a mutating per-host job as a rollout, one connection per host, and write the retry file
-    (inventory rollouts only: into ``retry_dir``, default the state directory's ``retry/``, or ``retry_file``)."""
-    work = connected(job, ssh, transport_factory)
-    events = (lambda text: progress("rollout", "", text)) if progress and len(hosts) > 1 else None
-    results, rollout = run_on_hosts(hosts, work, strategy, confirm=confirm, on_event=events, stop_when=stop_when)
-    retry, warnings = None, []
-    if not dry_run:
+@dataclass(frozen=True)
+class Fleet:
+    """The hosts of one rollout and how each is reached."""
+
+    hosts: list[HostEntry]
+    inventory: Inventory | None  # None: ad-hoc targets (no retry file)
+    strategy: Strategy
+    ssh: SSHOptions
+    transport_factory: TransportFactory
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The caller's say during a rollout: progress lines, the canary's question, a custom halt policy."""
+
+    progress: ProgressFn | None = None
+    confirm: Callable[[str], bool] | None = None
+    stop_when: Callable[[HostResult], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class RetryTarget:
+    """Where the retry inventory goes: ``path`` (--retry-file), else ``directory``, else the state dir's retry/."""
+
+    directory: str | None = None
+    path: str | None = None
+
+
+def roll_out(fleet: Fleet, job: Job, *, hooks: Hooks = Hooks(), retry: RetryTarget | None = None) -> RolloutResult:
+    """Run a mutating per-host job as a rollout, one connection per host, and write the retry file (inventory
+    rollouts only; ``retry`` None, as for a dry run, writes none)."""
+    work = connected(job, fleet.ssh, fleet.transport_factory)
+    progress = hooks.progress
+    events = (lambda text: progress("rollout", "", text)) if progress and len(fleet.hosts) > 1 else None
+    results, rollout = run_on_hosts(
+        fleet.hosts, work, fleet.strategy, confirm=hooks.confirm, on_event=events, stop_when=hooks.stop_when
+    )
+    written, warnings = None, []
+    if retry is not None:
         try:
-            retry = write_retry_file(inventory, results, retry_dir, path=retry_file)
+            written = write_retry_file(fleet.inventory, results, retry.directory, path=retry.path)
         except ConfigError as exc:  # written after the hosts were changed: a warning, never a reason to lose them
             warnings.append(f"retry file not written: {exc}")
-    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, retry, warnings)
+    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, written, warnings)
 
 
 def for_each_host(
