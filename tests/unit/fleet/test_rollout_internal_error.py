@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
-import types
 from pathlib import Path
 
 import pytest
-import tenacity
 import yaml
 from click.testing import CliRunner
 from fake_transport import FakeTransport, incident_host, state_output
@@ -27,26 +25,15 @@ from remediate.fleet.request import OomRequest
 from remediate.fleet.rollout import Rollout, Strategy
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
+from unit.fleet.conftest import NAMES
 
-NAMES = ("gpu-a01", "gpu-a02", "gpu-a03")
 BROKEN = "gpu-a02"
 UNIT = "sglang.service"
 PATH = f"/etc/systemd/system/{UNIT}"
 OOM_JOURNAL = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB\n"
 
 
-@pytest.fixture(autouse=True)
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The health wait backs off with tenacity: no real naps."""
-    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=lambda _: None))
-
-
-@pytest.fixture
-def inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "inventory.yaml"
-    path.write_text(yaml.safe_dump({"hosts": {name: {"address": f"192.0.2.{i + 1}"} for i, name in enumerate(NAMES)}}))
-    return path
+pytestmark = pytest.mark.usefixtures("no_sleep")
 
 
 def remediating_host(name: str) -> FakeTransport:

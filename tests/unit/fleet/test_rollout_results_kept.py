@@ -9,12 +9,9 @@ import _thread
 import json
 import threading
 import time
-import types
 from pathlib import Path
 
 import pytest
-import tenacity
-import yaml
 from click.testing import CliRunner
 from pytest_mock import MockerFixture
 
@@ -29,18 +26,7 @@ from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
 from unit.fleet.test_rollout_internal_error import NAMES, commit_ok, remediating_host
 
-
-@pytest.fixture(autouse=True)
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=lambda _: None))
-
-
-@pytest.fixture
-def inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    path = tmp_path / "inventory.yaml"
-    path.write_text(yaml.safe_dump({"hosts": {name: {"address": f"192.0.2.{i + 1}"} for i, name in enumerate(NAMES)}}))
-    return path
+pytestmark = pytest.mark.usefixtures("no_sleep")
 
 
 class Hosts:
