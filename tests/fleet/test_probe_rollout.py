@@ -21,7 +21,7 @@ def test_a_probe_above_the_context_length_is_refused_before_any_host_is_changed(
     hosts = sandbox_hosts[:2]
     texts = {}
     for host in hosts:
-        host.set_standin(time_scale=0.002)
+        host.set_standin(time_scale=0.001)
         text = incident_unit(listen=host.address).replace(
             "--mem-fraction-static", "--context-length 65536 --mem-fraction-static", 1
         )

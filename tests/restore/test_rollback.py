@@ -26,7 +26,7 @@ def sha(text: str) -> str:
 
 @pytest.fixture
 def host(sandbox_host: SandboxHost) -> SandboxHost:
-    sandbox_host.set_standin(time_scale=0.002)
+    sandbox_host.set_standin(time_scale=0.001)  # a load takes ~0.5 s
     # its own address and a free port: hosts share the machine's network, where other sessions' servers listen
     port = free_port(sandbox_host.address)
     sandbox_host.install_unit(UNIT, incident_unit(sandbox_host.address, port), start=True)
