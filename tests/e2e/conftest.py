@@ -30,7 +30,7 @@ INCIDENT_UNIT = REPO / "examples" / "incident" / "sglang.service"
 UNIT = "sglang.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 STANDIN = "/opt/sglang/standin"
-FAST_KNOBS = {"time_scale": 0.002}
+FAST_KNOBS = {"time_scale": 0.001}  # a load takes ~0.5 s (450 simulated s)
 CLI_TIMEOUT = 120.0
 
 
@@ -280,7 +280,7 @@ def _cli_env() -> dict[str, str]:
 
 @pytest.fixture
 def node(sandbox_fleet: Sandbox, sandbox_host: SandboxHost, tmp_path: Path) -> Iterator[Node]:
-    """A freshly reset sandbox host with fast stand-in knobs (a load takes ~1 s)."""
+    """A freshly reset sandbox host with fast stand-in knobs (a load takes ~0.5 s)."""
     sandbox_host.set_standin(**FAST_KNOBS)
     n = Node(sandbox_fleet, sandbox_host, tmp_path, free_port(sandbox_host.address))
     try:

@@ -25,7 +25,7 @@ from remediate.models import CommandResult
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
 
-from .conftest import UNIT, UNIT_PATH, Node, poll
+from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 
@@ -48,6 +48,10 @@ done
 """
 _FAIL = 'echo "{tool}: injected failure of $*" >&2; exit 1'
 _PAUSE = f": > {REACHED}; while [ ! -e {GO} ]; do sleep 0.02; done"
+
+
+def _server_starts(node: Node) -> int:
+    return sum(1 for line in node.journal() if "server_args=ServerArgs(" in line)
 
 
 def install_shim(node: Node, tool: str, match: str, action: str) -> None:
@@ -348,10 +352,14 @@ def test_controller_killed_during_the_wait_leaves_the_new_unit_and_a_rerun_finds
 def test_rollback_racing_an_oom_waits_for_it_then_restores_the_original(host: Node) -> None:
     node = host
     original = node.bytes(UNIT_PATH)
-    node.host.set_standin(time_scale=0.01)
+    starts = _server_starts(node)
+    node.host.set_standin(time_scale=0.01)  # the oom's server loads 4.5 s: the rollback arrives meanwhile
     oom = node.popen("oom", "--wait-timeout", "60")
     poll(lambda: f"restart {UNIT}" in node.audit(), deadline=30, what="the oom's restart")
     rollback = node.popen("rollback", "--wait-timeout", "60")
+    # once the oom's server has read its knobs (they are read at start), the rollback's may load fast
+    poll(lambda: _server_starts(node) > starts, deadline=30, what="the oom's server to start")
+    node.host.set_standin(**FAST_KNOBS)
     first, second = node.finish(oom), node.finish(rollback)
 
     assert first.returncode == 0 and first.result["outcome"] == "remediated", first

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
+from .conftest import UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 
@@ -90,20 +90,21 @@ def hung_smi(incident: Node, request: pytest.FixtureRequest) -> Iterator[Node]:
 def test_a_hung_nvidia_smi_is_timed_out_noted_and_keeps_no_lock(hung_smi: Node) -> None:
     node = hung_smi
     stuck = node.host.path(SMI).read_text() == STUCK_SMI
-    run = node.cli("oom", "--wait-timeout", "60")
+    # --smi-timeout 2: each query is TERMed at 2 s, KILLed at 4 s (the default 10 s bound is the same code)
+    run = node.cli("oom", "--wait-timeout", "60", "--smi-timeout", "2")
     assert run.returncode == 0, run
     assert run.result["outcome"] == "remediated", run
-    assert any("nvidia-smi timed out" in n for n in run.result["notes"]), run
+    assert any("nvidia-smi timed out (no answer within 2 s" in n for n in run.result["notes"]), run
     # the hung queries were killed (timeout -k); whatever outlived them holds no lock fd: the unit is not locked
     poll(lambda: not _pids(node, SMI), deadline=10, what="no hung nvidia-smi")
     if stuck:
         assert _pids(node, "^sleep 600$"), "the stuck query outlives the run, as one in the kernel does"
     lock_goes_free(node)
     if stuck:
-        return  # diagnose reads nvidia-smi the same way: one variant shows it (a stuck query costs 25 s a read)
-    diagnosis = node.cli("diagnose")
+        return  # diagnose reads nvidia-smi the same way: one variant shows it (a stuck query costs 10 s a read)
+    diagnosis = node.cli("diagnose", "--smi-timeout", "2")
     assert diagnosis.returncode == 0, diagnosis
-    assert any("nvidia-smi timed out" in n for n in diagnosis.result["notes"]), diagnosis
+    assert any("nvidia-smi timed out (no answer within 2 s" in n for n in diagnosis.result["notes"]), diagnosis
     lock_goes_free(node)
 
 
@@ -111,7 +112,7 @@ def test_a_hung_nvidia_smi_is_timed_out_noted_and_keeps_no_lock(hung_smi: Node) 
 def squatting(incident: Node) -> Iterator[Node]:
     """The new server (the one with the OOM fix) loads for ~9 s before it binds; the old one ~1 s."""
     node = incident
-    node.host.set_standin(**FAST_KNOBS, failure="slow_load", failure_match="4096")
+    node.host.set_standin(time_scale=0.002, failure="slow_load", failure_match="4096")  # 9 s > --wait-timeout 8
     node.host.write(SQUATTER, _SQUATTER)
     yield node
     node.host.systemctl("stop", SQUATTER_UNIT)

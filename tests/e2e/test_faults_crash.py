@@ -10,7 +10,7 @@ import pytest
 
 from sandbox.units import incident_unit
 
-from .conftest import UNIT, UNIT_PATH, Node, poll
+from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
 from .test_faults import FIRED, GO, REACHED, _clear_markers, changing, promise
 
 pytestmark = pytest.mark.e2e
@@ -96,7 +96,7 @@ def gave_up(node: Node) -> bool:
 def _crash_looped(node: Node) -> None:
     """The incident's end state: the old config crash-loops on an OOM (graph capture at 0.94) until systemd
     gives up. systemd 252 keeps the crash's Result=exit-code; the journal says the start limit was hit."""
-    node.host.set_standin(time_scale=0.002, failure="crash_during_load", failure_match="--mem-fraction-static 0.94")
+    node.host.set_standin(**FAST_KNOBS, failure="crash_during_load", failure_match="--mem-fraction-static 0.94")
     node.install(_crash_loop_unit(node), start=False)
     node.host.systemctl("start", UNIT)
     poll(lambda: gave_up(node), deadline=60, what="systemd to give up (start limit)", every=0.1)
@@ -162,7 +162,7 @@ def test_a_new_unit_that_crash_loops_into_start_limit_hit_is_rolled_back(node: N
     old bytes back, and the undo's reset-failed lets the old unit start: the old server is healthy again."""
     _clear_markers(node)
     node.host.run("/bin/rm", "-f", "/run/fault.restarted")
-    node.host.set_standin(time_scale=0.002, failure="exit_at_once", failure_match="--chunked-prefill-size 4096")
+    node.host.set_standin(**FAST_KNOBS, failure="exit_at_once", failure_match="--chunked-prefill-size 4096")
     node.install(_crash_loop_unit(node))
     original = node.bytes(UNIT_PATH)
     _pause_the_waits_first_state_read(node)
@@ -202,7 +202,7 @@ def test_when_neither_config_can_start_the_run_says_exactly_what_the_host_holds(
     old server did not come up either. The unit ends on the old bytes; systemd gives up on it (start limit)."""
     node.install(_crash_loop_unit(node))
     original = node.bytes(UNIT_PATH)
-    node.host.set_standin(time_scale=0.002, failure="exit_at_once", failure_match="--model-path")
+    node.host.set_standin(**FAST_KNOBS, failure="exit_at_once", failure_match="--model-path")
 
     run = node.cli("oom", "--wait-timeout", "60")
 

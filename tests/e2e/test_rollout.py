@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,13 @@ def write_inventory(path: Path, fleet: Sandbox, hosts: list[SandboxHost]) -> Pat
 def fleet12(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: Path):
     hosts = sandbox_hosts[:12]
     assert len(hosts) == 12, "the rollout acceptance needs a 12-host sandbox fleet"
-    for host in hosts:
+
+    def install(host: SandboxHost) -> None:
         host.set_standin(**FAST_KNOBS)
         host.install_unit(UNIT, incident_unit(listen=host.address), start=True)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:  # as sandbox_hosts resets them: each waits on its systemd
+        list(pool.map(install, hosts))
     return hosts, write_inventory(tmp_path / "inventory.yaml", sandbox_fleet, hosts)
 
 
@@ -84,7 +89,7 @@ def test_unhealthy_host_rolls_back_and_halts_the_rollout(fleet12, tmp_path: Path
     bad = hosts[3]
     original = bad.read(UNIT_PATH)
     # Only the remediated command line misbehaves, so the rollback brings the old server back.
-    bad.set_standin(time_scale=0.002, failure="never_healthy", failure_match="--chunked-prefill-size 4096")
+    bad.set_standin(time_scale=0.001, failure="never_healthy", failure_match="--chunked-prefill-size 4096")
     run = remediate(
         "oom", "all", "-i", str(inventory), "--canary", "1", "--batch", "2", "--forks", "2",
         "--max-failures", "0", "--wait-timeout", "5", "--json", cwd=tmp_path,

@@ -70,8 +70,8 @@ def test_leftovers_of_a_dead_run_are_swept_at_the_next_start(tmp_path):
     assert [p for p in cgroups.group_dirs(cgroup) if p.exists()] == []
 
 
-def test_reset_kills_services_and_wipes_state(pair):
-    host = pair.hosts[1]
+def test_reset_kills_services_and_wipes_state(sandbox_host):
+    host = sandbox_host  # a host of the session's fleet: reset() is what every test's fixture runs on it
     host.install_unit("svc.service", "[Service]\nExecStart=/bin/sleep 1001\n")
     host.write("/etc/systemd/system/svc.service.d/x.conf", "[Service]\nEnvironment=A=1\n")
     host.set_standin(time_scale=0.01, failure="exit")
@@ -88,14 +88,14 @@ def test_reset_kills_services_and_wipes_state(pair):
     assert host.run("test", "-e", "/opt/other").returncode == 1
     assert host.run("test", "-x", "/opt/sglang/bin/python3").returncode == 0
     assert host.journal("svc") == [] and host.audit() == []
-    assert host.run("hostname").stdout.strip() == "t-1"
+    assert host.run("hostname").stdout.strip() == host.name
     assert host.systemctl("is-system-running").stdout.strip() == "running"
     mounts = host.run("cat", "/proc/self/mounts").stdout
     assert " /opt/sglang/standin " in mounts
 
 
-def test_an_address_in_use_is_refused(pair, tmp_path):
-    clash = Sandbox(tmp_path / "clash", 1, first_address=pair.hosts[0].address)
+def test_an_address_in_use_is_refused(sandbox_fleet, tmp_path):
+    clash = Sandbox(tmp_path / "clash", 1, first_address=sandbox_fleet.hosts[0].address)
     with pytest.raises(SandboxError, match="already in use"):
         clash.start()
     assert clash.processes() == []

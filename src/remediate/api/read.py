@@ -69,12 +69,13 @@ def diagnose(
     lines: int = DEFAULT_LINES,
     since: str | None = None,
     transport_factory: TransportFactory | None = None,
+    smi_timeout: int | None = None,
 ) -> list[HostResult]:
     """Read-only, no lock: each host's latest failure, why, and the `remediate oom` that fixes it."""
     restarts, since_time = parse_since(since, lines)  # bad input fails before any host is contacted
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
-        options = run_options_for(entry, OomRequest(unit=unit))
+        options = run_options_for(entry, OomRequest(unit=unit, smi_timeout=smi_timeout))
         return diagnose_host(
             transport, options, lines=lines, since=since_time, since_restarts=restarts, label=entry.name
         )

@@ -22,6 +22,7 @@ from remediate.cli.options import (
     live_progress,
     render_console,
     render_results,
+    smi_timeout_option,
     ssh_options,
     stdout,
     timeout,
@@ -63,6 +64,7 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
     "--target-tokens", type=click.IntRange(min=1), help="Report the gap to this capacity (a warning, not a failure)."
 )
 @timeout_options(wait=True, lock=True, alias="--wait-timeout")
+@smi_timeout_option
 @click.option(
     "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
@@ -106,6 +108,7 @@ def oom(**kw: Any) -> None:
         force=kw["force"],
         retry_file=kw["retry_file"],
         lock_timeout=kw["lock_timeout"],
+        smi_timeout=kw["smi_timeout"],
         auto=kw["auto"],
         allow_raise=kw["allow_raise"],
     )

@@ -182,6 +182,14 @@ def timeout_options(*, wait: bool, lock: bool, alias: str) -> Callable[[F], F]:
     return decorate
 
 
+# The crash evidence's nvidia-smi queries run under coreutils `timeout -k 2 N` (templates/probe.sh.j2); the
+# read of the host itself is bounded at 60 s, so N stays well under it.
+smi_timeout_option = click.option(
+    "--smi-timeout", type=click.IntRange(1, 30), metavar="SECONDS",
+    help="Seconds each nvidia-smi query may take (it hangs after an Xid error; default 10).",
+)  # fmt: skip
+
+
 def timeout(kw: dict[str, Any], name: str, default: float) -> float:
     value, warning = flags.pick_timeout(kw, name, default)
     if warning:

@@ -19,6 +19,7 @@ from remediate.cli.options import (
     render_diagnose,
     render_plan,
     render_results,
+    smi_timeout_option,
     ssh_options,
     stderr,
     stdout,
@@ -53,6 +54,7 @@ def status(**kw: Any) -> None:
 @click.option("--since", metavar="RESTARTS|TIME", help="Restarts to look back over (0: this run) or a journalctl time.")
 @click.option("--lines", type=click.IntRange(min=1), default=2000, show_default=True, help="Journal lines to read.")
 @timeout_options(wait=False, lock=False, alias="--connect-timeout")
+@smi_timeout_option
 @handle_errors
 def diagnose(**kw: Any) -> None:
     """Read-only: why each host's server died (evidence, arithmetic) and the `remediate oom` to run.
@@ -62,7 +64,7 @@ def diagnose(**kw: Any) -> None:
       remediate diagnose gpu-01 --since 1
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
     """
-    named = {k: kw[k] for k in ("inventory", "unit", "lines", "since")}
+    named = {k: kw[k] for k in ("inventory", "unit", "lines", "since", "smi_timeout")}
     exit_with_table(api.diagnose(kw["targets"], ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **named),
                      as_json=kw["as_json"], table=render_diagnose.diagnose_report)  # fmt: skip
 

@@ -28,6 +28,7 @@ class OomRequest:
     probe_tokens: int | None = None
     retry_file: str | None = None  # --retry-file PATH (inventory rollouts only)
     lock_timeout: int | None = None  # --lock-timeout: seconds to wait for another run's lock (None: 30)
+    smi_timeout: int | None = None  # --smi-timeout: seconds each nvidia-smi query may take (None: 10)
     auto: bool = False  # --auto: the budget plan of each host chooses fraction, chunk and alloc conf
     margin: float = 0.10  # --auto: headroom kept beyond the diagnosed need
     allow_raise: bool = False  # --auto --allow-raise: the plan may raise the fraction above the one that crashed

@@ -18,7 +18,7 @@ from remediate.errors import ConfigError
 from remediate.fleet import rollout
 from remediate.fleet.inventory import HostEntry, Inventory, adhoc_host, load_inventory
 from remediate.fleet.request import OomRequest
-from remediate.host.options import LOCK_WAIT_S, RunOptions
+from remediate.host.options import LOCK_WAIT_S, SMI_TIMEOUT_S, RunOptions
 from remediate.transport.base import SSHOptions
 
 
@@ -162,4 +162,5 @@ def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
         force=request.force,
         probe_tokens=request.probe_tokens if request.probe_tokens is not None else s.get("probe_tokens"),
         lock_wait=request.lock_timeout if request.lock_timeout is not None else LOCK_WAIT_S,
+        smi_timeout=request.smi_timeout if request.smi_timeout is not None else SMI_TIMEOUT_S,
     )

@@ -28,7 +28,7 @@ from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import UnitSources, read_settings
 from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError
-from remediate.host.options import RunOptions
+from remediate.host.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.outcome import host_outcome, new_result, record_unit
 from remediate.host.probe import read_unit
 from remediate.models import HostResult
@@ -140,7 +140,7 @@ def unit_settings(
 
 
 def read_diagnosis_evidence(
-    found: ProbeResult, sources: UnitSources, since_restarts: int | None = None
+    found: ProbeResult, sources: UnitSources, since_restarts: int | None = None, smi_timeout: int = SMI_TIMEOUT_S
 ) -> DiagnosisEvidence:
     """Parse the evidence sections of a probe (``journal_lines`` > 0) into a diagnosis and a recommendation."""
     state = found.state
@@ -161,8 +161,11 @@ def read_diagnosis_evidence(
     if gpu_note == "absent":
         notes.append("nvidia-smi is not on this host: GPU memory not read")
     elif "timeout" in smi_notes:
-        # templates/probe.sh.j2 runs it under `timeout -k 2 10`: a hung driver (after an Xid error) is a finding
-        notes.append("nvidia-smi timed out (no answer within 10 s; a hung GPU driver?): GPU memory not read")
+        # templates/probe.sh.j2 runs it under `timeout -k 2 N` (--smi-timeout): a hung driver (after an Xid
+        # error) is a finding
+        notes.append(
+            f"nvidia-smi timed out (no answer within {smi_timeout} s; a hung GPU driver?): GPU memory not read"
+        )
     elif gpu_note or found.section_notes.get("apps"):
         notes.append("nvidia-smi failed: GPU memory not read")
     server = process_tree(found.sections.get("ps", ()), state.main_pid)
@@ -200,9 +203,11 @@ def diagnose_host(
     result = new_result(label or transport.host, now)
     with host_outcome(result, now):
         transport.open()
-        found, sources = read_unit(transport, options.unit, journal_lines=lines, journal_since=since)
+        found, sources = read_unit(
+            transport, options.unit, journal_lines=lines, journal_since=since, smi_timeout=options.smi_timeout
+        )
         state = record_unit(result, found)
-        evidence = read_diagnosis_evidence(found, sources, since_restarts)
+        evidence = read_diagnosis_evidence(found, sources, since_restarts, options.smi_timeout)
         command = oom_command(result.host, options.unit, evidence.recommendation)
         result.outcome = "unchanged"  # read-only: nothing was changed
         result.notes = list(evidence.notes)

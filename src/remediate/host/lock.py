@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from remediate.core.probe import ProbeResult, parse_probe
 from remediate.core.unitfile.unitname import normalise_unit
 from remediate.errors import CommandError, LockHeldError, RemediationError, TransportError
-from remediate.host.options import RunOptions
+from remediate.host.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.outcome import Timer, host_outcome, new_result
 from remediate.host.probe import probe_script, resolve_unit
 from remediate.models import HostResult, ProgressFn
@@ -72,7 +73,9 @@ def _why(exc: CommandError) -> str:
 
 
 @contextmanager
-def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines: int = 0) -> Iterator[ProbeResult]:
+def locked_read(
+    transport: Transport, unit: str | None, wait: int, journal_lines: int = 0, smi_timeout: int = SMI_TIMEOUT_S
+) -> Iterator[ProbeResult]:
     """Detect the unit (unless given), take its lock and read it, in one round trip; keep the lock until the
     block ends — read, plan, commit, wait, verify, undo — so concurrent runs serialise: the next one waits
     (≤ ``wait`` s) and then reads what this one left, or fails clearly. The lock lives in a process tied to
@@ -81,7 +84,9 @@ def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines
     done (waited for up to the commit's own limit), and only if ``@@locked`` says so. No unit, or several:
     ConfigError, no lock taken."""
     unit = normalise_unit(unit) if unit else None
-    script = probe_script(unit, (), journal_lines=journal_lines, journal_since=None, **_lock_args(wait))
+    script = probe_script(
+        unit, (), journal_lines=journal_lines, journal_since=None, smi_timeout=smi_timeout, **_lock_args(wait)
+    )
     with ExitStack() as held:
         try:
             text = held.enter_context(
@@ -104,7 +109,7 @@ def locked_read(transport: Transport, unit: str | None, wait: int, journal_lines
         yield found
 
 
-def _lock_args(wait: int, **more: object) -> dict[str, object]:
+def _lock_args(wait: int, **more: object) -> dict[str, Any]:
     return {
         "lock_dir": LOCK_DIR,
         "lock_wait": int(wait),
@@ -140,7 +145,9 @@ def connected_and_locked(
         return
     with ExitStack() as held:
         with timer.phase("lock"):
-            found = held.enter_context(locked_read(transport, options.unit, options.lock_wait, journal_lines))
+            found = held.enter_context(
+                locked_read(transport, options.unit, options.lock_wait, journal_lines, options.smi_timeout)
+            )
         assert found.state is not None
         yield Held(found.state.unit, found)
 

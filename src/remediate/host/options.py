@@ -10,6 +10,8 @@ from remediate.core.unitfile.unitname import normalise_unit
 
 LOCK_WAIT_S = 30
 """Seconds a run waits for another run's lock on the same unit before it fails with LockHeldError."""
+SMI_TIMEOUT_S = 10
+"""Seconds each nvidia-smi query may take (TERM then, KILL 2 s later): it hangs after an Xid error."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class RunOptions:
     dry_run: bool = False
     rollback: bool = True
     lock_wait: int = LOCK_WAIT_S
+    smi_timeout: int = SMI_TIMEOUT_S  # --smi-timeout: the bound on each nvidia-smi query of the crash evidence
     server_port: int | None = None
     force: bool = False  # apply the recipe even when the crash evidence contradicts it
     probe_tokens: int | None = None  # once healthy, one prefill of exactly this many tokens must succeed

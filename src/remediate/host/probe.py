@@ -13,7 +13,7 @@ from remediate.core.unitfile.ports import host_endpoint
 from remediate.core.unitfile.sources import load_service, server_args
 from remediate.errors import ConfigError, TransportError
 from remediate.host import templates
-from remediate.host.options import RunOptions
+from remediate.host.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.outcome import host_outcome, new_result, record_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
@@ -25,11 +25,13 @@ def probe_script(
     *,
     journal_lines: int = 0,
     journal_since: str | None = None,
+    smi_timeout: int = SMI_TIMEOUT_S,
     **lock: object,
 ) -> str:
     """``templates/probe.sh.j2``: read everything needed to plan (``journal_lines``: also the crash evidence,
-    the journal's last lines and nvidia-smi, for diagnose); with ``lock_dir``/``lock_wait`` it takes the
-    unit's lock first and keeps it while its stdin stays open (:func:`remediate.host.lock.locked_read`)."""
+    the journal's last lines and nvidia-smi, each query bounded by ``smi_timeout`` s, for diagnose); with
+    ``lock_dir``/``lock_wait`` it takes the unit's lock first and keeps it while its stdin stays open
+    (:func:`remediate.host.lock.locked_read`)."""
     return templates.render(
         "probe.sh.j2",
         unit=unit or "",
@@ -37,6 +39,7 @@ def probe_script(
         extra_files=extra_files,
         journal_lines=journal_lines,
         journal_since=journal_since,
+        smi_timeout=int(smi_timeout),
         **lock,
     )
 
@@ -48,9 +51,12 @@ def probe(
     *,
     journal_lines: int = 0,
     journal_since: str | None = None,
+    smi_timeout: int = SMI_TIMEOUT_S,
 ) -> ProbeResult:
     """Read everything needed to plan, in one round trip, without the lock."""
-    script = probe_script(unit, extra_files, journal_lines=journal_lines, journal_since=journal_since)
+    script = probe_script(
+        unit, extra_files, journal_lines=journal_lines, journal_since=journal_since, smi_timeout=smi_timeout
+    )
     result = transport.run("bash -s", stdin=script, timeout=60)
     if not result.ok and "@@end" not in result.stdout:
         raise TransportError(transport.host, f"probe failed (exit {result.exited}): {result.stderr.strip()}")
@@ -79,11 +85,14 @@ def read_unit(
     *,
     journal_lines: int = 0,
     journal_since: str | None = None,
+    smi_timeout: int = SMI_TIMEOUT_S,
 ) -> tuple[ProbeResult, UnitSources]:
     """Probe the unit (or the one running sglang) — unless ``already`` read under the lock — and build the
     core's input from what was read."""
     if already is None:
-        already = probe(transport, unit, journal_lines=journal_lines, journal_since=journal_since)
+        already = probe(
+            transport, unit, journal_lines=journal_lines, journal_since=journal_since, smi_timeout=smi_timeout
+        )
     found = resolve_unit(transport, already, unit)
     return found, sources_from_probe(found)
 

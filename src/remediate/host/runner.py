@@ -176,7 +176,7 @@ def _already_healthy(
 
 def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOptions, result: HostResult) -> None:
     """Refuse the recipe when the latest failure contradicts it (unless --force); the JSON gets the findings."""
-    evidence = read_diagnosis_evidence(found, sources)
+    evidence = read_diagnosis_evidence(found, sources, smi_timeout=options.smi_timeout)
     result.extra["findings"] = evidence.to_dict()["findings"]
     result.notes.extend(n for n in evidence.notes if n.startswith("nvidia-smi timed out"))  # a hung driver
     reason = refusal(evidence)
@@ -216,7 +216,9 @@ def _remediate_locked(
     now: Callable[[], float],
 ) -> None:
     with timer.phase("read"):
-        found, sources = read_unit(transport, held.unit, held.found, journal_lines=GATE_LINES)
+        found, sources = read_unit(
+            transport, held.unit, held.found, journal_lines=GATE_LINES, smi_timeout=options.smi_timeout
+        )
         unit = record_unit(result, found).unit
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):

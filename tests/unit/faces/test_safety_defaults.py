@@ -88,9 +88,10 @@ def test_other_options_still_come_from_the_environment(in_example_dir: Path) -> 
 
 def test_timeout_flags_have_one_meaning() -> None:
     for command, flags in {
-        "oom": ["--connect-timeout", "--wait-timeout", "--lock-timeout"],
+        "oom": ["--connect-timeout", "--wait-timeout", "--lock-timeout", "--smi-timeout"],
         "rollback": ["--connect-timeout", "--wait-timeout", "--lock-timeout"],
         "status": ["--connect-timeout"],
+        "diagnose": ["--connect-timeout", "--smi-timeout"],
         "backups": ["--connect-timeout", "--lock-timeout"],
     }.items():
         _, out, _ = invoke(command, "--help")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -158,7 +159,9 @@ def test_a_second_ctrl_c_while_results_are_collected_keeps_every_result() -> Non
             while not rollout.interrupted and time.monotonic() < deadline:
                 time.sleep(0.01)
             time.sleep(0.2)  # the main thread is now waiting for this host
-            _thread.interrupt_main()  # the second
+            # The second, as a real Ctrl-C: SIGINT to the main thread interrupts its blocking wait for this host
+            # (interrupt_main only sets a flag, which a blocked wait reads once this host is done: 10 s later).
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
             release.wait(10)
         return HostResult(host=name, outcome="remediated", exit_code=0)
 

@@ -1,0 +1,93 @@
+"""`--smi-timeout`: the bound on each nvidia-smi query of the crash evidence reaches the host's script (oom's
+locked read, oom --dry-run's read, diagnose's read), and the note of a hung driver names that bound."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fake_transport import FakeTransport, exec_start_value, probe_output
+
+from remediate import api
+from remediate.cli.app import cli
+from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
+from remediate.fleet.request import OomRequest
+from remediate.host.options import RunOptions
+from remediate.host.runner import remediate_host
+
+INCIDENT = (Path(__file__).resolve().parents[2] / "examples" / "incident" / "sglang.service").read_text()
+PATH = "/etc/systemd/system/sglang.service"
+ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
+
+
+def _remediated() -> str:
+    sources = UnitSources(fragment=SourceFile(path=PATH, text=INCIDENT), env_files={})
+    return plan_edit(sources, DesiredState(), now=datetime.now(tz=UTC)).files[0].new_text
+
+
+def _host(text: str = INCIDENT, *, smi: str = "timeout") -> FakeTransport:
+    """One host whose nvidia-smi queries both timed out (what the script reports as ``@@gpus timeout``)."""
+    props = {
+        "FragmentPath": PATH,
+        "DropInPaths": "",
+        "ExecStart": exec_start_value(ARGV),
+        "ActiveState": "active",
+        "SubState": "running",
+        "Result": "success",
+        "NeedDaemonReload": "no",
+        "NRestarts": 0,
+        "MainPID": 100,
+    }
+    out = probe_output("sglang.service", props, {PATH: text}, candidates=["sglang.service"])
+    extra = ["@@journal", "@@gpus", f"@@gpus {smi}", "@@apps", f"@@apps {smi}", "@@ps", "  100     1"]
+    fake = FakeTransport("gpu-01")
+    fake.on(r"# remediate probe", out.replace("@@end\n", "\n".join(extra) + "\n@@end\n"))
+    return fake
+
+
+def _scripts(fake: FakeTransport) -> str:
+    """Every script the host was sent: on stdin (plain reads) or as the held command (the locked read)."""
+    return "\n".join([c.stdin or "" for c in fake.calls] + fake.held)
+
+
+@pytest.mark.parametrize(("given", "bound"), [(None, 10), (3, 3)])
+def test_diagnose_sends_the_bound_and_names_it_in_the_note(given: int | None, bound: int) -> None:
+    fake = _host()
+    (result,) = api.diagnose(["gpu-01"], transport_factory=lambda entry, ssh: fake, smi_timeout=given)
+    script = _scripts(fake)
+    assert f"timeout -k 2 {bound} nvidia-smi --query-gpu=" in script, script
+    assert f"timeout -k 2 {bound} nvidia-smi --query-compute-apps=" in script
+    assert f"nvidia-smi timed out (no answer within {bound} s; a hung GPU driver?)" in " ".join(result.notes)
+
+
+def test_oom_dry_run_sends_the_bound_in_its_evidence_read() -> None:
+    fake = _host()
+    request = OomRequest(targets=("gpu-01",), dry_run=True, smi_timeout=4)
+    (result,) = api.remediate_oom_request(request, transport_factory=lambda entry, ssh: fake).results
+    assert "timeout -k 2 4 nvidia-smi --query-gpu=" in _scripts(fake)
+    assert "timeout -k 2 10 nvidia-smi" not in _scripts(fake)
+    assert any("no answer within 4 s" in note for note in result.notes), result.notes
+
+
+def test_oom_sends_the_bound_in_its_locked_read() -> None:
+    """A real run reads under the unit's lock (here an already remediated, healthy unit: nothing to commit)."""
+    fake = _host(_remediated())
+    fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011, "chunked_prefill_size": 4096})))
+    result = remediate_host(fake, RunOptions(smi_timeout=4))
+    assert result.outcome == "unchanged", result
+    (held,) = fake.held
+    assert "timeout -k 2 4 nvidia-smi --query-gpu=" in held and "timeout -k 2 10 nvidia-smi" not in held
+    assert any("no answer within 4 s" in note for note in result.notes), result.notes
+
+
+@pytest.mark.parametrize("command", ["oom", "diagnose"])
+def test_the_cli_takes_the_option_within_its_range(command: str) -> None:
+    runner = CliRunner()
+    assert "--smi-timeout" in runner.invoke(cli, [command, "--help"]).output
+    for bad in ("0", "31"):
+        refused = runner.invoke(cli, shlex.split(f"{command} gpu-01 --smi-timeout {bad}"))
+        assert refused.exit_code == 2 and "--smi-timeout" in refused.output, refused.output
