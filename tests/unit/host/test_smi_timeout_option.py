@@ -19,7 +19,7 @@ from remediate.fleet.request import OomRequest
 from remediate.host.options import RunOptions
 from remediate.host.runner import remediate_host
 
-INCIDENT = (Path(__file__).resolve().parents[2] / "examples" / "incident" / "sglang.service").read_text()
+INCIDENT = (Path(__file__).resolve().parents[3] / "examples" / "incident" / "sglang.service").read_text()
 PATH = "/etc/systemd/system/sglang.service"
 ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
 
@@ -67,7 +67,7 @@ def test_diagnose_sends_the_bound_and_names_it_in_the_note(given: int | None, bo
 def test_oom_dry_run_sends_the_bound_in_its_evidence_read() -> None:
     fake = _host()
     request = OomRequest(targets=("gpu-01",), dry_run=True, smi_timeout=4)
-    (result,) = api.remediate_oom_request(request, transport_factory=lambda entry, ssh: fake).results
+    (result,) = api.remediate_oom(request, transport_factory=lambda entry, ssh: fake).results
     assert "timeout -k 2 4 nvidia-smi --query-gpu=" in _scripts(fake)
     assert "timeout -k 2 10 nvidia-smi" not in _scripts(fake)
     assert any("no answer within 4 s" in note for note in result.notes), result.notes
