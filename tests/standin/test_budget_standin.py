@@ -35,10 +35,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _startup_lines(tmp_path: Path, fraction: str) -> list[str]:
+def _startup_lines(tmp_path: Path, fraction: str, version: str = "0.5.6") -> list[str]:
     """Start the stand-in, read its stderr up to the capacity line (or its exit), stop it by PID."""
-    knobs = tmp_path / "knobs.json"
-    knobs.write_text(json.dumps({"time_scale": 0.0005}))
+    knobs = tmp_path / f"knobs-{version}.json"
+    knobs.write_text(json.dumps({"time_scale": 0.0005, "api_version": version}))
     env = dict(os.environ, PYTHONPATH=str(STANDIN), SGLANG_STANDIN_CONFIG=str(knobs))
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.6", "--tp", "8"]
     argv += ["--mem-fraction-static", fraction, "--host", "127.0.0.1", "--port", str(_free_port())]
@@ -109,3 +109,15 @@ def test_every_fraction_against_the_standin_memory_model(started: dict[str, list
         truth = memory.plan_memory(profile, fraction).max_total_num_tokens
         assert built.predict(fraction).tokens == pytest.approx(truth, rel=0.005), fraction
         assert built.headroom_bytes(fraction) == pytest.approx(memory.plan_memory(profile, fraction).headroom * 2**30)
+
+
+def test_a_0_5_23_start_logs_its_args_as_a_dict_and_reads_the_same(
+    started: dict[str, list[str]], tmp_path: Path
+) -> None:
+    """sglang 0.5.23 logs ``server_args={…}`` (ServerArgs.resolved_dict); plan and diagnose read it all the same."""
+    lines = _startup_lines(tmp_path, "0.93", version="0.5.23")
+    assert any("server_args={'model_path': 'moonshotai/Kimi-K2.6'" in line for line in lines), lines[:3]
+    assert not any("server_args=ServerArgs(" in line for line in lines)
+    new, old = parse_startup(lines), parse_startup(started["0.93"])
+    assert new.server_args == old.server_args and new.server_args["mem_fraction_static"] == 0.93
+    assert new.max_total_num_tokens == old.max_total_num_tokens

@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
     if auto_off:
         logs.main(f"Automatically turn off --chunked-prefill-size as it is not supported for {profile.model_type}")
-    logs.main("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in sa.items()) + ")")
+    if version >= (0, 5, 23):  # entrypoints/engine.py logs _server_args_for_logging(): ServerArgs.resolved_dict()
+        logs.main(f"server_args={dict(sa)!r}")
+    else:  # the dataclass repr
+        logs.main("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in sa.items()) + ")")
     plan = startup.boot(
         sa, profile, version, nbs, board, sleep, load_s, force_graph_failure=failure == "crash_during_load"
     )

@@ -40,29 +40,33 @@ CAPACITY_RE = re.compile(
     r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+|None), max_prefill_tokens=(\d+), "
     rf"max_running_requests=(\d+), context_len=(\d+)(?:, available_(?:gpu|cpu)_mem=({_NUM}) GB)?"
 )
-# sglang entrypoints/engine.py logs the resolved args at every start: "server_args=ServerArgs(…)", the dataclass
-# repr. (0.5.23 logs a dict instead, ``server_args={…}`` from ``_server_args_for_logging``: not read here.)
-SERVER_ARGS_RE = re.compile(r"server_args=ServerArgs\(")
+# sglang entrypoints/engine.py logs the resolved args at every start: up to 0.5.x "server_args=ServerArgs(…)", the
+# dataclass repr; 0.5.23 ``server_args={…}``, the dict of ``_server_args_for_logging`` (ServerArgs.resolved_dict).
+SERVER_ARGS_RE = re.compile(r"server_args=(?:ServerArgs\(|\{)")
 # The same lines for ``grep -E`` over ``journalctl -o cat`` (sglang's one bracketed prefix, or none): the host
 # reads a whole journal through it so that logged requests never crowd the startup lines out.
 STARTUP_LINES_ERE = (
-    r"^(\[[^]]*\] )?(server_args=ServerArgs\(|Load weight (begin|end)\."
+    r"^(\[[^]]*\] )?(server_args=(ServerArgs\(|[{])|Load weight (begin|end)\."
     r"|((Full|SWA) )?KV Cache (is allocated|VA upper bound)\.|max_total_num_tokens=)"
 )
-# A field of the ServerArgs repr (dataclass __repr__: "ServerArgs(a=1, b=2)"), not text inside a value; a
-# number runs to the next field.
-_FIELD = r"(?:(?<=\()|(?<=, ))"
-_END = r"(?=[,)]|$)"
+
+
+def _arg(key: str, value: str) -> re.Pattern[str]:
+    """One field of either repr — ``ServerArgs(a=1, b=2)`` or ``{'a': 1, 'b': 2}`` — never text inside a value:
+    the field starts the repr or follows ", ", and a number runs to the next field."""
+    return re.compile(rf"(?:(?<=\()|(?<=\{{)|(?<=, ))(?:{key}=|'{key}': )({value})(?=[,)}}]|$)")
+
+
 _ARG_RE = {
-    "mem_fraction_static": re.compile(rf"{_FIELD}mem_fraction_static=({_NUM}){_END}"),
-    "page_size": re.compile(rf"{_FIELD}page_size=(\d+){_END}"),
-    "max_total_tokens": re.compile(rf"{_FIELD}max_total_tokens=(\d+){_END}"),
-    "chunked_prefill_size": re.compile(rf"{_FIELD}chunked_prefill_size=(-?\d+){_END}"),
-    "cuda_graph_max_bs": re.compile(rf"{_FIELD}cuda_graph_max_bs=(\d+){_END}"),
-    "max_running_requests": re.compile(rf"{_FIELD}max_running_requests=(\d+){_END}"),
-    "tp_size": re.compile(rf"{_FIELD}tp_size=(\d+){_END}"),
-    "model_path": re.compile(rf"{_FIELD}model_path='([^']*)'"),
-    "speculative_algorithm": re.compile(rf"{_FIELD}speculative_algorithm='([^']*)'"),
+    "mem_fraction_static": _arg("mem_fraction_static", _NUM),
+    "page_size": _arg("page_size", r"\d+"),
+    "max_total_tokens": _arg("max_total_tokens", r"\d+"),
+    "chunked_prefill_size": _arg("chunked_prefill_size", r"-?\d+"),
+    "cuda_graph_max_bs": _arg("cuda_graph_max_bs", r"\d+"),
+    "max_running_requests": _arg("max_running_requests", r"\d+"),
+    "tp_size": _arg("tp_size", r"\d+"),
+    "model_path": _arg("model_path", r"'[^']*'"),
+    "speculative_algorithm": _arg("speculative_algorithm", r"'[^']*'"),
 }
 _TEXT_ARGS = ("model_path", "speculative_algorithm")
 
@@ -106,13 +110,13 @@ def parse_capacity_line(lines: Iterable[str]) -> int | None:
 
 
 def parse_server_args(text: str) -> dict[str, int | float | str]:
-    """The few resolved args remediate reads from a ``server_args=ServerArgs(…)`` message (absent: not there)."""
+    """The few resolved args remediate reads from a ``server_args=`` message, either repr (absent: not there)."""
     found: dict[str, int | float | str] = {}
     for key, pattern in _ARG_RE.items():
         match = pattern.search(text)
         if match:
             raw = match.group(1)
-            found[key] = raw if key in _TEXT_ARGS else float(raw) if key == "mem_fraction_static" else int(raw)
+            found[key] = raw[1:-1] if key in _TEXT_ARGS else float(raw) if key == "mem_fraction_static" else int(raw)
     return found
 
 

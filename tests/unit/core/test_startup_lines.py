@@ -4,11 +4,15 @@ bench read them the same way. Each case here is one that a narrower copy of the 
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 
 from remediate.core.diagnosis import parse_journal
 from remediate.core.startup import (
     CAPACITY_RE,
+    STARTUP_LINES_ERE,
     parse_capacity_line,
     parse_server_info,
     parse_startup,
@@ -119,3 +123,50 @@ def test_no_pool_in_server_info(body: dict[str, object]) -> None:
     """A JSON ``true`` is not 1 token (the health wait read it as 1)."""
     assert tokens_from_info(body) is None
     assert parse_server_info(body).max_total_num_tokens is None
+
+
+# sglang 0.5.23 (entrypoints/engine.py, ``logger.info(f"server_args={_server_args_for_logging(server_args)}")``)
+# logs ServerArgs.resolved_dict(): a dict repr, not the dataclass repr.
+DICT_ARGS = (
+    "[2026-12-01 09:00:00] server_args={'model_path': 'moonshotai/Kimi-K2.6', 'tokenizer_path': "
+    "'moonshotai/Kimi-K2.6', 'tp_size': 8, 'mem_fraction_static': 0.94, 'max_running_requests': None, "
+    "'max_total_tokens': None, 'chunked_prefill_size': 4096, 'page_size': 1, 'cuda_graph_max_bs': 256, "
+    "'speculative_algorithm': 'EAGLE', 'api_key': None, 'enable_dp_attention': False}"
+)
+
+
+def test_the_0_5_23_dict_of_server_args_is_read_like_the_dataclass_repr() -> None:
+    args = parse_startup([DICT_ARGS]).server_args
+    assert args == {
+        "mem_fraction_static": 0.94,
+        "page_size": 1,
+        "chunked_prefill_size": 4096,
+        "cuda_graph_max_bs": 256,
+        "tp_size": 8,
+        "model_path": "moonshotai/Kimi-K2.6",
+        "speculative_algorithm": "EAGLE",
+    }
+    (run,) = parse_journal([DICT_ARGS]).runs
+    assert (run.mem_fraction_static, run.tp_size, run.chunked_prefill_size) == (0.94, 8, 4096)
+
+
+def test_a_0_5_23_start_begins_a_new_run() -> None:
+    first = DICT_ARGS
+    second = DICT_ARGS.replace("'mem_fraction_static': 0.94", "'mem_fraction_static': 0.93")
+    runs = parse_journal([first, SGLANG_CAPACITY, second]).runs
+    assert [r.mem_fraction_static for r in runs] == [0.94, 0.93]
+    assert parse_startup([first, SGLANG_CAPACITY, second]).server_args["mem_fraction_static"] == 0.93
+
+
+def test_a_value_that_quotes_a_key_is_not_the_key() -> None:
+    line = "server_args={'model_path': \"/m, 'tp_size': 99\", 'tp_size': 2}"
+    assert parse_startup([line]).server_args["tp_size"] == 2
+
+
+def test_the_hosts_journal_filter_keeps_the_0_5_23_args_line() -> None:
+    """host/budget.py reads the journal through ``grep -E STARTUP_LINES_ERE``: the dict form must pass it."""
+    if shutil.which("grep") is None:
+        pytest.skip("no grep")
+    text = "\n".join([DICT_ARGS.split("] ", 1)[1], "a request quoting server_args={'x': 1}", CAPACITY]) + "\n"
+    run = subprocess.run(["grep", "-E", STARTUP_LINES_ERE], input=text, capture_output=True, text=True, check=False)
+    assert run.stdout.splitlines() == [DICT_ARGS.split("] ", 1)[1], CAPACITY]

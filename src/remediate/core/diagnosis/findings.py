@@ -132,7 +132,7 @@ class RunFacts:
     """What one run of the server logged about its memory (the min over ranks where ranks differ)."""
 
     start_index: int = 0
-    mem_fraction_static: float | None = None  # server_args=ServerArgs(... mem_fraction_static=...)
+    mem_fraction_static: float | None = None  # server_args=ServerArgs(... mem_fraction_static=...) or ={...}
     chunked_prefill_size: int | None = None
     cuda_graph_max_bs: int | None = None
     max_running_requests: int | None = None
