@@ -31,6 +31,7 @@ SHAPES: dict[str, Callable[[int], str]] = {
     'HF_TOKEN=x" …': lambda n: ('HF_TOKEN=x" ' * (n // 12 + 1))[:n],
     "http://u:p@@@…": lambda n: ("http://u:" + "p@" * n)[:n],
     "--api-key --api-key …": lambda n: ("--api-key " * (n // 10 + 1))[:n],
+    "'api_key': 'api_key': …": lambda n: ("'api_key': " * (n // 11 + 1))[:n],  # sglang 0.5.23's dict of args
     "ExecStart= repeated": lambda n: (EXEC * (n // len(EXEC) + 1))[:n],
 }
 # The other two masking entry points: a journal line as diagnose shows it, a /server_info string in bench.

@@ -74,6 +74,18 @@ from remediate.core.unitfile.secrets import mask_secrets
         ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
         # a value never swallows a flag we edit, even through an odd quote
         ('HF_TOKEN=a"b --mem-fraction-static 0.9"', 'HF_TOKEN=*** --mem-fraction-static 0.9"'),
+        # sglang 0.5.23 logs its args as a dict (entrypoints/engine.py _server_args_for_logging): the keys are quoted
+        (
+            "server_args={'model_path': 'm', 'api_key': 'sk-abc', 'hf_token': None, 'tp_size': 8}",
+            "server_args={'model_path': 'm', 'api_key': '***', 'hf_token': ***, 'tp_size': 8}",
+        ),
+        (
+            '{"hf_token": "hf_a b", "tokenizer_path": "/t", "max_total_tokens": 9}',
+            '{"hf_token": "***", "tokenizer_path": "/t", "max_total_tokens": 9}',
+        ),  # fmt: skip
+        ('{"ssl_keyfile_password":null}', '{"ssl_keyfile_password":***}'),
+        # the dataclass repr: a literal keeps the repr's comma
+        ("ServerArgs(hf_token=None, api_key='k', tp_size=8)", "ServerArgs(hf_token=***, api_key='***', tp_size=8)"),
     ],
 )
 def test_masked_forms(text: str, masked: str) -> None:

@@ -42,12 +42,18 @@ _CANDIDATE = re.compile(
     r"|(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]*:(?P<password>[^/\s'\"]+)@"
     # HTTP credentials (RFC 6750 b64token, RFC 7617): ``Bearer <token>``, ``Basic <base64>``.
     r"|(?<![A-Za-z0-9_-])(?P<scheme>[Bb]earer|BEARER|[Bb]asic|BASIC)[ \t]+(?P<credential>[A-Za-z0-9._~+/-]+=*)"
+    # A quoted key of a dict or JSON object: ``'api_key': 'sk-…'`` (sglang 0.5.23 logs its args as a dict,
+    # entrypoints/engine.py ``_server_args_for_logging``), ``"hf_token": "hf_…"``.
+    r"|(?<![A-Za-z0-9_])(?P<kq>['\"])(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=kq)[ \t]*:[ \t]*"
 )
 _SCHEME_VALUE = re.compile(r"(?P<word>[Bb]earer|BEARER|[Bb]asic|BASIC)[ \t]+[A-Za-z0-9._~+/-]+=*")
 _BASIC_LOOK = re.compile(r"[0-9+/=]|[a-z].*[A-Z]|[A-Z].*[a-z]")
 _PLAIN = re.compile(r"[^ \t;&|)\r\n\\\"']*")
 _UNESCAPED_QUOTE = re.compile(r"(?<!\\)(?:\\\\)*[\"']")
 _LINE_END = re.compile(r"[\r\n]")
+_BARE_VALUE = re.compile(r"[^,}\]\s]*")  # a dict/JSON value that is not a string: up to the next item
+# A repr's literal followed by the repr's own punctuation (``hf_token=None,``): the punctuation stays.
+_LITERAL_TAIL = re.compile(r"(None|True|False|null|true|false|-?\d+(?:\.\d+)?)([,)\]}]+)")
 
 
 class _Text:
@@ -104,6 +110,8 @@ def _is_secret_name(name: str) -> bool:
 def _masked(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return f"{value[0]}{MASK}{value[0]}"
+    if literal := _LITERAL_TAIL.fullmatch(value):
+        return MASK + literal.group(2)
     if value[:1] in ("'", '"'):  # a quoted value followed by punctuation (``api_key='…',`` in a repr)
         close = value.find(value[0], 1)
         tail = value[close + 1 :] if close > 0 else ""
@@ -146,6 +154,17 @@ def _span(index: _Text, m: re.Match[str]) -> tuple[int, int] | None:
         return start, index.word_end(start, index.eol(start))
     if m.group("password") is not None:
         return m.start("password"), m.end("password")
+    if m.group("key") is not None:
+        if not _is_secret_name(m.group("key").replace("-", "_").replace(".", "_")):
+            return None
+        start = m.end()
+        eol = index.eol(start)
+        char = text[start : start + 1]
+        if char in ("'", '"'):
+            close = index.partner(start, char, eol)
+            return (start, close + 1) if close is not None else (start, index.word_end(start, eol))
+        bare = _BARE_VALUE.match(text, start, eol)
+        return (start, bare.end()) if bare is not None and bare.end() > start else None
     credential = m.group("credential")
     if m.group("scheme").lower() == "basic" and (len(credential) < 8 or not _BASIC_LOOK.search(credential)):
         return None  # prose ("Basic setup"), not base64
@@ -167,7 +186,7 @@ def mask_secrets(text: str) -> str:
     """Replace every secret value with ``***``: secret-looking ``NAME=VALUE`` assignments (unit,
     environment file, ``docker -e``, ``env``, shell ``export``, ``SetCredential=``), secret flags
     (``--api-key VALUE``, quoted or not, inside ``bash -c`` strings too), passwords in URLs and HTTP
-    ``Bearer``/``Basic`` credentials."""
+    ``Bearer``/``Basic`` credentials, and the values of secret keys in dict and JSON text."""
     index: _Text | None = None
     out: list[str] = []
     pos = 0
