@@ -35,12 +35,13 @@ def test_benchmark_prints_its_table(script: str, args: list[str], header: str) -
 
 
 def test_vs_ansible_reduced_run_prints_the_table_and_writes_its_samples(tmp_path: Path) -> None:
-    """1 host, 1 run, remediate and the floor only: Ansible would be installed from PyPI on first use, which
-    a test run must not depend on (network, ~1 min); `make bench` runs all three."""
+    """1 host, 1 run, remediate and the floor only, `oom` and the read-only `status` and `diagnose`, profiled:
+    Ansible would be installed from PyPI on first use, which a test run must not depend on (network, ~1 min);
+    `make bench` runs all three."""
     out = tmp_path / "vs.json"
     run = subprocess.run(
         [sys.executable, str(BENCH / "vs_ansible.py"), "--hosts", "1", "--runs", "1"]
-        + ["--contenders", "remediate,floor", "--json-out", str(out)],
+        + ["--contenders", "remediate,floor", "--profile", "--json-out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -50,10 +51,16 @@ def test_vs_ansible_reduced_run_prints_the_table_and_writes_its_samples(tmp_path
     rows = {line.split()[1]: line.split() for line in run.stdout.splitlines() if line.split()[:1] == ["1"]}
     assert set(rows) == {"remediate", "floor"}, run.stdout
     assert "remediate phases s: connect" in run.stdout
+    assert "remediate status vs" in run.stdout and "remediate diagnose vs" in run.stdout  # the read-only fan-out
+    assert "oom remediate: the wall time cut at its seams" in run.stdout  # --profile
     samples = json.loads(out.read_text())["samples"]["1"]
     [remediate] = samples["remediate"]
     assert remediate["ssh_connections_per_host"] == 1  # counted from the host's own sshd log
     assert {"phase_connect_s", "phase_lock_s", "phase_commit_s", "phase_wait_s"} <= set(remediate)
+    cuts = [k for k in remediate if k.startswith("prof_")]
+    assert abs(sum(remediate[k] for k in cuts) - remediate["wall_s"]) < 0.05  # the cuts account for the wall time
+    [status] = json.loads(out.read_text())["reads"]["status"]["1"]["remediate"]
+    assert status["ssh_connections_per_host"] == 1
 
 
 def test_startup_bench_prints_its_table() -> None:

@@ -24,7 +24,8 @@ The shape, the same for every function that reaches hosts:
   :func:`exit_code` is the CLI's exit code for a list of results.
 
 The names are imported from their modules on first use (PEP 562): `remediate oom` then loads the change
-path only, not `bench`'s or `plan`'s modules, and its first connection starts sooner (docs/PERFORMANCE.md).
+path only, not `bench`'s or `plan`'s modules (`status` not `bench`'s), and its first connection starts
+sooner (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -43,31 +44,27 @@ if TYPE_CHECKING:
         run_on_hosts,
     )
     from remediate.api.local import EditResult, edit_unit_file
-    from remediate.api.read import (
+    from remediate.api.read import backups, diagnose, offline_plan, plan, status
+    from remediate.api.sweep import (
         DEFAULT_CONTEXTS,
         DEFAULT_GEN,
         BenchOptions,
         BenchRequest,
         HostBench,
-        backups,
         bench,
         bench_request,
-        diagnose,
         finish_bench,
-        offline_plan,
-        plan,
-        status,
     )
 
 _HOMES = {
-    "DEFAULT_CONTEXTS": "read",
-    "DEFAULT_GEN": "read",
-    "BenchOptions": "read",
-    "BenchRequest": "read",
-    "HostBench": "read",
-    "bench": "read",
-    "bench_request": "read",
-    "finish_bench": "read",
+    "DEFAULT_CONTEXTS": "sweep",
+    "DEFAULT_GEN": "sweep",
+    "BenchOptions": "sweep",
+    "BenchRequest": "sweep",
+    "HostBench": "sweep",
+    "bench": "sweep",
+    "bench_request": "sweep",
+    "finish_bench": "sweep",
     "OomRequest": "change",
     "desired_args": "change",
     "remediate_oom": "change",

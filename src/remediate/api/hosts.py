@@ -65,10 +65,18 @@ def for_each_host(
     ssh: SSHOptions,
     fn: Callable[[Transport, HostEntry], HostResult],
     *,
-    forks: int = 10,
+    forks: int | None = None,
     transport_factory: TransportFactory | None = None,
 ) -> list[HostResult]:
-    """Run a read-only per-host function over the selected hosts, ``forks`` at a time (SSH by default)."""
+    """Run a read-only per-host function over the selected hosts, ``forks`` at a time (None: the inventory's
+    ``rollout: forks``, else 10); the first of them connect ahead, over SSH (TCP first) unless a factory is
+    given, as :func:`connect_ahead` does for `oom`."""
     return jobs.for_each_host(
-        targets, inventory_path, ssh, fn, forks=forks, transport_factory=transports(transport_factory)
+        targets,
+        inventory_path,
+        ssh,
+        fn,
+        forks=forks,
+        transport_factory=transports(transport_factory),
+        preconnect=transport_factory is None,
     )

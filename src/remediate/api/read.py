@@ -1,6 +1,8 @@
-"""The API of the read-only commands: `status`, `diagnose`, `backups`, `plan` (and `plan --offline`), `bench`.
+"""The API of the read-only commands: `status`, `diagnose`, `backups`, `plan` (and `plan --offline`); `bench`
+is api/sweep.py's.
 
-(One module for them, not one each: a submodule ``api.bench`` would shadow the function ``api.bench``.)
+Each host's work imports its host module on its first call: by then the first hosts' connections are under
+way (fleet/jobs.py ``for_each_host``), and their handshakes overlap the import.
 """
 
 from __future__ import annotations
@@ -9,38 +11,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from remediate.api.hosts import TransportFactory, _default_transport, for_each_host
-from remediate.fleet import bench as fleet_bench
+from remediate.api.hosts import TransportFactory, for_each_host
 from remediate.fleet import jobs
-from remediate.fleet.bench import DEFAULT_CONTEXTS, DEFAULT_GEN, BenchRequest, HostBench, SweepProgress
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
-from remediate.fleet.settings import (
-    run_options_for,
-)
-from remediate.host import budget as host_budget
-from remediate.host.bench import BenchOptions
-from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
-from remediate.host.restore import backups_host
-from remediate.host.runner import status_host
+from remediate.fleet.settings import run_options_for
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions, Transport
 
-__all__ = [
-    "DEFAULT_CONTEXTS",
-    "DEFAULT_GEN",
-    "BenchOptions",
-    "BenchRequest",
-    "HostBench",
-    "backups",
-    "bench",
-    "bench_request",
-    "diagnose",
-    "finish_bench",
-    "offline_plan",
-    "plan",
-    "status",
-]
+__all__ = ["backups", "diagnose", "offline_plan", "plan", "status"]
 
 
 def status(
@@ -49,15 +28,19 @@ def status(
     inventory: str | None = None,
     ssh: SSHOptions | None = None,
     unit: str | None = None,
+    forks: int | None = None,
     transport_factory: TransportFactory | None = None,
 ) -> list[HostResult]:
-    """Per host: unit, state, current fraction/chunk/alloc conf, tokens, and whether it is remediated."""
+    """Per host: unit, state, current fraction/chunk/alloc conf, tokens, and whether it is remediated.
+    ``forks``: hosts at once (None: the inventory's ``rollout: forks``, else 10)."""
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
+        from remediate.host.runner import status_host
+
         request = OomRequest(unit=unit)
         return status_host(transport, run_options_for(entry, request), label=entry.name)
 
-    return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
+    return for_each_host(targets, inventory, ssh or SSHOptions(), one, forks=forks, transport_factory=transport_factory)
 
 
 def diagnose(
@@ -66,21 +49,26 @@ def diagnose(
     inventory: str | None = None,
     ssh: SSHOptions | None = None,
     unit: str | None = None,
-    lines: int = DEFAULT_LINES,
+    lines: int | None = None,
     since: str | None = None,
     transport_factory: TransportFactory | None = None,
     smi_timeout: int | None = None,
+    forks: int | None = None,
 ) -> list[HostResult]:
-    """Read-only, no lock: each host's latest failure, why, and the `remediate oom` that fixes it."""
-    restarts, since_time = parse_since(since, lines)  # bad input fails before any host is contacted
+    """Read-only, no lock: each host's latest failure, why, and the `remediate oom` that fixes it. ``lines``:
+    the journal lines to read (None: host/diagnose.py's DEFAULT_LINES, 2000)."""
+    from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
+
+    count = DEFAULT_LINES if lines is None else lines
+    restarts, since_time = parse_since(since, count)  # bad input fails before any host is contacted
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         options = run_options_for(entry, OomRequest(unit=unit, smi_timeout=smi_timeout))
         return diagnose_host(
-            transport, options, lines=lines, since=since_time, since_restarts=restarts, label=entry.name
+            transport, options, lines=count, since=since_time, since_restarts=restarts, label=entry.name
         )
 
-    return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
+    return for_each_host(targets, inventory, ssh or SSHOptions(), one, forks=forks, transport_factory=transport_factory)
 
 
 def backups(
@@ -93,15 +81,18 @@ def backups(
     dry_run: bool = False,
     transport_factory: TransportFactory | None = None,
     lock_timeout: int | None = None,
+    forks: int | None = None,
 ) -> list[HostResult]:
     """List each host's backups (newest first, with the flag-level difference to the current unit);
     with ``prune_keep``, delete all but the newest N per file (never the newest, never the current state's)."""
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
+        from remediate.host.restore import backups_host
+
         options = replace(run_options_for(entry, OomRequest(unit=unit, lock_timeout=lock_timeout)), dry_run=dry_run)
         return backups_host(transport, options, label=entry.name, prune_keep=prune_keep)
 
-    return for_each_host(targets, inventory, ssh or SSHOptions(), one, transport_factory=transport_factory)
+    return for_each_host(targets, inventory, ssh or SSHOptions(), one, forks=forks, transport_factory=transport_factory)
 
 
 def plan(
@@ -115,6 +106,7 @@ def plan(
     margin: float = 0.10,
     observations: str | None = None,
     transport_factory: TransportFactory | None = None,
+    forks: int | None = None,
 ) -> list[HostResult]:
     """`remediate plan`, read-only: per host, the pool and headroom per fraction and the largest that fits
     (``result.extra["plan"]``). ``observations`` is the calibration log (default: the state directory's)."""
@@ -125,7 +117,7 @@ def plan(
         margin=margin,
         observations=observations,
     )
-    return for_each_host(targets, inventory, ssh or SSHOptions(), job, transport_factory=transport_factory)
+    return for_each_host(targets, inventory, ssh or SSHOptions(), job, forks=forks, transport_factory=transport_factory)
 
 
 def offline_plan(
@@ -138,6 +130,8 @@ def offline_plan(
     targets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`remediate plan --offline`: the plan document from numbers given, no host (``targets`` must be empty)."""
+    from remediate.host import budget as host_budget
+
     return host_budget.offline_plan(
         targets=targets,
         gpu_mem_gib=gpu_mem_gib,
@@ -146,54 +140,3 @@ def offline_plan(
         page_size=page_size,
         target_tokens=target_tokens,
     )
-
-
-def bench(
-    targets: Sequence[str] = (),
-    *,
-    inventory: str | None = None,
-    ssh: SSHOptions | None = None,
-    options: BenchOptions | None = None,
-    request: BenchRequest | None = None,
-    progress: SweepProgress | None = None,
-    transport_factory: TransportFactory | None = None,
-) -> list[HostBench]:
-    """`remediate bench`: each host's sweep (``options``: lengths, runs…, default the incident's), read-only on
-    the unit; a ``request`` (:func:`bench_request`) gives targets, inventory, SSH options and options at once."""
-    return fleet_bench.bench(
-        targets,
-        inventory=inventory,
-        ssh=ssh,
-        options=options,
-        progress=progress,
-        request=request,
-        transport_factory=transport_factory or _default_transport,
-    )
-
-
-def bench_request(
-    targets: Sequence[str] = (),
-    *,
-    inventory: str | None = None,
-    ssh: SSHOptions | None = None,
-    unit: str | None = None,
-    contexts: str = DEFAULT_CONTEXTS,
-    gen: int = DEFAULT_GEN,
-    runs: int = 1,
-    warmup: int = 0,
-    seed: int | None = None,
-    output: str | None = None,
-    csv_path: str | None = None,
-    plot: str | None = None,
-) -> BenchRequest:
-    """What `remediate bench` is asked, checked: a bad length is a ConfigError naming its flag, and every output
-    file (and ``plot``'s matplotlib) is checked before any host is contacted. No seed → a fresh one."""
-    given = {"targets": tuple(targets), "inventory": inventory, "unit": unit, "seed": seed}
-    sweep_args = {"contexts": contexts, "gen": gen, "runs": runs, "warmup": warmup}
-    files = {"output": output, "csv_path": csv_path, "plot": plot}
-    return fleet_bench.request_from_cli({**given, **sweep_args, **files}, ssh or SSHOptions())
-
-
-def finish_bench(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> int:
-    """The end of `remediate bench`: write the files the request names; the exit code."""
-    return fleet_bench.finish(results, request, version=version)

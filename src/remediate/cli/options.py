@@ -145,6 +145,16 @@ def connection_options(fn: F) -> F:
     return fn
 
 
+def forks_option(fn: F) -> F:
+    """``--forks`` of the read-only commands: hosts read at once (default: the inventory's, else 10)."""
+    return click.option(
+        "--forks",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Hosts read at once (default: the inventory's, else 10).",
+    )(fn)
+
+
 def fleet_options(fn: F) -> F:
     # fmt: off
     decorators = [

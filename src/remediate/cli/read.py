@@ -13,6 +13,7 @@ from remediate.cli.options import (
     api,
     connection_options,
     exit_with_table,
+    forks_option,
     handle_errors,
     render_bench,
     render_console,
@@ -31,6 +32,7 @@ from remediate.cli.options import (
 @cli.command()
 @connection_options
 @timeout_options(wait=False, lock=False, alias="--connect-timeout")
+@forks_option
 @handle_errors
 def status(**kw: Any) -> None:
     """Read-only: each host's sglang unit, state, memory settings, tokens, and whether it is remediated.
@@ -45,6 +47,7 @@ def status(**kw: Any) -> None:
         inventory=kw["inventory"],
         ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
+        forks=kw["forks"],
     )
     exit_with_table(results, as_json=kw["as_json"], table=render_results.status_table)
 
@@ -55,6 +58,7 @@ def status(**kw: Any) -> None:
 @click.option("--lines", type=click.IntRange(min=1), default=2000, show_default=True, help="Journal lines to read.")
 @timeout_options(wait=False, lock=False, alias="--connect-timeout")
 @smi_timeout_option
+@forks_option
 @handle_errors
 def diagnose(**kw: Any) -> None:
     """Read-only: why each host's server died (evidence, arithmetic) and the `remediate oom` to run.
@@ -64,7 +68,7 @@ def diagnose(**kw: Any) -> None:
       remediate diagnose gpu-01 --since 1
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
     """
-    named = {k: kw[k] for k in ("inventory", "unit", "lines", "since", "smi_timeout")}
+    named = {k: kw[k] for k in ("inventory", "unit", "lines", "since", "smi_timeout", "forks")}
     exit_with_table(api.diagnose(kw["targets"], ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **named),
                      as_json=kw["as_json"], table=render_diagnose.diagnose_report)  # fmt: skip
 
@@ -79,6 +83,7 @@ def diagnose(**kw: Any) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="With --prune: list what would be deleted.")
 @timeout_options(wait=False, lock=True, alias="--connect-timeout")
+@forks_option
 @handle_errors
 def backups(**kw: Any) -> None:
     """List the backups next to each host's unit files, newest first, with what a restore would change.
@@ -96,6 +101,7 @@ def backups(**kw: Any) -> None:
         prune_keep=kw["keep"] if kw["prune"] else None,
         dry_run=kw["dry_run"],
         lock_timeout=kw["lock_timeout"],
+        forks=kw["forks"],
     )
     exit_with_table(results, as_json=kw["as_json"], table=render_results.backups_table)
 
@@ -111,6 +117,7 @@ def backups(**kw: Any) -> None:
 @click.option("--free-after-weights-gib", type=float, help="--offline: free GiB after the weights load.")
 @click.option("--cell-bytes", type=float, help="--offline: KV cache bytes per token per rank.")
 @click.option("--page-size", type=click.IntRange(min=1), default=1, help="--offline: the KV page size (default 1).")
+@forks_option
 @handle_errors
 def plan(**kw: Any) -> None:
     """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
@@ -120,7 +127,7 @@ def plan(**kw: Any) -> None:
         if kw["as_json"]:
             return click.echo(render_console.dumps({"offline": True, "plan": doc}))
         return render_plan.plan_table(stdout(), doc, title="offline plan")
-    keys = ("unit", "target_tokens", "chunked_prefill_size", "margin")
+    keys = ("unit", "target_tokens", "chunked_prefill_size", "margin", "forks")
     results = api.plan(kw["targets"], inventory=kw["inventory"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
     exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
 # fmt: on

@@ -4,8 +4,9 @@ its connections (the first batch's started ahead), the rollout that runs it, and
 
 A job is ``(transport, inventory entry) -> HostResult``. :func:`roll_out` runs a mutating job as a
 rollout (canary, batches, failure budget; fleet/rollout.py) and writes the retry file; :func:`for_each_host`
-runs a read-only one ``forks`` at a time. The factories import their host modules when they are called:
-the first batch's handshakes (:class:`ConnectAhead`) overlap that import.
+runs a read-only one ``forks`` at a time. Both connect their first hosts ahead (:class:`ConnectAhead`); the
+factories import their host modules when they are called, the read-only jobs on their first call, so the
+handshakes overlap that import.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from remediate.fleet.plan import with_auto
 from remediate.fleet.request import OomRequest
 from remediate.fleet.retry import write_retry_file
 from remediate.fleet.rollout import Rollout, Strategy, plan_batches
-from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
+from remediate.fleet.settings import build_strategy, resolve_hosts, run_options_for, ssh_for
 from remediate.host.options import BudgetOptions, RunOptions
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions, Transport
@@ -113,12 +114,29 @@ class ConnectAhead:
                 continue  # the host's work reports it, as it would without the head start
             where = resolve(entry.address, options.port, _ssh_config_files(options)) if self._ssh else None
             first.append((entry, options, Preconnect(where, options.connect_timeout) if where else None))
-        for entry, options, pre in first:
-            transport = self._factory(entry, options)
-            if pre is not None:
-                transport.preconnected(pre)
-            transport.open_ahead()
-            self._ready[entry.name] = transport
+        left = list(first)  # the TCP connections not handed to a transport yet (a transport closes its own)
+        try:
+            while left:
+                entry, options, pre = left[0]
+                try:
+                    transport = self._factory(entry, options)
+                except ConfigError:
+                    left.pop(0)
+                    if pre is not None:
+                        pre.close()
+                    continue  # the host's work reports it, as it would without the head start
+                left.pop(0)
+                if pre is not None:
+                    transport.preconnected(pre)
+                self._ready[entry.name] = transport
+                transport.open_ahead()
+        except BaseException:
+            # A bug or a Ctrl-C: the caller never gets this object to close, so what was started is closed here.
+            for _, _, pre in left:
+                if pre is not None:
+                    pre.close()
+            self.close()
+            raise
         return self
 
     def __call__(self, entry: HostEntry, options: SSHOptions) -> Transport:
@@ -209,13 +227,24 @@ def for_each_host(
     ssh: SSHOptions,
     fn: Callable[[Transport, HostEntry], HostResult],
     *,
-    forks: int = 10,
+    forks: int | None = None,
     transport_factory: TransportFactory,
+    preconnect: bool = False,
 ) -> list[HostResult]:
-    """Run a read-only per-host function over the selected hosts, ``forks`` at a time."""
-    _, hosts = resolve_hosts(targets, inventory_path)
-    work = connected(fn, ssh, transport_factory)
-    results, _ = run_on_hosts(hosts, work, Strategy(canary=0, forks=forks, max_failures="100%"))
+    """Run a read-only per-host function over the selected hosts, ``forks`` at a time (None: the inventory's
+    ``rollout: forks``, else 10), every host at once when there are no more: no canary, no failure budget.
+
+    The first ``forks`` hosts connect ahead, as `oom`'s first batch does (:class:`ConnectAhead`; over SSH
+    with ``preconnect``, the TCP connections before paramiko's import): their handshakes overlap the import
+    of ``fn``'s host modules, which ``fn`` loads on its first call. What no host took is closed."""
+    inventory, hosts = resolve_hosts(targets, inventory_path)
+    at_once = build_strategy({} if forks is None else {"forks": forks}, inventory).forks
+    strategy = Strategy(canary=0, forks=at_once, max_failures="100%")
+    ahead = ConnectAhead(transport_factory, preconnect=preconnect).start(hosts, strategy, ssh)
+    try:
+        results, _ = run_on_hosts(hosts, connected(fn, ssh, ahead), strategy)
+    finally:
+        ahead.close()
     return results
 
 
@@ -254,11 +283,11 @@ def plan_job(
     """The read-only `plan` of one host (inventory host vars give the unit, port and target)."""
     if not 0 <= margin < 10:
         raise ConfigError(f"--margin {margin} must be between 0 and 10 (a share: 0.10 = 10%)")
-    from remediate.host.plan import plan_host
-
     records = read_observations(log_path(observations))
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
+        from remediate.host.plan import plan_host  # on the first call: the handshakes are under way meanwhile
+
         options = run_options_for(entry, OomRequest(unit=unit, target_tokens=target_tokens))
         budget = BudgetOptions(
             target_tokens=options.target_tokens,

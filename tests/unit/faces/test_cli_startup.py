@@ -91,3 +91,19 @@ def test_every_api_name_resolves_and_is_listed() -> None:
     assert set(api.__all__) <= set(dir(api))
     with pytest.raises(AttributeError, match="no_such"):
         api.no_such  # noqa: B018
+
+
+def test_the_entry_point_freezes_what_the_run_loaded_before_the_interpreter_exits() -> None:
+    """Exit skips a last cycle collection of every module's objects (gc.freeze, cli/app.py main), after the
+    command ran: its exit code and output are the command's own."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: sys.stderr.write(f'frozen={gc.get_freeze_count()}'))\n"
+        "sys.argv = ['remediate', '--version']\n"
+        "from remediate.cli import main\n"
+        "main()"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert run.returncode == 0 and "remediate" in run.stdout
+    assert int(run.stderr.split("frozen=")[1]) > 0
