@@ -272,7 +272,8 @@ def test_prune_deletes_hostile_backup_paths_and_runs_nothing(names: list[str], u
             doomed.append({"path": str(backup), "sha256": hashlib.sha256(_unit(name).encode()).hexdigest()})
         script = templates.render(
             "prune.sh.j2",
-            lock_path=f"{root}/run/{unit.replace('/', '_')}.lock",
+            unit=unit,
+            lock_dir=f"{root}/run",
             lock_wait=3,
             backups=doomed,
             directory=str(root / "units"),
