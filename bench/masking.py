@@ -4,7 +4,7 @@
 
 CPU time of this process (time.process_time), which a loaded machine inflates far less than wall time.
 
-Each shape is one line of LENGTH characters: no secret at all, one long word, many short assignments,
+Each shape is one line of LENGTH characters: plain log text, one long word, plain and secret assignments,
 quotes without partners, a long URL userinfo, and a realistic ExecStart= repeated. Masking is one linear
 scan, so twice the length should take about twice the time.
 """
@@ -24,8 +24,15 @@ from remediate.core.unitfile.secrets import mask_secrets  # noqa: E402
 from remediate.host.diagnose import masked  # noqa: E402
 
 EXEC = 'bash -c "HF_TOKEN=hf_x exec python3 -m sglang.launch_server --api-key sk-1 --mem-fraction-static 0.94" '
+# A decode-batch line as sglang logs it (prose, numbers, no secret): the common case.
+PLAIN = (
+    "[2026-12-04 03:12:44 TP0] Decode batch. #running-req: 12, #token: 81234, token usage: 0.41, "
+    "gen throughput (token/s): 1873.22, #queue-req: 0, "
+)
 SHAPES: dict[str, Callable[[int], str]] = {
+    "plain log text": lambda n: (PLAIN * (n // len(PLAIN) + 1))[:n],
     "one word (a…a)": lambda n: "a" * n,
+    "NAME=value pairs": lambda n: ("CUDA_HOME=/usr/local/cuda NCCL_DEBUG=INFO " * (n // 42 + 1))[:n],
     "TOKEN=TOKEN=…": lambda n: ("TOKEN=" * (n // 6 + 1))[:n],
     "A_TOKEN=x A_TOKEN=x …": lambda n: ("A_TOKEN=x " * (n // 10 + 1))[:n],
     'HF_TOKEN=x" …': lambda n: ('HF_TOKEN=x" ' * (n // 12 + 1))[:n],

@@ -38,6 +38,11 @@ def test_docker_published_port_is_where_the_wait_status_and_bench_look(node: Nod
     status = node.cli("status")
     assert status.returncode == 0, status
     assert status.result["max_total_num_tokens"] == 195011, status
+    # bench too: nothing listens on the container's port on the host, only the published one answers
+    bench = node.cli("bench", "--contexts", "1k", "--gen", "2")
+    assert bench.returncode == 0, bench
+    assert bench.result["endpoint"] == f"{node.host.address}:{node.port}", bench
+    assert [p["status"] for p in bench.result["points"]] == ["ok"], bench
 
 
 def test_docker_without_a_published_port_fails_early_with_one_line(node: Node) -> None:

@@ -30,11 +30,12 @@ from remediate.core.probe import ProbeResult, parse_probe, refuse_unsafe
 from remediate.core.unitfile.edit import UnitSources
 from remediate.core.unitfile.report import unified_diff
 from remediate.core.unitfile.sources import refuse_template_edit
+from remediate.core.unitfile.unitname import normalise_unit
 from remediate.errors import LockHeldError, RemediationError, TransportError
 from remediate.host import templates
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.health import Healthy
-from remediate.host.lock import LOCK_HELD_EXIT, Held, lock_path, run_locked
+from remediate.host.lock import LOCK_DIR, LOCK_HELD_EXIT, Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.probe import endpoint_of, read_unit, run_read_only
@@ -122,7 +123,8 @@ def _prune(transport: Transport, unit: str, doomed: list[Backup], lock_wait: int
     directory = doomed[0].path.rsplit("/", 1)[0] or "/"
     script = templates.render(
         "prune.sh.j2",
-        lock_path=lock_path(unit),
+        unit=normalise_unit(unit),
+        lock_dir=LOCK_DIR,
         lock_wait=lock_wait,
         backups=[{"path": b.path, "sha256": b.sha256} for b in doomed],
         directory=directory,

@@ -168,3 +168,30 @@ def test_a_locked_read_without_locked_is_an_error() -> None:
 def test_retake_waits_for_the_commit_longer_than_the_lock_wait() -> None:
     again = retake("@@locked\n@@unit llm-alias.service\n@@show\n@@end\n", "llm-alias.service", 5)
     assert "flock -w 450 8" in again.command and again.expect == "@@locked"
+
+
+def test_a_cut_during_the_probe_ends_in_a_record_and_the_rollback_path_not_exit_3(_state_dir: Path) -> None:
+    """--probe's request after the restart loses the connection: the commit started, so the run reconnects,
+    records and rolls back (never "unreachable", exit 3, with no record)."""
+    host = make_host()
+    host.on(r"\Adate \+%s", "1764400100\n")
+    host.on(COMMIT, commit_ok(), commit_ok(invocation="inv-3", backup=False))
+    host.on(
+        POLL,
+        state_output(invocation_id="inv-2"),
+        state_output(invocation_id="inv-2"),
+        state_output(invocation_id="inv-3"),
+    )
+    host.http("/health", 200)
+    host.http("/server_info", info(195011))
+    host.http("/flush_cache", (200, "Cache flushed.\n"))
+
+    def lost(_body: bytes) -> None:
+        raise ConnectionLost("gpu-01", "connection lost during the probe's request")
+
+    host.stream("/generate", lost)
+    result = run(host, probe_tokens=32768)
+    assert result.outcome == "rolled_back" and result.exit_code == 1, (result.outcome, result.exit_code, result.error)
+    assert "connection lost during the probe's request" in (result.error or ""), result.error
+    assert host.reconnects == 1 and len(host.scripts("# remediate commit")) == 2  # the change, then the undo
+    assert [r["event"] for r in records(_state_dir)] == ["committed", "rolled_back"]

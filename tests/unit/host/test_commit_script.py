@@ -6,6 +6,7 @@ PATH; the sandbox e2e matrix (tests/e2e/test_faults.py) makes the rest real: ful
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from remediate.host import templates
 from remediate.host.commit import FileWrite
 from remediate.host.lock import LOCK_BROKEN_EXIT, LOCK_HELD_EXIT
 from remediate.host.probe import probe_script
@@ -395,3 +397,33 @@ def test_an_alias_takes_the_lock_of_the_units_canonical_id(tmp_path: Path) -> No
     assert got.returncode == 0, got.stderr
     assert "@@unit sglang.service\n" in got.stdout
     assert (lock_dir / "sglang.service.lock").exists() and not (lock_dir / "llm.service.lock").exists()
+
+
+def test_a_prune_through_an_alias_waits_for_the_lock_of_the_units_canonical_id(tmp_path: Path) -> None:
+    """`backups --prune` names the unit as given (an Alias=); its lock is the run's all the same."""
+    env = shim(
+        tmp_path,
+        "systemctl",
+        'if [ "$*" = "show -p Id --value -- llm.service" ]; then echo sglang.service; exit 0; fi\nexit 0',
+    )
+    lock_dir = tmp_path / "run"
+    lock_dir.mkdir(mode=0o700)
+    backup = tmp_path / f"{UNIT}.bak.oom.{EPOCH}"
+    backup.write_text(OLD)
+    sha = hashlib.sha256(OLD.encode()).hexdigest()
+    prune = templates.render(
+        "prune.sh.j2",
+        unit="llm.service",
+        lock_dir=str(lock_dir),
+        lock_wait=1,
+        backups=[{"path": str(backup), "sha256": sha}],
+        directory=str(tmp_path),
+    )
+    with open(lock_dir / "sglang.service.lock", "a") as held:  # a run on the unit holds its lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        refused = run(prune, env)
+        assert refused.returncode == LOCK_HELD_EXIT, refused.stdout + refused.stderr
+        assert backup.exists()
+    done = run(prune, env)
+    assert done.returncode == 0 and f"@@deleted {backup}" in done.stdout and not backup.exists()
+    assert sorted(p.name for p in lock_dir.iterdir()) == ["sglang.service.lock"]

@@ -192,13 +192,13 @@ def test_locked_probe_holds_until_stdin_closes_and_a_second_taker_gets_lock_held
 @needs_tools
 def test_prune_script_refuses_while_the_lock_is_held(tmp_path: Path) -> None:
     """prune.sh.j2 takes the same lock (the shared _flock.sh.j2 macro): held by a run, it deletes nothing."""
-    lock = str(tmp_path / Path(lock_path("sglang.service")).name)
     backup = tmp_path / "sglang.service.bak.oom.1"
     backup.write_text(OLD)
     sha = hashlib.sha256(OLD.encode()).hexdigest()
     prune = templates.render(
         "prune.sh.j2",
-        lock_path=lock,
+        unit="sglang.service",
+        lock_dir=str(tmp_path),
         lock_wait=1,
         backups=[{"path": str(backup), "sha256": sha}],
         directory=str(tmp_path),

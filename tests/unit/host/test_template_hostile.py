@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import jinja2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -171,6 +172,47 @@ def test_every_template_is_covered_by_the_hostile_runs() -> None:
     assert {p.name for p in TEMPLATE_DIR.glob("*.j2")} == COVERED, "a new template needs a hostile run below"
 
 
+# What may be printed into a script unquoted: a macro's output (checked in its own template) and lock_word,
+# shell text the caller built from quoted parts (``lock_dir | q ~ '/"$unit".lock'``).
+_PRE_QUOTED = {"lock_word"}
+
+
+def _is_integer(node: jinja2.nodes.Node) -> bool:
+    """``x | int``, an integer literal, or arithmetic of those (``smi_timeout | int + 4``)."""
+    if isinstance(node, jinja2.nodes.Filter):
+        return node.name == "int"
+    if isinstance(node, jinja2.nodes.Const):
+        return type(node.value) is int
+    if isinstance(node, (jinja2.nodes.Add, jinja2.nodes.Sub, jinja2.nodes.Mul)):
+        return _is_integer(node.left) and _is_integer(node.right)
+    return False
+
+
+def _unquoted_outputs(source: str) -> list[str]:
+    """Each ``{{ … }}`` of a template whose value is neither shell-quoted (``| q``) nor an ``| int``."""
+    env = templates.environment()
+    bad = []
+    for output in env.parse(source).find_all(jinja2.nodes.Output):
+        for node in output.nodes:
+            if isinstance(node, jinja2.nodes.TemplateData):
+                continue
+            if (isinstance(node, jinja2.nodes.Filter) and node.name == "q") or _is_integer(node):
+                continue
+            if isinstance(node, jinja2.nodes.Call) or (
+                isinstance(node, jinja2.nodes.Name) and node.name in _PRE_QUOTED
+            ):
+                continue
+            bad.append(f"line {node.lineno}: {source.splitlines()[node.lineno - 1].strip()}")
+    return bad
+
+
+def test_every_value_in_every_template_is_quoted_or_an_integer() -> None:
+    """Static twin of the hostile runs: a value they do not vary (systemctl's property list) is quoted too."""
+    bad = {p.name: found for p in TEMPLATE_DIR.glob("*.j2") if (found := _unquoted_outputs(p.read_text()))}
+    assert bad == {}
+    assert _unquoted_outputs("x={{ name }}\n") == ["line 1: x={{ name }}"]  # the check sees one
+
+
 def _scratch_bash(script: str, cwd: Path) -> tuple[int, str, str]:
     """bash -n, then run ``script`` in ``cwd`` with systemd's tools shimmed; PWNED must never appear."""
     assert _bash(script, "-n")[0] == 0
@@ -230,7 +272,8 @@ def test_prune_deletes_hostile_backup_paths_and_runs_nothing(names: list[str], u
             doomed.append({"path": str(backup), "sha256": hashlib.sha256(_unit(name).encode()).hexdigest()})
         script = templates.render(
             "prune.sh.j2",
-            lock_path=f"{root}/run/{unit.replace('/', '_')}.lock",
+            unit=unit,
+            lock_dir=f"{root}/run",
             lock_wait=3,
             backups=doomed,
             directory=str(root / "units"),
