@@ -141,10 +141,7 @@ def _field(entry: Mapping[str, object], name: str) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(b, int) and not isinstance(b, bool) for b in value):
-        try:
-            return bytes(b & 0xFF for b in value).decode("utf-8", errors="replace")
-        except ValueError:  # pragma: no cover - bytes() of 0..255 never fails
-            return None
+        return bytes(b & 0xFF for b in value).decode("utf-8", errors="replace")
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return None
