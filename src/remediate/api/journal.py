@@ -20,9 +20,14 @@ MAX_JOURNAL_BYTES = 64 << 20
 
 
 def check_journal_flags(
-    journal: str | None, unit_file: str | None, targets: Sequence[str] = (), inventory: str | None = None
+    journal: str | None,
+    unit_file: str | None,
+    targets: Sequence[str] = (),
+    inventory: str | None = None,
+    *,
+    offline: bool = False,
 ) -> None:
-    """--journal takes no host; --unit-file needs --journal."""
+    """--journal takes no host (nor `plan --offline`'s numbers); --unit-file needs --journal."""
     from remediate.errors import ConfigError
 
     if journal is None:
@@ -33,6 +38,8 @@ def check_journal_flags(
         raise ConfigError(f"--journal reads a saved journal, not a host: drop {' '.join(targets)}")
     if inventory is not None:
         raise ConfigError("--journal reads a saved journal, not a host: drop --inventory")
+    if offline:
+        raise ConfigError("--journal plans from a saved journal, --offline from numbers: give one of them")
 
 
 def read_journal_file(path: str, stdin: BinaryIO | None = None) -> str:

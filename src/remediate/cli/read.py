@@ -43,7 +43,9 @@ def journal_options(fn: Any) -> Any:
 
 def _from_journal(kw: dict[str, Any]) -> bool:
     """--journal given (then no TARGET, no --inventory); --unit-file without it is bad input."""
-    api.check_journal_flags(kw["journal"], kw["unit_file"], kw["targets"], kw["inventory"])
+    api.check_journal_flags(
+        kw["journal"], kw["unit_file"], kw["targets"], kw["inventory"], offline=kw.get("offline", False)
+    )
     return kw["journal"] is not None
 
 

@@ -1,11 +1,13 @@
 """PURE: a saved journal (what ``journalctl -u UNIT`` printed) → the lines the live read of a host yields.
 
 A postmortem starts from a ticket's attachment: ``journalctl -u UNIT`` in its default format (``short``),
-``-o short-iso``, ``short-precise``, ``short-iso-precise``, ``-o cat`` (messages only) or ``-o json`` (one
-object per line). The format is told from the content, never from the file's name. The live ``diagnose``
-reads ``journalctl -o short-iso`` (templates/probe.sh.j2) and the live ``plan`` reads ``journalctl -o cat``
+``-o short-iso``, ``short-precise``, ``short-iso-precise`` (``short-unix``, ``short-monotonic`` too),
+``-o cat`` (messages only) or ``-o json`` (one object per line; ``json-seq`` and ``json-pretty`` too). The
+format is told from the content, never from the file's name. The live ``diagnose`` reads
+``journalctl -o short-iso`` (templates/probe.sh.j2) and the live ``plan`` reads ``journalctl -o cat``
 (host/budget.py ``read_journal``): :func:`parse_saved_journal` gives both, so that the same pure functions
-(:func:`remediate.core.diagnosis.parse_journal`, :func:`remediate.core.startup.parse_startup`) see the same lines.
+(:func:`remediate.core.diagnosis.parse_journal`, :func:`remediate.core.startup.parse_startup`) see the same
+lines.
 
 - Text formats pass through line by line (core/logline.py takes the prefixes of every short* format apart);
   journalctl's own markers (``-- Boot ID --``, ``-- Reboot --``, ``-- No entries --``, ``-- Logs begin at …``,
@@ -49,7 +51,7 @@ _SYSTEM_UNITS = frozenset({"init.scope"})
 class SavedJournal:
     """A saved journal, read: its format and the lines as each live read would have seen them."""
 
-    format: str  # short, short-precise, short-iso, short-iso-precise, cat, json, or empty
+    format: str  # short, short-precise, short-iso(-precise), short-unix, short-monotonic, cat, json, or empty
     lines: tuple[str, ...]  # as ``journalctl -o short-iso`` (JSON) or as saved (text): what diagnose reads
     messages: tuple[str, ...]  # as ``journalctl -o cat``: what plan reads
     hosts: tuple[str, ...] = ()
@@ -90,7 +92,7 @@ def _text_format(lines: list[str]) -> str:
             return "short-iso-precise" if match.group("frac") else "short-iso"
         if match := _CLASSIC.match(line):
             return "short-precise" if match.group("frac") else "short"
-        return "short"  # short-unix, short-monotonic: one of the prefixes core/logline.py takes apart
+        return "short-monotonic" if line.startswith("[") else "short-unix"
     return "cat"
 
 
@@ -172,21 +174,44 @@ def _entry_lines(entry: Mapping[str, object]) -> tuple[list[str], list[str]] | N
     return lines, parts
 
 
-def _from_json(lines: list[str], markers: int) -> SavedJournal:
-    out: list[str] = []
-    messages: list[str] = []
-    hosts: list[str] = []
-    units: list[str] = []
+def _objects(lines: list[str]) -> tuple[list[object], int]:
+    """One JSON value per line (json, json-seq); else, when no line is one, the values of the whole text in
+    turn (json-pretty); what is not JSON is counted."""
+    values: list[object] = []
     skipped = 0
     for line in lines:
         text = line.strip().lstrip("\x1e")  # json-seq: each record starts with RS
         if not text:
             continue
         try:
-            entry = json.loads(text)
+            values.append(json.loads(text))
         except (ValueError, RecursionError):
             skipped += 1
-            continue
+    if values or not skipped:
+        return values, skipped
+    text, pos, decoder, pretty = "\n".join(lines), 0, json.JSONDecoder(), []
+    while (pos := _next_value(text, pos)) < len(text):
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return pretty, 1  # a cut or broken file: the values before the break, and the rest counted as one
+        pretty.append(value)
+    return pretty, 0
+
+
+def _next_value(text: str, pos: int) -> int:
+    while pos < len(text) and (text[pos].isspace() or text[pos] == "\x1e"):
+        pos += 1
+    return pos
+
+
+def _from_json(lines: list[str], markers: int) -> SavedJournal:
+    out: list[str] = []
+    messages: list[str] = []
+    hosts: list[str] = []
+    units: list[str] = []
+    values, skipped = _objects(lines)
+    for entry in values:
         if not isinstance(entry, dict):
             skipped += 1
             continue

@@ -21,7 +21,8 @@ SHORT = "Dec 01 08:00:00 gpu-01 python3[4711]: [2026-12-01 08:00:00 TP0] Load we
         ("Dec  1 08:00:00.123456 gpu-01 python3[4711]: hello", "short-precise"),
         ("2026-12-01T08:00:00+0000 gpu-01 python3[4711]: hello", "short-iso"),
         ("2026-12-01T08:00:00.123456+00:00 gpu-01 python3[4711]: hello", "short-iso-precise"),
-        ("1764576000.123456 gpu-01 python3[4711]: hello", "short"),  # short-unix: read like short
+        ("1764576000.123456 gpu-01 python3[4711]: hello", "short-unix"),
+        ("[ 1234.567890] gpu-01 python3[4711]: hello", "short-monotonic"),
         ("[2026-12-01 08:00:00 TP0] Load weight begin. avail mem=91.60 GB", "cat"),
         ("Traceback (most recent call last):", "cat"),
     ],
@@ -149,6 +150,15 @@ def test_json_garbage_is_skipped_and_counted() -> None:
     assert saved.messages == ("kept", "json-seq", "bad time", "far")
     assert saved.skipped == 3
     assert saved.lines[2].startswith("1970-01-01T00:00:00+0000 ")
+
+
+def test_json_pretty_is_read_whole() -> None:
+    entries = [{"__REALTIME_TIMESTAMP": "1764576000000000", "SYSLOG_IDENTIFIER": "python3", "MESSAGE": m} for m in "ab"]
+    saved = parse_saved_journal("\n".join(json.dumps(e, indent=8) for e in entries) + "\n")
+    assert (saved.format, saved.messages, saved.skipped) == ("json", ("a", "b"), 0)
+    broken = parse_saved_journal(json.dumps(entries[0], indent=8) + "\n}\n")
+    assert (broken.messages, broken.skipped) == (("a",), 1)
+    assert parse_saved_journal("{ nope\n}\n").skipped == 1
 
 
 def test_plan_lines_are_the_live_plans_two_reads() -> None:

@@ -83,6 +83,10 @@ def test_the_unit_files_problems_are_bad_input_naming_it(tmp_path: Path) -> None
     assert_bad_input(invoke("plan", "--journal", INCIDENT, "--unit-file", other), str(other), "--unit-file")
 
 
+def test_journal_and_offline_is_bad_input() -> None:
+    assert_bad_input(invoke("plan", "--journal", CRASH, "--offline"), "--journal", "--offline")
+
+
 def test_since_a_time_needs_a_host() -> None:
     assert_bad_input(invoke("diagnose", "--journal", INCIDENT, "--since", "2 hours ago"), "--since", "--journal")
 
