@@ -189,7 +189,8 @@ def _objects(lines: list[str]) -> tuple[list[object], int]:
             skipped += 1
     if values or not skipped:
         return values, skipped
-    text, pos, decoder, pretty = "\n".join(lines), 0, json.JSONDecoder(), []
+    text, pos, decoder = "\n".join(lines), 0, json.JSONDecoder()
+    pretty: list[object] = []
     while (pos := _next_value(text, pos)) < len(text):
         try:
             value, pos = decoder.raw_decode(text, pos)
