@@ -174,3 +174,22 @@ def test_plan_journal_gives_the_live_plan(tmp_path: Path, path: Path, form: str)
 def test_some_plans_are_made() -> None:
     assert len(PLANNED) >= 4
     assert any(live_plan(p.read_text())["rows"] for p in PLANNED)
+
+
+SHOWN = sorted(p.parent for p in DATA.glob("diagnosis_cases/*/show.txt"))
+
+
+@pytest.mark.parametrize("case", SHOWN, ids=lambda p: p.name)
+def test_what_systemctl_show_adds_is_only_the_restart_count(tmp_path: Path, case: Path) -> None:
+    """A live host also reads ``systemctl show`` (absent from a saved journal): the same findings, but the
+    crash loop's ``restarts`` is the journal's own restart counter, not NRestarts."""
+    lines = (case / "journal.txt").read_text().splitlines()
+    show = dict(line.split("=", 1) for line in (case / "show.txt").read_text().splitlines() if "=" in line)
+    live = [f.to_dict() for f in parse_journal(lines, show).findings]
+    [result] = api.diagnose_journal(str(case / "journal.txt"))
+    assert result.extra["source"]["absent"][0] == "systemctl"
+    saved = [f.to_dict() for f in parse_journal(lines, {}).findings]
+    assert result.extra["all_findings"] == len(saved) == len(live)
+    for have, want in zip(saved, live, strict=True):
+        assert {k: v for k, v in have.items() if k != "restarts"} == {k: v for k, v in want.items() if k != "restarts"}
+    assert any(f["kind"] == "crash_loop" for f in saved)
