@@ -55,6 +55,7 @@ def test_a_saved_journal_gives_the_live_diagnosis_and_plan(incident: Node) -> No
     assert any(f["kind"] == "cuda_oom_runtime" for f in live.result["findings"])
     planned = node.cli("plan")
     assert planned.returncode == 0, planned
+    assert planned.result["plan"]["rows"] and planned.result["plan"]["spike"], planned.result["plan"]
     hostname = node.host.run("hostname", check=True).stdout.strip()
 
     for form in FORMS:
