@@ -19,7 +19,8 @@ The shape, the same for every function that reaches hosts:
 - Returns values, never text: ``status``, ``diagnose``, ``backups``, ``plan`` one
   :class:`~remediate.models.HostResult` per selected host (inventory order); ``remediate_oom`` and
   ``rollback`` a :class:`RolloutResult` (its ``results``, the batches, the retry file); ``bench`` one
-  :class:`HostBench` per host; ``offline_plan`` the plan document; ``edit_unit_file`` an :class:`EditResult`.
+  :class:`HostBench` per host; ``offline_plan`` the plan document; ``diagnose_journal`` and ``plan_journal`` (a saved
+  journal, no host) one result; ``edit_unit_file`` an :class:`EditResult`.
   A failing host never raises, it is a result; bad input raises ConfigError before any host is contacted.
   :func:`exit_code` is the CLI's exit code for a list of results.
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         for_each_host,
         run_on_hosts,
     )
+    from remediate.api.journal import check_journal_flags, diagnose_journal, plan_journal
     from remediate.api.local import EditResult, edit_unit_file
     from remediate.api.read import backups, diagnose, offline_plan, plan, status
     from remediate.api.sweep import (
@@ -78,6 +80,9 @@ _HOMES = {
     "EditResult": "local",
     "edit_unit_file": "local",
     "offline_plan": "read",
+    "diagnose_journal": "journal",
+    "plan_journal": "journal",
+    "check_journal_flags": "journal",
     "plan": "read",
     "backups": "read",
     "diagnose": "read",
@@ -98,14 +103,17 @@ __all__ = [
     "backups",
     "bench",
     "bench_request",
+    "check_journal_flags",
     "desired_args",
     "diagnose",
+    "diagnose_journal",
     "edit_unit_file",
     "exit_code",
     "finish_bench",
     "for_each_host",
     "offline_plan",
     "plan",
+    "plan_journal",
     "remediate_oom",
     "rollback",
     "run_on_hosts",

@@ -29,6 +29,26 @@ from remediate.cli.options import (
 )
 
 
+def journal_options(fn: Any) -> Any:
+    """``--journal FILE`` and ``--unit-file UNIT`` of `diagnose` and `plan`: a saved journal, no host."""
+    fn = click.option("--unit-file", metavar="UNIT", help="With --journal: the local unit file whose settings to use.")(
+        fn
+    )
+    return click.option(
+        "--journal",
+        metavar="FILE",
+        help="A saved `journalctl -u UNIT` (short, short-iso, json, cat; - for stdin) instead of a host.",
+    )(fn)
+
+
+def _from_journal(kw: dict[str, Any]) -> bool:
+    """--journal given (then no TARGET, no --inventory); --unit-file without it is bad input."""
+    api.check_journal_flags(
+        kw["journal"], kw["unit_file"], kw["targets"], kw["inventory"], offline=kw.get("offline", False)
+    )
+    return kw["journal"] is not None
+
+
 @cli.command()
 @connection_options
 @timeout_options(wait=False, lock=False, alias="--connect-timeout")
@@ -59,6 +79,7 @@ def status(**kw: Any) -> None:
 @timeout_options(wait=False, lock=False, alias="--connect-timeout")
 @smi_timeout_option
 @forks_option
+@journal_options
 @handle_errors
 def diagnose(**kw: Any) -> None:
     """Read-only: why each host's server died (evidence, arithmetic) and the `remediate oom` to run.
@@ -67,7 +88,12 @@ def diagnose(**kw: Any) -> None:
     Examples:
       remediate diagnose gpu-01 --since 1
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
+      remediate diagnose --journal sglang.journal --unit-file sglang.service
     """
+    if _from_journal(kw):
+        journal = {k: kw[k] for k in ("unit_file", "lines", "since", "targets", "inventory", "unit")}
+        results = api.diagnose_journal(kw["journal"], **journal)
+        return exit_with_table(results, as_json=kw["as_json"], table=render_diagnose.diagnose_report)
     named = {k: kw[k] for k in ("inventory", "unit", "lines", "since", "smi_timeout", "forks")}
     exit_with_table(api.diagnose(kw["targets"], ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **named),
                      as_json=kw["as_json"], table=render_diagnose.diagnose_report)  # fmt: skip
@@ -118,9 +144,14 @@ def backups(**kw: Any) -> None:
 @click.option("--cell-bytes", type=float, help="--offline: KV cache bytes per token per rank.")
 @click.option("--page-size", type=click.IntRange(min=1), default=1, help="--offline: the KV page size (default 1).")
 @forks_option
+@journal_options
 @handle_errors
 def plan(**kw: Any) -> None:
     """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
+    if _from_journal(kw):
+        saved = ("unit_file", "target_tokens", "chunked_prefill_size", "margin", "targets", "inventory", "unit")
+        results = api.plan_journal(kw["journal"], **{k: kw[k] for k in saved})
+        return exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
     if kw["offline"]:
         offline = ("targets", "gpu_mem_gib", "free_after_weights_gib", "cell_bytes", "page_size", "target_tokens")
         doc = api.offline_plan(**{k: kw[k] for k in offline})

@@ -25,7 +25,7 @@ from remediate.core.diagnosis import (
 from remediate.core.diagnosis.gpus import Gpu, GpuApp, foreign_apps, parse_apps, parse_gpus, process_tree
 from remediate.core.numbers import as_float
 from remediate.core.probe import ProbeResult
-from remediate.core.unitfile.edit import UnitSources, read_settings
+from remediate.core.unitfile.edit import UnitSettings, UnitSources, read_settings
 from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.errors import ConfigError
 from remediate.host.options import SMI_TIMEOUT_S, RunOptions
@@ -128,6 +128,16 @@ def unit_settings(
         current = read_settings(sources)
     except ConfigError:
         current = None
+    return advisor_input(current, server, gpus, foreign)
+
+
+def advisor_input(
+    current: UnitSettings | None,
+    server: frozenset[int] = frozenset(),
+    gpus: tuple[Gpu, ...] = (),
+    foreign: tuple[GpuApp, ...] = (),
+) -> AdvisorInput:
+    """The advisor's input from the unit's settings (None: unknown, the logged ones fill in) and the GPUs."""
     chunk = as_float(current.chunked_prefill_size, text=True) if current else None
     return AdvisorInput(
         mem_fraction_static=as_float(current.mem_fraction_static, text=True) if current else None,
@@ -139,6 +149,20 @@ def unit_settings(
     )
 
 
+def journal_diagnosis(
+    lines: list[str], show: dict[str, str], since_restarts: int | None = None
+) -> tuple[Diagnosis, list[str]]:
+    """The journal's lines (``journalctl -o short-iso``, oldest first) → the diagnosis of the runs asked for."""
+    diagnosis = parse_journal(lines, show)
+    if since_restarts is not None and since_restarts + 1 < len(diagnosis.runs):
+        start = diagnosis.runs[-(since_restarts + 1)].start_index
+        diagnosis = parse_journal(lines[start:], show)
+    notes: list[str] = []
+    if not lines:
+        notes.append("the journal had no lines for this unit in the window read")
+    return diagnosis, notes
+
+
 def read_diagnosis_evidence(
     found: ProbeResult, sources: UnitSources, since_restarts: int | None = None, smi_timeout: int = SMI_TIMEOUT_S
 ) -> DiagnosisEvidence:
@@ -147,13 +171,7 @@ def read_diagnosis_evidence(
     assert state is not None
     show = dict(state.properties)
     lines = list(found.sections.get("journal", ()))
-    diagnosis = parse_journal(lines, show)
-    if since_restarts is not None and since_restarts + 1 < len(diagnosis.runs):
-        start = diagnosis.runs[-(since_restarts + 1)].start_index
-        diagnosis = parse_journal(lines[start:], show)
-    notes: list[str] = []
-    if not lines:
-        notes.append("the journal had no lines for this unit in the window read")
+    diagnosis, notes = journal_diagnosis(lines, show, since_restarts)
     gpus = parse_gpus(found.sections.get("gpus", ()))
     apps = parse_apps(found.sections.get("apps", ()))
     gpu_note = found.section_notes.get("gpus")

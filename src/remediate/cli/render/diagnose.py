@@ -43,6 +43,8 @@ def diagnose_report(console: Console, results: Sequence[HostResult]) -> None:
         state = (
             f"{r.extra.get('active_state', '')} ({r.extra.get('sub_state', '')}), NRestarts={r.extra.get('n_restarts')}"
         )
+        if source := r.extra.get("source"):  # --journal: a saved journal, no live state
+            state = f"saved journal {source['journal']} ({source['format']}); absent: {', '.join(source['absent'])}"
         console.print(f"{head}  {escape(state)}", highlight=False)
         findings = r.extra.get("findings", [])
         rec = r.extra.get("recommendation", {})

@@ -135,6 +135,11 @@ def plan_report(console: Console, results: Sequence[HostResult]) -> None:
             console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {escape(r.error)}", highlight=False)
             continue
         plan_table(console, r.extra.get("plan") or {}, title=f"{r.host} {r.unit or ''}: plan")
+        if source := r.extra.get("source"):  # --journal: a saved journal, no live host
+            absent = ", ".join(source["absent"])
+            console.print(f"  source  saved journal {escape(source['journal'])} ({source['format']}); absent: {absent}")
+            for note in (n for n in r.notes[1:] if n not in (r.extra.get("plan") or {}).get("notes", [])):
+                console.print(f"  note    {escape(note)}", highlight=False)
         for warning in r.warnings:
             if warning not in (r.extra.get("plan") or {}).get("warnings", []):
                 console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)

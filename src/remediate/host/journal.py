@@ -1,0 +1,148 @@
+"""`diagnose --journal` and `plan --journal`: a saved journal in place of a host's read, no host contacted.
+
+The saved journal's lines (core/journal.py) go through the same functions as the live read's
+(:func:`remediate.host.diagnose.journal_diagnosis`, :func:`remediate.host.budget.evidence_from`), so the
+findings and the plan are the live ones for the same journal. What only a live host says is named in the
+result's ``source.absent``: ``systemctl`` (ActiveState, SubState, NRestarts), ``nvidia-smi`` (the GPUs and
+their processes), ``ps`` (the server's process tree) and, for ``plan``, ``server_info`` (the running server's
+``/server_info``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from remediate.core.diagnosis import advise, oom_command
+from remediate.core.journal import SavedJournal
+from remediate.core.unitfile.edit import UnitSettings
+from remediate.core.unitfile.report import mask_secrets
+from remediate.host.budget import evidence_from, plan_budget, plan_document
+from remediate.host.diagnose import DiagnosisEvidence, advisor_input, journal_diagnosis
+from remediate.host.options import BudgetOptions
+from remediate.host.outcome import host_outcome, new_result
+from remediate.models import HostResult
+
+DIAGNOSE_ABSENT = ("systemctl", "nvidia-smi", "ps")
+"""What a live `diagnose` reads besides the journal: the unit's state and restarts, the GPUs, the process tree."""
+PLAN_ABSENT = ("systemctl", "server_info")
+"""What a live `plan` reads besides the journal and the unit: the unit's state, the server's /server_info."""
+
+
+def journal_label(saved: SavedJournal, path: str) -> str:
+    """The result's host: the one host the journal names, else the file."""
+    return saved.hosts[0] if len(saved.hosts) == 1 else path
+
+
+def journal_unit(saved: SavedJournal, unit_file: str | None, unit_name: str | None = None) -> str | None:
+    """The unit: ``--unit``, else the unit file's name, else the one unit the journal names."""
+    if unit_name:
+        return unit_name
+    if unit_file is not None:
+        return unit_file.rsplit("/", 1)[-1]
+    return saved.units[0] if len(saved.units) == 1 else None
+
+
+def source_document(
+    saved: SavedJournal, path: str, unit_file: str | None, absent: tuple[str, ...], settings: str | None
+) -> dict[str, object]:
+    """The result's ``source``: which journal, read how, and what a live host would have added."""
+    return {
+        "journal": path,
+        "format": saved.format,
+        "lines": len(saved.lines),
+        "skipped": saved.skipped,
+        "hosts": list(saved.hosts),
+        "units": list(saved.units),
+        "unit_file": unit_file,
+        "settings": settings,
+        "absent": list(absent),
+    }
+
+
+def _settings_note(unit: UnitSettings | None, has_server_args: bool, unit_file: str | None) -> tuple[str | None, str]:
+    if unit is not None:
+        return "unit_file", f"settings from {unit_file}"
+    if has_server_args:
+        return "journal", "no --unit-file: the settings are those the server logged (server_args)"
+    return None, "no --unit-file and no server_args in the journal: the unit's settings are unknown"
+
+
+def _common_notes(saved: SavedJournal, path: str, absent: tuple[str, ...]) -> list[str]:
+    notes = [f"saved journal {path} ({saved.format}, {len(saved.lines)} lines): no host read; absent: "
+             + ", ".join(absent)]  # fmt: skip
+    if saved.skipped:
+        notes.append(f"{saved.skipped} line(s) of {path} were not journal entries and were skipped")
+    if len(saved.units) > 1:
+        notes.append(f"the journal holds several units ({', '.join(saved.units)}): read as one")
+    return notes
+
+
+def diagnose_journal(
+    saved: SavedJournal,
+    path: str,
+    *,
+    unit: UnitSettings | None = None,
+    unit_file: str | None = None,
+    unit_name: str | None = None,
+    lines: int | None = None,
+    since_restarts: int | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """`diagnose --journal`: the live diagnosis of the saved lines (the last ``lines`` of them, as ``-n``)."""
+    result = new_result(journal_label(saved, path), now)
+    with host_outcome(result, now):
+        read = list(saved.lines[-lines:] if lines else saved.lines)
+        diagnosis, notes = journal_diagnosis(read, {}, since_restarts)
+        rec = advise(diagnosis, advisor_input(unit))
+        evidence = DiagnosisEvidence(diagnosis, rec, (), (), (), tuple(notes))
+        result.unit = journal_unit(saved, unit_file, unit_name)
+        result.unit_path = unit_file
+        settings, said = _settings_note(unit, any(r.mem_fraction_static is not None for r in diagnosis.runs), unit_file)
+        result.outcome = "unchanged"  # read-only: nothing was changed
+        result.notes = [*_common_notes(saved, path, DIAGNOSE_ABSENT), said, *evidence.notes]
+        result.extra = {
+            "active_state": None,
+            "sub_state": None,
+            "n_restarts": None,
+            **evidence.to_dict(),
+            "source": source_document(saved, path, unit_file, DIAGNOSE_ABSENT, settings),
+        }
+        result.extra["recommendation"]["command"] = oom_command(result.host, result.unit, rec)
+    return result
+
+
+def plan_journal(
+    saved: SavedJournal,
+    path: str,
+    budget: BudgetOptions,
+    *,
+    unit: UnitSettings | None = None,
+    unit_file: str | None = None,
+    unit_name: str | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """`plan --journal`: the live plan of the saved messages, without ``/server_info`` (no server to ask)."""
+    result = new_result(journal_label(saved, path), now)
+    with host_outcome(result, now):
+        startup, tail = saved.plan_lines()
+        evidence = evidence_from(
+            [mask_secrets(m) for m in tail],
+            None,
+            unit or UnitSettings(None, None, None),
+            startup_lines=[mask_secrets(m) for m in startup],
+        )
+        planned = plan_budget(evidence, budget, result.host)
+        settings, said = _settings_note(unit, bool(evidence.startup.server_args), unit_file)
+        result.unit = journal_unit(saved, unit_file, unit_name)
+        result.unit_path = unit_file
+        result.outcome = "unchanged"  # read-only
+        document = plan_document(planned)
+        result.extra["plan"] = document
+        result.extra["source"] = source_document(saved, path, unit_file, PLAN_ABSENT, settings)
+        result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
+        result.target_tokens = budget.target_tokens
+        result.notes.extend([*_common_notes(saved, path, PLAN_ABSENT), said, *planned.notes])
+        if planned.plan is not None:
+            result.warnings.extend(planned.plan.warnings)
+    return result
