@@ -26,7 +26,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from remediate.core.logline import split_line
 from remediate.core.startup import STARTUP_LINES_ERE
@@ -152,11 +151,28 @@ def _field(entry: Mapping[str, object], name: str) -> str | None:
 def _iso(entry: Mapping[str, object]) -> str:
     stamp = _field(entry, "__REALTIME_TIMESTAMP")
     try:
-        micros = int(stamp or "")
-        when = datetime.fromtimestamp(micros / 1e6, tz=UTC)
-    except (ValueError, OverflowError, OSError):
-        return "1970-01-01T00:00:00+0000"
-    return when.strftime("%Y-%m-%dT%H:%M:%S+0000")
+        seconds = int(stamp or "") // 1_000_000
+    except ValueError:
+        seconds = 0
+    if not 0 <= seconds < 253402300800:  # journalctl's own range: 1970 up to year 9999
+        seconds = 0
+    days, rest = divmod(seconds, 86400)
+    year, month, day = _civil_from_days(days)
+    return f"{year:04d}-{month:02d}-{day:02d}T{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}+0000"
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian date of a day count since 1970-01-01, in UTC (H. Hinnant's
+    ``civil_from_days``): the core reads no clock and imports no ``datetime``."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
 
 
 def _entry_lines(entry: Mapping[str, object]) -> tuple[list[str], list[str]] | None:

@@ -223,3 +223,20 @@ def test_json_messages_come_back_as_the_live_lines_messages(messages: list[str])
     saved = parse_saved_journal(text)
     assert saved.messages == tuple(messages)
     assert tuple(split_line(0, line).evidence for line in saved.lines) == tuple(messages)
+
+
+@pytest.mark.parametrize(
+    ("micros", "iso"),
+    [
+        ("0", "1970-01-01T00:00:00+0000"),
+        ("951782400000000", "2000-02-29T00:00:00+0000"),
+        ("1796307600123456", "2026-12-03T14:20:00+0000"),
+        ("253402300799999999", "9999-12-31T23:59:59+0000"),
+        ("253402300800000000", "1970-01-01T00:00:00+0000"),  # past journalctl's range
+        ("-5", "1970-01-01T00:00:00+0000"),
+        ("soon", "1970-01-01T00:00:00+0000"),
+    ],
+)
+def test_a_json_entry_time_is_utc_without_a_clock(micros: str, iso: str) -> None:
+    entry = {"__REALTIME_TIMESTAMP": micros, "MESSAGE": "x", "SYSLOG_IDENTIFIER": "python3", "_HOSTNAME": "h"}
+    assert parse_saved_journal(json.dumps(entry)).lines[0].startswith(iso + " h python3")
