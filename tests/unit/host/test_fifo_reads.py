@@ -117,6 +117,44 @@ def test_a_backup_swapped_after_its_check_is_rejected_without_blocking(tmp_path:
     assert "@@file " not in out and out.endswith("@@end\n")
 
 
+@pytest.mark.parametrize("swap_in", ["fifo", "file"])
+def test_a_backup_swapped_and_back_during_the_read_is_rejected(tmp_path: Path, swap_in: str) -> None:
+    """The same name before and after is not enough: the file was renamed away while dd opened another one
+    (a FIFO; a file of the same size, which only the ctime tells apart) and renamed back, which sets its
+    ctime, so the identity taken before the open no longer matches."""
+    env = tmp_path / "sglang.env"
+    env.write_text("MEM=0.93\n")
+    backup = tmp_path / "sglang.env.bak.oom.1764400000"
+    backup.write_text("MEM=0.94\n")
+    fifo, aside = tmp_path / "planted", tmp_path / "aside"
+    if swap_in == "fifo":
+        os.mkfifo(fifo)
+    else:
+        fifo.write_text("EVIL=1.0\n")  # as long as the backup
+    tick = tmp_path / "tick"
+    tick.touch()
+    while tick.stat().st_ctime_ns <= backup.stat().st_ctime_ns:  # the clock the kernel stamps ctime with moved on
+        tick.touch()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "stat"
+    shim.write_text(  # 1st stat of the name: swap the FIFO in after it; 2nd: put the file back before it
+        "#!/bin/bash\n"
+        f'hit=0; for a in "$@"; do [ "$a" = {backup} ] && hit=1; done\n'
+        f"n=$(cat {tmp_path}/n 2>/dev/null || echo 0)\n"
+        f'if [ $hit = 1 ] && [ "$n" = 1 ]; then mv -T {backup} {fifo}; mv -T {aside} {backup}; fi\n'
+        f'out=$({REAL_STAT} "$@"); rc=$?\n'
+        f'if [ $hit = 1 ] && [ "$n" = 0 ]; then mv -T {backup} {aside}; mv -T {fifo} {backup}; fi\n'
+        f"[ $hit = 1 ] && echo $((n + 1)) > {tmp_path}/n\n"
+        'printf "%s\\n" "$out"; exit $rc\n'
+    )
+    shim.chmod(0o755)
+    out = listing([env], {"PATH": f"{bin_dir}:/usr/bin:/bin", "LC_ALL": "C"})
+    assert (tmp_path / "n").read_text() == "2\n" and backup.read_text() == "MEM=0.94\n"
+    assert f"@@rejected why=swapped uid={os.getuid()} size=9 " in out and "@@file " not in out
+    assert "RVZJTD0xLjAK" not in out  # EVIL=1.0, base64
+
+
 def fake_systemctl(tmp_path: Path, frag: Path, env_file: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
