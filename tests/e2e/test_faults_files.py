@@ -113,3 +113,29 @@ def test_a_planted_symlink_backup_is_flagged_ignored_by_latest_and_refused_by_pa
     assert node.host.read(ROOT_ENV) == env_text
     assert node.bytes("/etc/shadow") == shadow and b"root:" not in node.bytes(ROOT_ENV)
     assert node.host.path(planted).is_symlink()
+
+
+def test_a_fifo_planted_under_a_backup_name_is_rejected_unopened_and_refused_by_path(attacker: Node) -> None:
+    """The service account plants a FIFO under a backup's name in its directory: a plain open would block
+    until the listing's deadline (the old listing skipped it unlisted). It is listed as not restorable, its
+    bytes never read, and `rollback --to` it is refused."""
+    node = attacker
+    unit, env_text = env_unit(node, OWNED_ENV)
+    planted = f"{OWNED_ENV}.bak.oom.9999999999"
+    made = node.host.run(
+        "/usr/bin/setpriv", f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups",
+        "/usr/bin/mkfifo", planted,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+
+    listed = node.cli("backups")
+    assert listed.returncode == 0, listed
+    rows = {row["path"]: row for row in listed.result["backups"]}
+    assert rows[planted]["unsafe"] == "not a regular file (a FIFO, a device, a directory)", rows
+    assert rows[planted]["sha256"] == "" and rows[planted]["changes"] == []
+
+    refused = node.cli("rollback", "--to", planted)
+    assert refused.returncode == 2, refused
+    assert f"{planted} is not a regular file (a FIFO, a device, a directory)" in refused.result["error"]
+    assert node.host.path(planted).is_fifo()
+    assert node.host.read(OWNED_ENV) == env_text and node.host.read("/etc/systemd/system/sglang.service") == unit

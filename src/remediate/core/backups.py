@@ -63,6 +63,9 @@ def make_backup(path: str, *, text: str, sha256: str, size: int, mtime: float) -
     )
 
 
+MAX_READ_BYTES = 16 << 20
+"""The most bytes read of one file on a host (templates/_readfile.sh.j2's max_bytes): past it, not read."""
+
 _REJECTED_KEY = re.compile(r"(why|uid|size|mtime|links)=(\S*) ")
 
 
@@ -85,6 +88,8 @@ def rejected_backup(header: str) -> Backup | None:
         "owner": f"owned by uid {fields.get('uid', '?')}, not root",
         "links": f"a file with {fields.get('links', '?')} hard links",
         "swapped": "replaced while it was read",
+        "type": "not a regular file (a FIFO, a device, a directory)",
+        "size": f"larger than the {MAX_READ_BYTES >> 20} MiB read",
     }.get(why, "not a regular file of root's")
     return replace(backup, size=int(fields.get("size") or 0), unsafe=reason)
 

@@ -154,6 +154,7 @@ COVERED = {
     "probe.sh.j2",
     "_flock.sh.j2",
     "_safedir.sh.j2",
+    "_readfile.sh.j2",
     "listener.sh.j2",
     "environ.sh.j2",
 }  # macros via the others
