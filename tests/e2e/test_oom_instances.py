@@ -1,0 +1,78 @@
+"""Issue 24: two instances of one template on one host; the crashed one is fixed by its own drop-in and
+verified, and its sibling is provably untouched (same ExecStart, restart counter, process, invocation)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sandbox.units import INCIDENT, free_port, sandbox_unit
+
+from .conftest import Node, poll
+
+pytestmark = pytest.mark.e2e
+
+TEMPLATE = "sglang@.service"
+TEMPLATE_PATH = f"/etc/systemd/system/{TEMPLATE}"
+SIBLING_PROPS = ("ExecStart", "NRestarts", "MainPID", "InvocationID")
+
+
+def _template(node: Node) -> str:
+    text = sandbox_unit(INCIDENT.read_text(), node.host.address)
+    assert "--port 30000" in text, "examples/incident/sglang.service changed shape"
+    return text.replace("--port 30000", "--port %i")  # the instance name is its port
+
+
+def _argv(exec_start: str) -> str:
+    return exec_start.split("argv[]=", 1)[1].split(" ; ", 1)[0]
+
+
+def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> None:
+    sibling_port = free_port(node.host.address)
+    while sibling_port == node.port:
+        sibling_port = free_port(node.host.address)
+    crashed, sibling = f"sglang@{node.port}.service", f"sglang@{sibling_port}.service"
+    node.install(_template(node), name=TEMPLATE, start=False)
+    for unit, port in ((crashed, node.port), (sibling, sibling_port)):
+        assert node.host.systemctl("start", unit).returncode == 0
+        dataclasses.replace(node, port=port).wait_healthy(unit)
+    template_sha = node.sha(TEMPLATE_PATH)
+    before = node.show(*SIBLING_PROPS, unit=sibling)
+
+    for seed in (1, 2):
+        assert node.generate(2000, seed).status == 200
+    assert node.generate(32768, 3).status is None, "the 32k prefill should kill the 0.94 instance"
+    poll(
+        lambda: any("CUDA out of memory" in line for line in node.journal(crashed)),
+        deadline=10,
+        what="the OOM traceback in the crashed instance's journal",
+    )
+
+    run = node.cli("oom", "--unit", crashed, "--wait-timeout", "60")
+    assert run.returncode == 0, run
+    assert run.result["outcome"] == "remediated", run
+    assert run.result["unit"] == crashed
+
+    dropin = f"/etc/systemd/system/{crashed}.d/90-remediate-oom.conf"
+    text = node.host.read(dropin)
+    assert text.startswith("# Written by remediate (oom)")
+    assert "ExecStart=\n" in text and "--port %i" in text, text
+    assert node.mode(dropin) == 0o644 and node.mode(f"/etc/systemd/system/{crashed}.d") == 0o755
+    assert node.sha(TEMPLATE_PATH) == template_sha, "the template is shared: it must not change"
+    assert node.backups(TEMPLATE_PATH) == []
+    assert node.show("DropInPaths", unit=crashed)["DropInPaths"] == dropin
+    argv = node.server_argv(crashed)
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.93"
+    assert node.server_env(crashed).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+
+    after = node.show(*SIBLING_PROPS, unit=sibling)
+    # ExecStart='s runtime fields (start_time, pid) are not kept across a daemon-reload: its command is compared.
+    assert _argv(after.pop("ExecStart")) == _argv(before.pop("ExecStart")), "the sibling's command changed"
+    assert after == before, "the sibling must not be restarted"
+    assert node.show("DropInPaths", unit=sibling)["DropInPaths"] == ""
+    assert not any(sibling in line for line in node.audit()), node.audit()
+
+    again = node.cli("oom", "--unit", crashed, "--wait-timeout", "60")
+    assert again.returncode == 0 and again.result["outcome"] == "unchanged", again
+    assert node.host.read(dropin) == text
