@@ -39,6 +39,8 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
         dataclasses.replace(node, port=port).wait_healthy(unit)
     template_sha = node.sha(TEMPLATE_PATH)
     before = node.show(*SIBLING_PROPS, unit=sibling)
+    # ExecStart='s runtime fields (start_time, pid) are not kept across a daemon-reload: its command is compared.
+    before_argv = _argv(before.pop("ExecStart"))
 
     for seed in (1, 2):
         assert node.generate(2000, seed).status == 200
@@ -67,8 +69,7 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
     assert node.server_env(crashed).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
 
     after = node.show(*SIBLING_PROPS, unit=sibling)
-    # ExecStart='s runtime fields (start_time, pid) are not kept across a daemon-reload: its command is compared.
-    assert _argv(after.pop("ExecStart")) == _argv(before.pop("ExecStart")), "the sibling's command changed"
+    assert _argv(after.pop("ExecStart")) == before_argv, "the sibling's command changed"
     assert after == before, "the sibling must not be restarted"
     assert node.show("DropInPaths", unit=sibling)["DropInPaths"] == ""
     assert not any(sibling in line for line in node.audit()), node.audit()
@@ -76,3 +77,14 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
     again = node.cli("oom", "--unit", crashed, "--wait-timeout", "60")
     assert again.returncode == 0 and again.result["outcome"] == "unchanged", again
     assert node.host.read(dropin) == text
+
+    # Rollback of the drop-in remediate created: the file goes, the instance is back on the template's 0.94.
+    back = node.cli("rollback", "--unit", crashed, "--wait-timeout", "60")
+    assert back.returncode == 0 and back.result["outcome"] == "restored", back
+    assert dropin.rsplit("/", 1)[1] not in node.ls(f"/etc/systemd/system/{crashed}.d")
+    assert node.show("DropInPaths", unit=crashed)["DropInPaths"] == ""
+    argv = node.server_argv(crashed)
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.94"
+    assert node.sha(TEMPLATE_PATH) == template_sha
+    after = node.show(*SIBLING_PROPS, unit=sibling)
+    assert _argv(after.pop("ExecStart")) == before_argv and after == before

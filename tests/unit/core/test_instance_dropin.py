@@ -8,7 +8,13 @@ from decimal import Decimal
 
 import pytest
 
-from remediate.core.unitfile.dropin import DROPIN_NAME, dropin_path, plan_instance_edit, with_instance_dropin
+from remediate.core.unitfile.dropin import (
+    DROPIN_NAME,
+    created_dropin,
+    dropin_path,
+    plan_instance_edit,
+    with_instance_dropin,
+)
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, read_settings
 from remediate.core.unitfile.sources import refuse_template_edit, server_args
 from remediate.errors import ConfigError
@@ -98,3 +104,12 @@ def test_not_an_instance_plans_as_before() -> None:
     plain = UnitSources(SourceFile("/etc/systemd/system/sglang.service", TEXT.replace("%i", "0")), (), {}, None)
     assert with_instance_dropin(plain) is None
     assert dropin_path("sglang@a.service") == "/etc/systemd/system/sglang@a.service.d/90-remediate-oom.conf"
+
+
+def test_rollback_finds_the_created_dropin_only_while_it_has_no_backup() -> None:
+    text = plan_instance_edit(sources(), DesiredState(), now=NOW).files[0].new_text
+    mine = sources(dropins=(SourceFile(MINE, text),))
+    assert created_dropin(mine, []) == SourceFile(MINE, text)
+    assert created_dropin(mine, [MINE]) is None  # edited since: its backup is restored instead
+    foreign = sources(dropins=(SourceFile(MINE, "[Service]\nExecStart=\n" + LINE + "\n"),))
+    assert created_dropin(foreign, []) is None  # not written by remediate: never removed

@@ -30,8 +30,9 @@ from remediate.core.unitfile.sources import (
 
 DROPIN_NAME = "90-remediate-oom.conf"
 UNIT_DIR = "/etc/systemd/system"  # the administrator's units: an instance drop-in goes here (systemd.unit(5))
+MARK = "# Written by remediate (oom)"  # the first words of the drop-in: how a rollback knows it is ours
 HEADER = (
-    "# Written by remediate (oom): a drop-in for {unit} only, so the other instances of its template keep\n"
+    MARK + ": a drop-in for {unit} only, so the other instances of its template keep\n"
     "# their settings. The ExecStart= below replaces the template's; `remediate rollback` removes this file.\n"
 )
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
@@ -99,3 +100,14 @@ def plan_instance_edit(sources: UnitSources, desired: DesiredState, *, now: date
         return plan_edit(sources, desired, now=now)  # the command line needs no change: no drop-in either
     files = tuple(FileEdit(f.path, "", f.new_text, created=True) if f.path == path else f for f in edit.files)
     return replace(edit, files=files)
+
+
+def created_dropin(sources: UnitSources, backed_up: list[str]) -> SourceFile | None:
+    """remediate's drop-in of this instance when it was created and never edited since (no backup of it in
+    ``backed_up``): what a rollback removes. None otherwise."""
+    unit = sources.unit_name or load_service(sources).unit_name
+    path = dropin_path(unit)
+    for dropin in sources.dropins:
+        if dropin.path == path and path not in backed_up and dropin.text.startswith(MARK):
+            return dropin
+    return None
