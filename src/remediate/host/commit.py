@@ -245,7 +245,12 @@ def _read_log(
 
 def _holding_new(transport: Transport, writes: list[FileWrite]) -> tuple[str, ...]:
     states = file_states(transport, writes)
-    return tuple(w.path for w in writes if states.get(w.path) == _sha256(w.new_text))
+    return tuple(w.path for w in writes if states.get(w.path) == _state(w.new_text, w.new_absent))
+
+
+def _state(text: str, absent: bool) -> str:
+    """What :func:`file_states` reads for a file with ``text`` ('-': no file)."""
+    return "-" if absent else _sha256(text)
 
 
 def file_states(transport: Transport, writes: list[FileWrite]) -> dict[str, str]:
@@ -264,7 +269,12 @@ def _describe(writes: list[FileWrite], sums: dict[str, str]) -> str:
     words = []
     for w in writes:
         sha = sums.get(w.path)
-        state = {_sha256(w.old_text): "the old bytes", _sha256(w.new_text): "the new bytes"}.get(sha or "", "")
+        old, new = _state(w.old_text, w.old_absent), _state(w.new_text, w.new_absent)
+        names = {
+            old: "no bytes (absent, as before)" if w.old_absent else "the old bytes",
+            new: "no bytes (absent, as planned)" if w.new_absent else "the new bytes",
+        }
+        state = names.get(sha or "", "")
         words.append(f"{w.path} has {state or ('sha256 ' + sha if sha and sha != '-' else 'an unknown state')}")
     return "; ".join(words)
 

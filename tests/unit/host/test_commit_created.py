@@ -66,3 +66,12 @@ def test_a_parent_others_can_write_is_refused_before_the_directory_is_made(tmp_p
     done = run(rendered_many([FileWrite(str(path), "", DROPIN, old_absent=True)], run_dir=tmp_path / "run"))
     assert done.returncode == 79 and "is writable by group or others" in done.stdout
     assert not path.parent.exists()
+
+
+def test_a_created_file_state_is_described_in_words() -> None:
+    from remediate.host.commit import _describe
+
+    create = FileWrite("/d/90-remediate-oom.conf", "", DROPIN, old_absent=True)
+    assert _describe([create], {create.path: "-"}) == f"{create.path} has no bytes (absent, as before)"
+    undo = FileWrite(create.path, DROPIN, "", backup_tag=None, new_absent=True)
+    assert _describe([undo], {create.path: "-"}) == f"{create.path} has no bytes (absent, as planned)"
