@@ -9,7 +9,7 @@ import pytest
 
 from sandbox.units import INCIDENT, free_port, sandbox_unit
 
-from .conftest import Node, poll
+from .conftest import FAST_KNOBS, Node, poll
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,8 @@ def _argv(exec_start: str) -> str:
     return exec_start.split("argv[]=", 1)[1].split(" ; ", 1)[0]
 
 
-def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> None:
+def _two_instances(node: Node) -> tuple[str, str]:
+    """sglang@PORT_A (the node's port) and sglang@PORT_B of one template, both healthy."""
     sibling_port = free_port(node.host.address)
     while sibling_port == node.port:
         sibling_port = free_port(node.host.address)
@@ -37,6 +38,11 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
     for unit, port in ((crashed, node.port), (sibling, sibling_port)):
         assert node.host.systemctl("start", unit).returncode == 0
         dataclasses.replace(node, port=port).wait_healthy(unit)
+    return crashed, sibling
+
+
+def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> None:
+    crashed, sibling = _two_instances(node)
     template_sha = node.sha(TEMPLATE_PATH)
     before = node.show(*SIBLING_PROPS, unit=sibling)
     # ExecStart='s runtime fields (start_time, pid) are not kept across a daemon-reload: its command is compared.
@@ -84,6 +90,34 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
     assert dropin.rsplit("/", 1)[1] not in node.ls(f"/etc/systemd/system/{crashed}.d")
     assert node.show("DropInPaths", unit=crashed)["DropInPaths"] == ""
     argv = node.server_argv(crashed)
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.94"
+    assert node.sha(TEMPLATE_PATH) == template_sha
+    after = node.show(*SIBLING_PROPS, unit=sibling)
+    assert _argv(after.pop("ExecStart")) == before_argv and after == before
+
+
+def test_an_instance_that_fails_to_come_up_loses_the_new_dropin_again(node: Node) -> None:
+    """The auto-rollback of a created drop-in removes it: the instance is back on the template's bytes."""
+    instance, sibling = _two_instances(node)
+    template_sha = node.sha(TEMPLATE_PATH)
+    before = node.show(*SIBLING_PROPS, unit=sibling)
+    before_argv = _argv(before.pop("ExecStart"))
+    node.host.set_standin(**FAST_KNOBS, failure="crash_during_load")
+
+    proc = node.popen("oom", "--unit", instance, "--wait-timeout", "60")
+    poll(
+        lambda: any("Capture cuda graph failed" in line for line in node.journal(instance)),
+        deadline=30,
+        what="the remediated instance to crash",
+    )
+    node.host.set_standin(**FAST_KNOBS)
+    run = node.finish(proc)
+
+    assert run.returncode == 1 and run.result["outcome"] == "rolled_back", run
+    assert "90-remediate-oom.conf" not in node.ls(f"/etc/systemd/system/{instance}.d")
+    assert node.show("DropInPaths", unit=instance)["DropInPaths"] == ""
+    node.wait_healthy(instance)
+    argv = node.server_argv(instance)
     assert argv[argv.index("--mem-fraction-static") + 1] == "0.94"
     assert node.sha(TEMPLATE_PATH) == template_sha
     after = node.show(*SIBLING_PROPS, unit=sibling)
