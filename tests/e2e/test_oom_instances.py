@@ -57,6 +57,12 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
         what="the OOM traceback in the crashed instance's journal",
     )
 
+    diagnosed = node.cli("diagnose", "--unit", crashed)
+    assert diagnosed.returncode == 0 and diagnosed.result["unit"] == crashed, diagnosed
+    assert any(f["kind"] == "cuda_oom_runtime" for f in diagnosed.result["findings"]), diagnosed.result
+    status = node.cli("status", "--unit", crashed)
+    assert status.returncode == 0 and status.result["remediated"] is False, status
+
     run = node.cli("oom", "--unit", crashed, "--wait-timeout", "60")
     assert run.returncode == 0, run
     assert run.result["outcome"] == "remediated", run
@@ -80,6 +86,9 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
     assert node.show("DropInPaths", unit=sibling)["DropInPaths"] == ""
     assert not any(sibling in line for line in node.audit()), node.audit()
 
+    status = node.cli("status", "--unit", crashed)
+    assert status.returncode == 0 and status.result["remediated"] is True, status
+    assert status.result["flags"]["before"]["mem_fraction_static"] == "0.93", status.result
     again = node.cli("oom", "--unit", crashed, "--wait-timeout", "60")
     assert again.returncode == 0 and again.result["outcome"] == "unchanged", again
     assert node.host.read(dropin) == text
