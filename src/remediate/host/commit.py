@@ -35,6 +35,7 @@ RESUME_WITHIN_S = 60.0  # how long a commit cut by a lost connection tries to re
 CONFLICT_EXIT = 76  # a file changed since it was read: nothing written
 UNSAFE_EXIT = 79  # a directory another user can change, or a name swapped under the script (@@error unsafe)
 DUPLICATE_EXIT = 80  # the commit's token was claimed by another script of it: nothing touched by this one
+ABSENT = "absent"  # the sha256 field of a file that does not exist before (or after) the write
 
 
 def _sha256(text: str) -> str:
@@ -53,12 +54,14 @@ class FileWrite:
     old_text: str
     new_text: str
     backup_tag: str | None = "oom"
+    old_absent: bool = False  # created by this write (an instance drop-in): no old bytes, no backup
+    new_absent: bool = False  # removed by this write (the undo of a created file)
 
     def render_args(self) -> dict[str, str | None]:
         return {
             "path": self.path,
-            "old_sha": _sha256(self.old_text),
-            "new_sha": _sha256(self.new_text),
+            "old_sha": ABSENT if self.old_absent else _sha256(self.old_text),
+            "new_sha": ABSENT if self.new_absent else _sha256(self.new_text),
             "b64": _b64(self.new_text),
             "backup_tag": self.backup_tag,
         }
@@ -242,7 +245,12 @@ def _read_log(
 
 def _holding_new(transport: Transport, writes: list[FileWrite]) -> tuple[str, ...]:
     states = file_states(transport, writes)
-    return tuple(w.path for w in writes if states.get(w.path) == _sha256(w.new_text))
+    return tuple(w.path for w in writes if states.get(w.path) == _state(w.new_text, w.new_absent))
+
+
+def _state(text: str, absent: bool) -> str:
+    """What :func:`file_states` reads for a file with ``text`` ('-': no file)."""
+    return "-" if absent else _sha256(text)
 
 
 def file_states(transport: Transport, writes: list[FileWrite]) -> dict[str, str]:
@@ -261,7 +269,12 @@ def _describe(writes: list[FileWrite], sums: dict[str, str]) -> str:
     words = []
     for w in writes:
         sha = sums.get(w.path)
-        state = {_sha256(w.old_text): "the old bytes", _sha256(w.new_text): "the new bytes"}.get(sha or "", "")
+        old, new = _state(w.old_text, w.old_absent), _state(w.new_text, w.new_absent)
+        names = {
+            old: "no bytes (absent, as before)" if w.old_absent else "the old bytes",
+            new: "no bytes (absent, as planned)" if w.new_absent else "the new bytes",
+        }
+        state = names.get(sha or "", "")
         words.append(f"{w.path} has {state or ('sha256 ' + sha if sha and sha != '-' else 'an unknown state')}")
     return "; ".join(words)
 
@@ -349,11 +362,16 @@ def planned_steps(unit: str, writes: list[FileWrite], epoch: int, *, restart: bo
     steps = [f"flock {lock_path(unit)} (wait ≤ {lock_wait} s), held until the run ends"]
     steps.append("claim this commit's token (a re-sent or late copy of the script touches nothing)")
     for w in writes:
+        if w.old_absent:
+            steps.append(f"create the directory of {w.path} root's 0755 if missing (its parent checked first)")
         steps.append(f"check that only root can change the directories of {w.path} (refuse if not)")
     for w in writes:
-        steps.append(f"check sha256({w.path}) == {_sha256(w.old_text)[:12]}… (abort if it changed)")
+        if w.old_absent:
+            steps.append(f"check that {w.path} does not exist (abort if it does)")
+        else:
+            steps.append(f"check sha256({w.path}) == {_sha256(w.old_text)[:12]}… (abort if it changed)")
     for w in writes:
-        if w.backup_tag:
+        if w.backup_tag and not w.old_absent:
             steps.append(
                 f"copy {w.path} to {w.path}.bak.{w.backup_tag}.{epoch} (into a temp file's descriptor: mode, owner "
                 "and times kept, fsynced, verified, renamed)"

@@ -27,7 +27,8 @@ from remediate.core.backups import (
     validate_backup,
 )
 from remediate.core.probe import ProbeResult, parse_probe, refuse_unsafe
-from remediate.core.unitfile.edit import UnitSources
+from remediate.core.unitfile.dropin import created_dropin
+from remediate.core.unitfile.edit import SourceFile, UnitSources
 from remediate.core.unitfile.report import unified_diff
 from remediate.core.unitfile.sources import refuse_template_edit
 from remediate.core.unitfile.unitname import normalise_unit
@@ -168,6 +169,11 @@ def _rollback_locked(
         unit = record_unit(result, found).unit
         backups = list_backups(transport, found)
     with timer.phase("plan"):
+        created = created_dropin(sources, [b.original for b in backups]) if to == "latest" else None
+        if created is not None:
+            # remediate's drop-in of this instance, never edited since it was created: a rollback removes it.
+            _remove_dropin(transport, replace(options, unit=unit), found, sources, created, result, timer, now)
+            return
         chosen = choose(backups, to)
         restored = sources
         for b in chosen:
@@ -212,5 +218,50 @@ def _rollback_locked(
         verify=record,
         success="restored",
         undo_note="put the pre-rollback unit back",
+    )
+    transact(transport, change, result, timer)
+
+
+def _remove_dropin(
+    transport: Transport,
+    options: RunOptions,
+    found: ProbeResult,
+    sources: UnitSources,
+    dropin: SourceFile,
+    result: HostResult,
+    timer: Timer,
+    now: Callable[[], float],
+) -> None:
+    """Roll back the instance drop-in remediate created: the file is removed (its backup said "absent"), the
+    instance reloaded, restarted and health-checked; the template and the other instances are not touched."""
+    unit = options.unit or result.unit or ""
+    restored = replace(sources, dropins=tuple(d for d in sources.dropins if d.path != dropin.path))
+    current, after = settings_or_none(sources), settings_or_none(restored)
+    writes = [FileWrite(dropin.path, dropin.text, "", backup_tag="rollback", new_absent=True)]
+    refuse_unsafe(found, [dropin.path], transport.host)
+    result.summary = [f"remove {dropin.path} (created by remediate)", *settings_diff(current, after)]
+    result.diff = unified_diff(dropin.path, dropin.text, "")
+    result.changed = True
+    record_settings(result, current, after)
+    epoch = int(now())
+    result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
+    if options.dry_run:
+        result.outcome = "unchanged"
+        result.is_dry_run = True
+        return
+
+    def record(healthy: Healthy) -> None:
+        result.max_total_num_tokens = healthy.tokens
+        result.target_tokens = options.target_tokens
+
+    change = Change(
+        unit=unit,
+        writes=tuple(writes),
+        endpoint=endpoint_of(found, options),
+        options=options,
+        epoch=epoch,
+        verify=record,
+        success="restored",
+        undo_note="put the drop-in back",
     )
     transact(transport, change, result, timer)

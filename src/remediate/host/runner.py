@@ -16,7 +16,8 @@ from typing import Any
 from remediate.core.probe import ProbeResult, refuse_unsafe
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
-from remediate.core.unitfile.edit import UnitEdit, UnitSources, plan_edit
+from remediate.core.unitfile.dropin import plan_instance_edit
+from remediate.core.unitfile.edit import UnitEdit, UnitSources
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.core.unitfile.sources import load_service, refuse_template_edit
 from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
@@ -223,12 +224,12 @@ def _remediate_locked(
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
-        plan = plan_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        plan = plan_instance_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
         refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
         refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
-        writes = [FileWrite(f.path, f.old_text, f.new_text) for f in plan.files]
+        writes = [FileWrite(f.path, f.old_text, f.new_text, old_absent=f.created) for f in plan.files]
         result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
         check_probe(transport, sources, endpoint_of(found, options), options)  # a typo stops here, unwritten
     drift: list[str] = []
@@ -312,7 +313,7 @@ def status_host(
     def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
         state = found.state
         assert state is not None
-        plan = plan_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        plan = plan_instance_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
         result.outcome = "unchanged"  # read-only: nothing was changed
         result.extra = {

@@ -201,7 +201,10 @@ def _undo(transport: Transport, change: Change, result: HostResult) -> None:
     bytes (renamed by the commit: restored) or still the old ones (a commit that failed part-way: left as
     is) — so an undo after a partial commit restores exactly what was renamed."""
     unit, writes = change.unit, change.writes
-    undo = [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
+    undo = [
+        FileWrite(w.path, w.new_text, w.old_text, backup_tag=None, old_absent=w.new_absent, new_absent=w.old_absent)
+        for w in writes
+    ]
     first = (result.error or "remediation failed").removeprefix(f"{result.host}: ").removeprefix(f"{transport.host}: ")
     paths = ", ".join(w.path for w in writes)
     try:

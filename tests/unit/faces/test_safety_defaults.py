@@ -167,14 +167,30 @@ def _instance_host(text: str, env: str) -> FakeTransport:
     return fake
 
 
-def test_editing_a_template_for_one_instance_is_refused() -> None:
+def test_a_template_change_for_one_instance_goes_into_its_own_dropin() -> None:
+    """The alloc conf would be added to the template (shared by every instance): it is planned in the
+    instance's drop-in instead (issue 24), and the template is not in the diff."""
     fake = _instance_host(TEMPLATE_UNIT, "SGLANG_ARGS=--model-path /m --mem-fraction-static 0.9\n")
+    result = runner.run(fake, unit="sglang@a.service", dry_run=True)
+    assert result.error is None and result.changed
+    dropin = "/etc/systemd/system/sglang@a.service.d/90-remediate-oom.conf"
+    assert f"+++ b{dropin}" in result.diff and f"+++ b{TEMPLATE}" not in result.diff
+    assert "+ExecStart=\n" in result.diff and "--port 300%i" in result.diff
+    assert not fake.scripts("# remediate commit")
+
+
+def test_a_shared_environment_file_for_one_instance_is_refused() -> None:
+    shared = TEMPLATE_UNIT.replace("/etc/sglang/%i.env", "/etc/default/sglang")
+    argv = ["/opt/venv/bin/python3", "-m", "sglang.launch_server", "$SGLANG_ARGS"]
+    env = "SGLANG_ARGS=--model-path /m --mem-fraction-static 0.9\n"
+    fake = incident_host(text=shared, unit="sglang@a.service", path=TEMPLATE, argv=argv, active="active",
+                         MainPID=42, files={"/etc/default/sglang": env})  # fmt: skip
+    fake.http("/server_info", (200, '{"max_total_num_tokens": 1000}'))
     result = runner.run(fake, unit="sglang@a.service")
     assert result.outcome == "failed" and result.exit_code == 2
-    assert result.error == (
-        f"{TEMPLATE}: sglang@a.service is an instance of a template: changing {TEMPLATE} changes every instance, "
-        "but only sglang@a.service would be restarted and verified; put the change in a drop-in for this "
-        "instance (systemctl edit sglang@a.service) or remediate the template's instances by hand"
+    assert result.error is not None and result.error.startswith(
+        "/etc/default/sglang: sglang@a.service is an instance of a template: changing /etc/default/sglang "
+        "changes every instance"
     )
     assert not fake.scripts("# remediate commit")
 

@@ -62,6 +62,7 @@ class FileEdit:
     path: str
     old_text: str
     new_text: str
+    created: bool = False  # a new file (remediate's instance drop-in): no old bytes
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,133 @@
+"""Issue 24: two instances of one template on one host; the crashed one is fixed by its own drop-in and
+verified, and its sibling is provably untouched (same ExecStart, restart counter, process, invocation)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sandbox.units import INCIDENT, free_port, sandbox_unit
+
+from .conftest import FAST_KNOBS, Node, poll
+
+pytestmark = pytest.mark.e2e
+
+TEMPLATE = "sglang@.service"
+TEMPLATE_PATH = f"/etc/systemd/system/{TEMPLATE}"
+SIBLING_PROPS = ("ExecStart", "NRestarts", "MainPID", "InvocationID")
+
+
+def _template(node: Node) -> str:
+    text = sandbox_unit(INCIDENT.read_text(), node.host.address)
+    assert "--port 30000" in text, "examples/incident/sglang.service changed shape"
+    return text.replace("--port 30000", "--port %i")  # the instance name is its port
+
+
+def _argv(exec_start: str) -> str:
+    return exec_start.split("argv[]=", 1)[1].split(" ; ", 1)[0]
+
+
+def _two_instances(node: Node) -> tuple[str, str]:
+    """sglang@PORT_A (the node's port) and sglang@PORT_B of one template, both healthy."""
+    sibling_port = free_port(node.host.address)
+    while sibling_port == node.port:
+        sibling_port = free_port(node.host.address)
+    crashed, sibling = f"sglang@{node.port}.service", f"sglang@{sibling_port}.service"
+    node.install(_template(node), name=TEMPLATE, start=False)
+    for unit, port in ((crashed, node.port), (sibling, sibling_port)):
+        assert node.host.systemctl("start", unit).returncode == 0
+        dataclasses.replace(node, port=port).wait_healthy(unit)
+    return crashed, sibling
+
+
+def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> None:
+    crashed, sibling = _two_instances(node)
+    template_sha = node.sha(TEMPLATE_PATH)
+    before = node.show(*SIBLING_PROPS, unit=sibling)
+    # ExecStart='s runtime fields (start_time, pid) are not kept across a daemon-reload: its command is compared.
+    before_argv = _argv(before.pop("ExecStart"))
+
+    for seed in (1, 2):
+        assert node.generate(2000, seed).status == 200
+    assert node.generate(32768, 3).status is None, "the 32k prefill should kill the 0.94 instance"
+    poll(
+        lambda: any("CUDA out of memory" in line for line in node.journal(crashed)),
+        deadline=10,
+        what="the OOM traceback in the crashed instance's journal",
+    )
+
+    diagnosed = node.cli("diagnose", "--unit", crashed)
+    assert diagnosed.returncode == 0 and diagnosed.result["unit"] == crashed, diagnosed
+    assert any(f["kind"] == "cuda_oom_runtime" for f in diagnosed.result["findings"]), diagnosed.result
+    status = node.cli("status", "--unit", crashed)
+    assert status.returncode == 0 and status.result["remediated"] is False, status
+
+    run = node.cli("oom", "--unit", crashed, "--wait-timeout", "60")
+    assert run.returncode == 0, run
+    assert run.result["outcome"] == "remediated", run
+    assert run.result["unit"] == crashed
+
+    dropin = f"/etc/systemd/system/{crashed}.d/90-remediate-oom.conf"
+    text = node.host.read(dropin)
+    assert text.startswith("# Written by remediate (oom)")
+    assert "ExecStart=\n" in text and "--port %i" in text, text
+    assert node.mode(dropin) == 0o644 and node.mode(f"/etc/systemd/system/{crashed}.d") == 0o755
+    assert node.sha(TEMPLATE_PATH) == template_sha, "the template is shared: it must not change"
+    assert node.backups(TEMPLATE_PATH) == []
+    assert node.show("DropInPaths", unit=crashed)["DropInPaths"] == dropin
+    argv = node.server_argv(crashed)
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.93"
+    assert node.server_env(crashed).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+
+    after = node.show(*SIBLING_PROPS, unit=sibling)
+    assert _argv(after.pop("ExecStart")) == before_argv, "the sibling's command changed"
+    assert after == before, "the sibling must not be restarted"
+    assert node.show("DropInPaths", unit=sibling)["DropInPaths"] == ""
+    assert not any(sibling in line for line in node.audit()), node.audit()
+
+    status = node.cli("status", "--unit", crashed)
+    assert status.returncode == 0 and status.result["remediated"] is True, status
+    assert status.result["flags"]["before"]["mem_fraction_static"] == "0.93", status.result
+    again = node.cli("oom", "--unit", crashed, "--wait-timeout", "60")
+    assert again.returncode == 0 and again.result["outcome"] == "unchanged", again
+    assert node.host.read(dropin) == text
+
+    # Rollback of the drop-in remediate created: the file goes, the instance is back on the template's 0.94.
+    back = node.cli("rollback", "--unit", crashed, "--wait-timeout", "60")
+    assert back.returncode == 0 and back.result["outcome"] == "restored", back
+    assert dropin.rsplit("/", 1)[1] not in node.ls(f"/etc/systemd/system/{crashed}.d")
+    assert node.show("DropInPaths", unit=crashed)["DropInPaths"] == ""
+    argv = node.server_argv(crashed)
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.94"
+    assert node.sha(TEMPLATE_PATH) == template_sha
+    after = node.show(*SIBLING_PROPS, unit=sibling)
+    assert _argv(after.pop("ExecStart")) == before_argv and after == before
+
+
+def test_an_instance_that_fails_to_come_up_loses_the_new_dropin_again(node: Node) -> None:
+    """The auto-rollback of a created drop-in removes it: the instance is back on the template's bytes."""
+    instance, sibling = _two_instances(node)
+    template_sha = node.sha(TEMPLATE_PATH)
+    before = node.show(*SIBLING_PROPS, unit=sibling)
+    before_argv = _argv(before.pop("ExecStart"))
+    node.host.set_standin(**FAST_KNOBS, failure="crash_during_load")
+
+    proc = node.popen("oom", "--unit", instance, "--wait-timeout", "60")
+    poll(
+        lambda: any("Capture cuda graph failed" in line for line in node.journal(instance)),
+        deadline=30,
+        what="the remediated instance to crash",
+    )
+    node.host.set_standin(**FAST_KNOBS)
+    run = node.finish(proc)
+
+    assert run.returncode == 1 and run.result["outcome"] == "rolled_back", run
+    assert "90-remediate-oom.conf" not in node.ls(f"/etc/systemd/system/{instance}.d")
+    assert node.show("DropInPaths", unit=instance)["DropInPaths"] == ""
+    node.wait_healthy(instance)
+    argv = node.server_argv(instance)
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.94"
+    assert node.sha(TEMPLATE_PATH) == template_sha
+    after = node.show(*SIBLING_PROPS, unit=sibling)
+    assert _argv(after.pop("ExecStart")) == before_argv and after == before
