@@ -52,6 +52,11 @@ def test_the_fix_serves_the_32k_prompt(start) -> None:
     assert "vllm:num_requests_running{" in metrics and "vllm:kv_cache_usage_perc{" in metrics
     assert srv.post("/reset_prefix_cache", {})[0] == 404  # only with VLLM_SERVER_DEV_MODE=1
     assert _complete(srv, 40960)[0] == 400  # beyond max_model_len: vLLM's 400
+    request = {"prompt": [7] * 100, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+    code, raw = srv.post("/v1/completions", request)
+    events = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert code == 200 and events[-1] == "[DONE]" and len(events) == 5
+    assert json.loads(events[-2])["usage"]["prompt_tokens"] == 100 and json.loads(events[-2])["choices"] == []
 
 
 def test_half_utilization_dies_at_startup(start) -> None:

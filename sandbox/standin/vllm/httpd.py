@@ -158,17 +158,39 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             s["running"] -= 1
         usage = {"prompt_tokens": tokens, "completion_tokens": max_tokens, "total_tokens": tokens + max_tokens}
+        model = s["opts"]["model"]
+        if body.get("stream"):
+            self._stream(model, max_tokens, usage if (body.get("stream_options") or {}).get("include_usage") else None)
+            return
+        choice = {"index": 0, "text": " ok" * max_tokens, "logprobs": None, "finish_reason": "length"}
         self._send(
             200,
             {
                 "id": "cmpl-standin",
                 "object": "text_completion",
                 "created": int(time.time()),
-                "model": s["opts"]["model"],
+                "model": model,
+                "choices": [choice],
                 "usage": usage,
-                "choices": [{"index": 0, "text": " ok" * max_tokens, "finish_reason": "length"}],
             },
         )
+
+    def _stream(self, model: str, max_tokens: int, usage: dict | None) -> None:
+        """Server-sent events as vLLM's OpenAIServingCompletion streams them: one chunk a token, the usage chunk
+        (``stream_options.include_usage``) with empty choices, then ``data: [DONE]``."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        head = {"id": "cmpl-standin", "object": "text_completion", "created": int(time.time()), "model": model}
+        for n in range(max_tokens):
+            done = "length" if n == max_tokens - 1 else None
+            choice = {"index": 0, "text": " ok", "logprobs": None, "finish_reason": done}
+            self.wfile.write(f"data: {json.dumps({**head, 'choices': [choice]})}\n\n".encode())
+        if usage is not None:
+            self.wfile.write(f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
 
 
 def _die(state: dict, oom: str) -> None:
