@@ -93,7 +93,8 @@ class Board:
 
 
 def _alive(pid: int) -> bool:
-    """A live stand-in server: the PID exists and (where /proc says) is still running sglang, not a reused PID."""
+    """A live stand-in server: the PID exists and (where /proc says) still runs sglang or the vLLM stand-in (which
+    publishes to the same board), not a reused PID."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -102,7 +103,8 @@ def _alive(pid: int) -> bool:
         pass
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return b"sglang" in fh.read()
+            cmdline = fh.read()
+            return b"sglang" in cmdline or b"vllm" in cmdline
     except OSError:
         return True
 

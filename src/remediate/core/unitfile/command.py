@@ -1,6 +1,8 @@
-"""PURE: find the sglang command inside an ``ExecStart=`` — through launchers, shells and containers.
+"""PURE: find the server's command inside an ``ExecStart=`` — through launchers, shells and containers.
 
-Handles ``python -m sglang.launch_server`` (any python), ``sglang serve``, the launchers of
+The engine (``sglang`` by default, or ``vllm``) names the entry points looked for: ``python -m
+sglang.launch_server`` (any python) / ``sglang serve``, or ``python -m vllm.entrypoints.openai.api_server`` /
+``vllm serve``; ``engine_of`` says which one a command runs. Handles the launchers of
 ``launchers.py`` (``numactl``, ``env``, ``sudo``, ``conda run`` …), ``bash -c '…'`` / ``su -c '…'``
 scripts (tokenised with shell rules; their ``export``/``unset`` statements recorded) and
 ``docker``/``podman run`` (``-e`` in every spelling; a shell inside the container too). Along the way
@@ -24,7 +26,30 @@ from remediate.errors import ConfigError
 _PYTHON = re.compile(r"^python[0-9.]*$")
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
 _CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl"})
-_MENTIONS = re.compile(r"sglang\.launch_server|\bsglang serve\b")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """How an engine's server is started: ``python -m MODULE`` or ``PROGRAM SUBCOMMAND``."""
+
+    module: str
+    program: str
+    subcommand: str
+    mentions: re.Pattern[str]
+
+
+# sglang: python/sglang/launch_server.py and the `sglang serve` CLI; vLLM: vllm/entrypoints/openai/api_server.py
+# and vllm/entrypoints/cli/serve.py (`vllm serve`).
+_ENTRIES = {
+    "sglang": _Entry("sglang.launch_server", "sglang", "serve", re.compile(r"sglang\.launch_server|\bsglang serve\b")),
+    "vllm": _Entry(
+        "vllm.entrypoints.openai.api_server",
+        "vllm",
+        "serve",
+        re.compile(r"vllm\.entrypoints\.openai\.api_server|\bvllm serve\b"),
+    ),
+}
+ENGINES: tuple[str, ...] = tuple(_ENTRIES)
 # docker/podman run options that take a value (the rest, listed below, are boolean).
 _RUN_VALUE_OPTS = frozenset(
     """
@@ -93,19 +118,21 @@ def basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def mentions_sglang(words: Sequence[Token]) -> bool:
-    """True when some word names sglang's entry point (so an unreadable wrapper is worth naming)."""
+def mentions_sglang(words: Sequence[Token], engine: str = "sglang") -> bool:
+    """True when some word names the engine's entry point (so an unreadable wrapper is worth naming)."""
     if not words:
         return False
+    entry = _ENTRIES[engine]
     pairs = zip(words, [*words[1:], None], strict=True)
     return any(
-        _MENTIONS.search(word.text) or (basename(word.text) == "sglang" and nxt is not None and nxt.text == "serve")
+        entry.mentions.search(word.text)
+        or (basename(word.text) == entry.program and nxt is not None and nxt.text == entry.subcommand)
         for word, nxt in pairs
     )
 
 
-def _unreadable(program: str) -> ConfigError:
-    return ConfigError(f"ExecStart runs sglang through `{program}`, which remediate cannot read")
+def _unreadable(program: str, engine: str) -> ConfigError:
+    return ConfigError(f"ExecStart runs {engine} through `{program}`, which remediate cannot read")
 
 
 def _until_separator(words: Sequence[Token], shell: bool) -> tuple[Token, ...]:
@@ -117,7 +144,7 @@ def _until_separator(words: Sequence[Token], shell: bool) -> tuple[Token, ...]:
     return tuple(out)
 
 
-def _python_entry(words: Sequence[Token], shell: bool, kind: str) -> SglangCommand | None:
+def _python_entry(words: Sequence[Token], shell: bool, kind: str, engine: str) -> SglangCommand | None:
     index = 1
     while index < len(words) and words[index].text.startswith("-"):
         option = words[index].text
@@ -126,7 +153,7 @@ def _python_entry(words: Sequence[Token], shell: bool, kind: str) -> SglangComma
             if module_index >= len(words):
                 return None
             module = words[module_index].text if option == "-m" else option[2:]
-            if module != "sglang.launch_server":
+            if module != _ENTRIES[engine].module:
                 return None
             return SglangCommand(kind, words[module_index], _until_separator(words[module_index + 1 :], shell), shell)
         if option.startswith("-c"):
@@ -136,7 +163,7 @@ def _python_entry(words: Sequence[Token], shell: bool, kind: str) -> SglangComma
 
 
 def _container_options(
-    words: Sequence[Token], index: int, kind: str, ports: dict[str, list[str]]
+    words: Sequence[Token], index: int, kind: str, ports: dict[str, list[str]], engine: str
 ) -> tuple[int, list[EnvOp], Token | None]:
     """Read ``run``'s options from ``words[index]``: (image index, env operations, --entrypoint word); the
     ``-p``/``--publish``, ``--network``/``--net`` and ``-P`` values go into ``ports``."""
@@ -160,7 +187,7 @@ def _container_options(
         if text.startswith("--"):
             name, eq, _ = text.partition("=")
             if name not in _RUN_VALUE_OPTS and name not in _RUN_BOOL_OPTS:
-                raise ConfigError(f"ExecStart runs sglang through `{kind} run {name}`, which remediate cannot read")
+                raise _unreadable(f"{kind} run {name}", engine)
             value: Token | None = None
             offset = 0
             if eq:
@@ -192,7 +219,7 @@ def _container_options(
                 pos += 1
                 continue
             if char not in _RUN_SHORT_VALUE:
-                raise ConfigError(f"ExecStart runs sglang through `{kind} run -{char}`, which remediate cannot read")
+                raise _unreadable(f"{kind} run -{char}", engine)
             offset = pos + 1 + (text[pos + 1 : pos + 2] == "=")
             if offset < len(text) or text.endswith("="):
                 token, start = word, offset
@@ -210,7 +237,7 @@ def _container_options(
     return index, ops, entrypoint
 
 
-def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp]) -> SglangCommand | None:
+def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp], engine: str) -> SglangCommand | None:
     index = 1
     while index < len(words) and words[index].text not in ("run", "container") and words[index].text.startswith("-"):
         index += 2 if words[index].text in _GLOBAL_VALUE_OPTS else 1
@@ -220,7 +247,7 @@ def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp]) -> Sgl
         return None
     run = words[index]
     found: dict[str, list[str]] = {}
-    image, env_ops, entrypoint = _container_options(words, index + 1, kind, found)
+    image, env_ops, entrypoint = _container_options(words, index + 1, kind, found, engine)
     network = found.get("network")
     ports = ContainerPorts(
         tuple(found.get("publish", ())), network[-1] if network else None, "publish-all" in found, kind
@@ -228,13 +255,13 @@ def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp]) -> Sgl
     command = words[image + 1 :]
     if entrypoint is not None:
         command = [entrypoint, *command]
-    inner = find_command(command, shell=False, kind=kind, ops=[*ops, *env_ops])
+    inner = find_command(command, shell=False, kind=kind, ops=[*ops, *env_ops], engine=engine)
     if inner is None:
-        if mentions_sglang(command):
-            raise _unreadable(f"{kind} run")
+        if mentions_sglang(command, engine):
+            raise _unreadable(f"{kind} run", engine)
         return None
     if inner.in_container:
-        raise _unreadable(f"{kind} run … {inner.kind} run")
+        raise _unreadable(f"{kind} run … {inner.kind} run", engine)
     return SglangCommand(kind if not inner.shell else inner.kind, inner.entry, inner.args, inner.shell,
                          inner.env_ops, run, ports)  # fmt: skip
 
@@ -257,15 +284,15 @@ def _script_ops(command: Sequence[Token], kind: str) -> list[EnvOp]:
     return []
 
 
-def shell_script(script: Token, kind: str, ops: Sequence[EnvOp]) -> SglangCommand | None:
-    """The sglang command in a shell script (a ``-c`` string), with the script's own env changes."""
+def shell_script(script: Token, kind: str, ops: Sequence[EnvOp], engine: str = "sglang") -> SglangCommand | None:
+    """The engine's command in a shell script (a ``-c`` string), with the script's own env changes."""
     tokens = split_shell(script.chars)
     seen = list(ops)
     command: list[Token] = []
     for token in [*tokens, None]:
         if token is None or is_operator(token):
             if command:
-                found = find_command(command, shell=True, kind=kind, ops=seen)
+                found = find_command(command, shell=True, kind=kind, ops=seen, engine=engine)
                 if found is not None:
                     return found
                 seen.extend(_script_ops(command, kind))
@@ -275,7 +302,7 @@ def shell_script(script: Token, kind: str, ops: Sequence[EnvOp]) -> SglangComman
     return None
 
 
-def _shell_entry(words: Sequence[Token], kind: str, ops: Sequence[EnvOp]) -> SglangCommand | None:
+def _shell_entry(words: Sequence[Token], kind: str, ops: Sequence[EnvOp], engine: str) -> SglangCommand | None:
     index = 1
     has_c = False
     while index < len(words) and words[index].text.startswith("-") and not has_c:
@@ -284,11 +311,13 @@ def _shell_entry(words: Sequence[Token], kind: str, ops: Sequence[EnvOp]) -> Sgl
         index += 1
     if not has_c or index >= len(words):
         return None
-    return shell_script(words[index], kind, ops)
+    return shell_script(words[index], kind, ops, engine)
 
 
-def find_command(words: Sequence[Token], *, shell: bool, kind: str, ops: Sequence[EnvOp] = ()) -> SglangCommand | None:
-    """The sglang command in one simple command's words (``shell``: they are shell words)."""
+def find_command(
+    words: Sequence[Token], *, shell: bool, kind: str, ops: Sequence[EnvOp] = (), engine: str = "sglang"
+) -> SglangCommand | None:
+    """The engine's command in one simple command's words (``shell``: they are shell words)."""
     index = 0
     env = list(ops)
     while index < len(words):
@@ -307,52 +336,70 @@ def find_command(words: Sequence[Token], *, shell: bool, kind: str, ops: Sequenc
     program = basename(words[index].text)
     rest = words[index:]
     result: SglangCommand | None = None
+    entry = _ENTRIES[engine]
     if _PYTHON.fullmatch(program):
-        result = _python_entry(rest, shell, kind)
-    elif program == "sglang" and len(rest) > 1 and rest[1].text == "serve":
+        result = _python_entry(rest, shell, kind, engine)
+    elif program == entry.program and len(rest) > 1 and rest[1].text == entry.subcommand:
         result = SglangCommand(kind, rest[1], _until_separator(rest[2:], shell), shell)
     elif program in _SHELLS:
-        return _shell_entry(rest, f"{program} -c", env)
+        return _shell_entry(rest, f"{program} -c", env, engine)
     elif program in _CONTAINER_TOOLS:
-        return _container_entry(rest, program, env)
+        return _container_entry(rest, program, env, engine)
     else:
-        return _launched(rest, program, shell=shell, kind=kind, env=env)
+        return _launched(rest, program, shell=shell, kind=kind, env=env, engine=engine)
     if result is None:
         return None
     return SglangCommand(result.kind, result.entry, result.args, shell, tuple(env))
 
 
 def _launched(
-    words: Sequence[Token], program: str, *, shell: bool, kind: str, env: list[EnvOp]
+    words: Sequence[Token], program: str, *, shell: bool, kind: str, env: list[EnvOp], engine: str
 ) -> SglangCommand | None:
-    """The sglang command behind a launcher (``numactl …``); unknown launchers are refused by name."""
+    """The engine's command behind a launcher (``numactl …``); unknown launchers are refused by name."""
     try:
         launch = parse_launcher(words, program)
     except ConfigError:
-        if mentions_sglang(words):
+        if mentions_sglang(words, engine):
             raise
         return None
     if launch is None:
-        if mentions_sglang(words[1:]):
-            raise _unreadable(program)
+        if mentions_sglang(words[1:], engine):
+            raise _unreadable(program, engine)
         return None
     env = [*env, *launch.ops]
     if launch.script is not None:
-        return shell_script(launch.script, f"{program} -c", env)
+        return shell_script(launch.script, f"{program} -c", env, engine)
     rest = (launch.words if launch.words is not None else words)[launch.start :]
     if launch.module:
-        if not rest or rest[0].text != "sglang.launch_server":
+        if not rest or rest[0].text != _ENTRIES[engine].module:
             return None
         return SglangCommand(kind, rest[0], _until_separator(rest[1:], shell), shell, tuple(env))
-    return find_command(rest, shell=shell, kind=kind, ops=env)
+    return find_command(rest, shell=shell, kind=kind, ops=env, engine=engine)
 
 
-def find_in_exec(value: MappedText | str) -> SglangCommand | None:
-    """The sglang command run by an ``ExecStart=`` value, or None (ConfigError: it cannot be read)."""
+def find_in_exec(value: MappedText | str, engine: str = "sglang") -> SglangCommand | None:
+    """The engine's command run by an ``ExecStart=`` value, or None (ConfigError: it cannot be read)."""
     line = parse_exec(value)
     if not line.words:
         return None
     words = list(line.words)
     if line.has_argv0_override and len(words) > 1:
         del words[1]
-    return find_command(words, shell=False, kind="ExecStart=")
+    return find_command(words, shell=False, kind="ExecStart=", engine=engine)
+
+
+def engine_of(value: MappedText | str) -> str | None:
+    """Which engine an ``ExecStart=`` value runs: "sglang", "vllm" or None (ConfigError: a wrapper in front
+    of that engine cannot be read)."""
+    refused: list[tuple[str, ConfigError]] = []
+    for engine in ENGINES:
+        try:
+            if find_in_exec(value, engine) is not None:
+                return engine
+        except ConfigError as exc:  # a docker option unknown to both passes: name the engine the line runs
+            refused.append((engine, exc))
+    text = value if isinstance(value, str) else value.text
+    named = [exc for engine, exc in refused if _ENTRIES[engine].mentions.search(text)]
+    if named or refused:
+        raise (named or [exc for _, exc in refused])[0]
+    return None

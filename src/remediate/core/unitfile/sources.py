@@ -233,7 +233,9 @@ def load_service(sources: UnitSources) -> Service:
         if command is not None:
             runners.append((located, command))
     if not runners:
-        raise ConfigError("no ExecStart= runs sglang", source=sources.fragment.path)
+        vllm = any(_runs_vllm(located.directive.value) for located in _service_directives(units, sources, "ExecStart"))
+        hint = " (it runs vLLM, which remediate reads but does not remediate yet: docs/VLLM.md)" if vllm else ""
+        raise ConfigError(f"no ExecStart= runs sglang{hint}", source=sources.fragment.path)
     if len(runners) > 1:
         listed = ", ".join(_describe(located) for located, _ in runners)
         raise ConfigError(
@@ -271,6 +273,13 @@ def _words_or_nothing(value: MappedText) -> list[Token]:
         return split_words(value)
     except ConfigError:
         return []  # systemd ignores a line it cannot split
+
+
+def _runs_vllm(value: MappedText) -> bool:
+    try:
+        return find_in_exec(value, "vllm") is not None
+    except ConfigError:
+        return False
 
 
 def _readable_sglang(value: MappedText) -> bool:

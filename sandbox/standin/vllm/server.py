@@ -1,0 +1,247 @@
+"""The vLLM stand-in's process: argv, startup lines in vLLM's formats, the OpenAI endpoints, the runtime OOM.
+
+Knobs (JSON): ``$VLLM_STANDIN_CONFIG``, else ``$SGLANG_STANDIN_CONFIG``, else ``/etc/vllm-standin.json``, else
+``/etc/sglang-standin.json`` (the sandbox host's knobs file). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+from vllm import memory
+
+VERSION = "0.11.0"
+DEFAULTS: dict[str, object] = {
+    "time_scale": 0.004,  # wall seconds per simulated second
+    "load_s": 45.0,  # simulated startup
+    "gpu_state_dir": None,  # where the GPU board lives (bin/nvidia-smi reads it); None: /run/sglang-standin
+    "neighbour": None,  # {"pid", "gib"}: another process on the GPU (read at startup and on every prefill)
+    "gpu_name": "NVIDIA H100 80GB HBM3",
+    "exit_after_death_s": 0.5,  # wall seconds between the engine's death and the process exit (/health 503)
+}
+VALUE = {
+    "--model",
+    "--config",
+    "--host",
+    "--port",
+    "--gpu-memory-utilization",
+    "--max-num-batched-tokens",
+    "--max-model-len",
+    "--max-num-seqs",
+    "--kv-cache-memory-bytes",
+    "--num-gpu-blocks-override",
+    "--cpu-offload-gb",
+    "--block-size",
+    "--served-model-name",
+    "-tp",
+    "--tensor-parallel-size",
+}
+BOOL = {"--enable-chunked-prefill", "--no-enable-chunked-prefill", "--enforce-eager", "--trust-remote-code"}
+
+
+def load_knobs() -> dict[str, object]:
+    knobs = dict(DEFAULTS)
+    for path in (
+        os.environ.get("VLLM_STANDIN_CONFIG"),
+        os.environ.get("SGLANG_STANDIN_CONFIG"),
+        "/etc/vllm-standin.json",
+        "/etc/sglang-standin.json",
+    ):
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                knobs.update(json.load(fh))
+            break
+    return knobs
+
+
+def parse_args(argv: list[str], serve: bool) -> dict[str, object]:
+    """FlexibleArgumentParser's rules that matter here: ``_`` = ``-``, ``=`` forms, --config YAML under the CLI."""
+    words: list[str] = []
+    for word in argv:
+        if word.startswith("--"):
+            key, eq, value = word.partition("=")
+            words += [key.replace("_", "-"), value] if eq else [key.replace("_", "-")]
+        else:
+            words.append(word)
+    if serve and "--model" in words:
+        raise SystemExit(
+            "ValueError: With `vllm serve`, you should provide the model as a positional argument or "
+            "in a config file instead of via the `--model` option."
+        )
+    opts: dict[str, object] = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in BOOL:
+            opts[word] = True
+            i += 1
+        elif word in VALUE and i + 1 < len(words):
+            opts[word] = words[i + 1]
+            i += 2
+        elif not word.startswith("-") and serve and "model" not in opts:
+            opts["model"] = word
+            i += 1
+        else:
+            i += 2 if word.startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("-") else 1
+    if "--config" in opts:  # flat `key: value` YAML; the command line wins
+        with open(str(opts["--config"]), encoding="utf-8") as fh:
+            for line in fh:
+                key, sep, value = line.partition(":")
+                flag = "--" + key.strip().replace("_", "-")
+                if sep and flag not in opts and not line.startswith("#"):
+                    value = value.strip().strip("'\"")
+                    opts[flag] = True if value == "true" and flag in BOOL else value
+    opts.setdefault("model", opts.get("--model", "standin/mha-13b-40k"))
+    return opts
+
+
+class Log:
+    """vLLM's logger format (vllm/logger.py): ``INFO 12-04 03:20:01 [file.py:N] message``; the engine core's
+    lines carry ``(EngineCore_DP0 pid=N) `` (vllm/utils/__init__.py _add_prefix)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __call__(self, level: str, where: str, message: str, engine: bool = False) -> None:
+        stamp = time.strftime("%m-%d %H:%M:%S")
+        prefix = f"(EngineCore_DP0 pid={os.getpid()}) " if engine else ""
+        with self.lock:
+            for n, line in enumerate(message.split("\n")):
+                head = f"{prefix}{level} {stamp} [{where}] " if n == 0 else prefix
+                sys.stderr.write(head + line + "\n")
+            sys.stderr.flush()
+
+    def traceback(self, exc_line: str, engine: bool = True) -> None:
+        prefix = f"(EngineCore_DP0 pid={os.getpid()}) " if engine else ""
+        with self.lock:
+            sys.stderr.write(f'{prefix}Traceback (most recent call last):\n{prefix}  File "vllm/v1/engine/core.py"\n')
+            sys.stderr.write(prefix + exc_line + "\n")
+            sys.stderr.flush()
+
+
+LOG = Log()
+
+
+def _board(knobs: dict[str, object], used_gib: float) -> str:
+    directory = str(knobs.get("gpu_state_dir") or "/run/sglang-standin")
+    path = os.path.join(directory, f"{os.getpid()}.json")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump({"pid": os.getpid(), "name": "vllm", "used_bytes": [int(used_gib * memory.GIB)]}, fh)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+    return path
+
+
+def _neighbour_gib(knobs: dict[str, object]) -> float:
+    raw = knobs.get("neighbour")
+    items = raw if isinstance(raw, list) else [raw] if raw else []
+    return sum(float(n.get("gib", 0.0)) for n in items if isinstance(n, dict) and 0 in n.get("gpus", [0]))
+
+
+def _startup_failure(message: str) -> int:
+    LOG("ERROR", "core.py:708", "EngineCore failed to start.", engine=True)
+    LOG.traceback(message)
+    LOG.traceback(
+        "RuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {'EngineCore_DP0': 1}",
+        engine=False,
+    )
+    return 1
+
+
+def main(argv: list[str], serve: bool) -> int:
+    knobs = load_knobs()
+    opts = parse_args(argv, serve)
+    p = memory.Profile()
+    util = float(str(opts.get("--gpu-memory-utilization", "0.9")))
+    batched = int(
+        str(opts.get("--max-num-batched-tokens", memory.default_batched_tokens(p.total_gib, str(knobs["gpu_name"]))))
+    )
+    mml = int(str(opts.get("--max-model-len", p.max_model_len)))
+    block = int(str(opts.get("--block-size", "16")))
+    expandable = "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get(
+        "PYTORCH_ALLOC_CONF", ""
+    )
+    scale = float(str(knobs["time_scale"]))
+    LOG("INFO", "api_server.py:1839", f"vLLM API server version {VERSION}")
+    LOG(
+        "INFO",
+        "core.py:77",
+        f"Initializing a V1 LLM engine (v{VERSION}) with config: model='{opts['model']}', "
+        f"max_seq_len={mml}, enforce_eager={bool(opts.get('--enforce-eager'))}",
+        engine=True,
+    )
+    free = p.total_gib - p.context_gib - _neighbour_gib(knobs)
+    requested = p.total_gib * util
+    if free < requested:
+        return _startup_failure(
+            f"ValueError: Free memory on device ({round(free, 2)}/{round(p.total_gib, 2)} GiB) on startup is less "
+            f"than desired GPU memory utilization ({util}, {round(requested, 2)} GiB). Decrease GPU memory "
+            "utilization or reduce GPU memory used by other processes."
+        )
+    time.sleep(float(str(knobs["load_s"])) * scale * 0.7)
+    LOG("INFO", "gpu_model_runner.py:2653", f"Model loading took {p.weights_gib:.4f} GiB and 9.10 seconds", engine=True)
+    sizing = memory.size(p, util, batched, block)
+    if "--kv-cache-memory-bytes" in opts:
+        fixed = int(str(opts["--kv-cache-memory-bytes"])) / memory.GIB
+        blocks = int(fixed * memory.GIB) // (block * p.kv_bytes_per_token)
+        sizing = memory.Sizing(sizing.requested_gib, sizing.peak_gib, fixed, blocks, blocks * block)
+    LOG("INFO", "gpu_worker.py:298", f"Available KV cache memory: {sizing.available_gib:.2f} GiB", engine=True)
+    if sizing.available_gib <= 0:
+        return _startup_failure(
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
+    needed = memory.needed_gib(p, mml, block)
+    if needed > sizing.available_gib:
+        estimate = f"Based on the available memory, the estimated maximum model length is {sizing.tokens}."
+        return _startup_failure(
+            f"ValueError: To serve at least one request with the models's max seq len ({mml}), ({needed:.2f} GiB KV "
+            f"cache is needed, which is larger than the available KV cache memory ({sizing.available_gib:.2f} GiB). "
+            f"{estimate} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing "
+            "the engine."
+        )
+    LOG("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {sizing.tokens:,} tokens", engine=True)
+    LOG(
+        "INFO",
+        "kv_cache_utils.py:1091",
+        f"Maximum concurrency for {mml:,} tokens per request: {sizing.tokens / mml:.2f}x",
+        engine=True,
+    )
+    time.sleep(float(str(knobs["load_s"])) * scale * 0.3)
+    LOG(
+        "INFO",
+        "core.py:210",
+        f"init engine (profile, create kv cache, warmup model) took {float(str(knobs['load_s'])):.2f} seconds",
+        engine=True,
+    )
+    board = _board(knobs, sizing.requested_gib)
+    from vllm.httpd import serve_http
+
+    state = {
+        "opts": opts,
+        "profile": p,
+        "sizing": sizing,
+        "batched": batched,
+        "mml": mml,
+        "block": block,
+        "expandable": expandable,
+        "knobs": knobs,
+        "dead": False,
+        "running": 0,
+        "used_blocks": 0,
+    }
+    try:
+        return serve_http(state, str(opts.get("--host", "0.0.0.0")), int(str(opts.get("--port", "8000"))))
+    finally:
+        try:
+            os.unlink(board)
+        except OSError:
+            pass

@@ -1,0 +1,1 @@
+"""PURE: one folder per server engine (vllm/ today; sglang's readers still live in core/unitfile, core/startup)."""
