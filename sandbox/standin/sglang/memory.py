@@ -90,7 +90,7 @@ class Draft:
 
 
 # an EAGLE-style one-layer draft for the Kimi target (the incident's DFlash/EAGLE drafts are of this size class)
-KIMI_K26_DRAFT = Draft(architecture="DeepseekV3ForCausalLMEagle3", weight_gib_at_profile_tp=0.75, num_layers=1)
+KIMI_K26_DRAFT = Draft(architecture="DeepseekV3ForCausalLMEagle3", weight_gib_at_profile_tp=0.30, num_layers=1)
 DRAFT_COUNTED_FROM = (0, 5, 20)  # the stand-in's knob: from this api_version on the draft is counted (see README)
 
 
