@@ -132,3 +132,14 @@ def test_a_startup_failure_above_the_oom_fraction_is_not_the_pair() -> None:
     lines = _pair("EAGLE")
     lines[2] = lines[2].replace("0.84", "0.86")
     assert not any(r.startswith("uncounted draft") for r in advise(parse_journal(lines)).reasons)
+
+
+def test_the_0523_dict_repr_names_the_draft_and_its_lines_are_read() -> None:
+    args = (
+        "[2026-12-01 09:00:00] server_args={'model_path': '/m/k26', 'mem_fraction_static': 0.85, "
+        "'speculative_algorithm': 'DFLASH', 'speculative_num_steps': 3, 'speculative_eagle_topk': 1, "
+        "'speculative_num_draft_tokens': 4, 'tp_size': 1}"
+    )
+    n = parse_startup([args, *_counted("TP0")])
+    assert n.server_args["speculative_algorithm"] == "DFLASH" and n.is_draft_counted
+    assert n.draft_weights_gib == 2.0 and n.kv_tokens == n.draft_kv_tokens == 100000

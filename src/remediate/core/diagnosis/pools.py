@@ -96,8 +96,12 @@ def advise_unbalanced(findings: list[Finding], s: AdvisorInput) -> Recommendatio
 # sglang 0.5.23 counts the draft before it sizes the pool (mem_cache/kv_cache_configurator.py
 # ``_profile_available_bytes``, whose error ends "If using speculative decoding, draft weights are now counted.");
 # 0.4.6.post5 did not (model_executor/model_runner.py ``init_memory_pool``: the draft worker allocates its weights
-# and a pool of the target's size after the target was sized). The first version that counts it is not pinned.
-COUNTING_VERSIONS = "sglang 0.5.23 counts them (0.4.6.post5 did not; sglang#23862, #28855)"
+# and a pool of the target's size after the target was sized). The change is sglang#23862 (merged 2026-04-27: load
+# both models' weights, then size the pools); the first release that carries it is not pinned here.
+COUNTING_VERSIONS = (
+    "sglang 0.5.23 counts them (sglang#23862); 0.4.6.post5 did not, and there only an auto-chosen "
+    "fraction kept a flat reserve for the draft"
+)
 
 
 def uncounted_draft(diagnosis: Diagnosis) -> str | None:
