@@ -75,6 +75,34 @@ KIMI_K26_TP8 = Profile(
 
 PROFILES: dict[str, Profile] = {KIMI_K26_TP8.name: KIMI_K26_TP8}
 
+
+@dataclass(frozen=True)
+class Draft:
+    """A speculative draft model next to the target: its weights per rank and its own KV layers (MLA cell).
+
+    Its pool has the target's token count (sglang's draft worker reuses the target's max_total_num_tokens).
+    """
+
+    architecture: str
+    weight_gib_at_profile_tp: float
+    num_layers: int
+    tp_size: int = 8
+
+
+# an EAGLE-style one-layer draft for the Kimi target (the incident's DFlash/EAGLE drafts are of this size class)
+KIMI_K26_DRAFT = Draft(architecture="DeepseekV3ForCausalLMEagle3", weight_gib_at_profile_tp=0.30, num_layers=1)
+DRAFT_COUNTED_FROM = (0, 5, 20)  # the stand-in's knob: from this api_version on the draft is counted (see README)
+
+
+def draft_cell_bytes(profile: Profile, draft: Draft, kv_cache_dtype: str = "auto") -> int:
+    elem = KV_DTYPE_BYTES.get(kv_cache_dtype, 2)
+    return (profile.kv_lora_rank + profile.qk_rope_head_dim) * draft.num_layers * elem
+
+
+def draft_weight_per_rank(draft: Draft, tp_size: int) -> float:
+    return draft.weight_gib_at_profile_tp * draft.tp_size / tp_size
+
+
 KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 DEFAULT_VERSION = (0, 5, 6)  # api_version knob default
 
@@ -213,6 +241,11 @@ class MemoryPlan:
     headroom: float  # free0 * (1 - mfs)
     rank_free0: tuple[float, ...] = ()
     rank_free1: tuple[float, ...] = ()
+    # speculative decoding: the draft's weights and pool (GiB per rank); counted: sized before the target's pool
+    draft_weight: float = 0.0
+    draft_kv: float = 0.0
+    draft_cell_bytes: int = 0
+    is_draft_counted: bool = False
 
     @property
     def tp_size(self) -> int:
@@ -245,6 +278,7 @@ def plan_memory(
     disable_cuda_graph: bool = False,
     others_gib: Sequence[float] = (),
     version: tuple[int, ...] = DEFAULT_VERSION,
+    draft: Draft | None = None,
 ) -> MemoryPlan:
     """sglang's startup memory arithmetic. Raises the startup failures (see the exception classes)."""
     tp = tp_size or profile.tp_size
@@ -256,11 +290,15 @@ def plan_memory(
     free1s = tuple(f - weight for f in free0s)
     free0, free1 = min(free0s), min(free1s)
     cell = kv_cell_bytes(profile, kv_cache_dtype)
-    rest = free1 - free0 * (1 - mem_fraction_static)
-    minimum = 1 - free1 / free0
+    dweight = draft_weight_per_rank(draft, tp) if draft else 0.0
+    dcell = draft_cell_bytes(profile, draft, kv_cache_dtype) if draft else 0
+    counted = draft is not None and version >= DRAFT_COUNTED_FROM
+    sized_free1 = free1 - dweight if counted else free1  # counted: both models' weights are loaded first
+    rest = sized_free1 - free0 * (1 - mem_fraction_static)
+    minimum = 1 - sized_free1 / free0
     if rest <= 0 and version >= (0, 5, 20):
-        raise NoKVMemoryError(no_kv_memory_message(mem_fraction_static, free0, free1), minimum)
-    tokens = int(rest * GIB // cell)
+        raise NoKVMemoryError(no_kv_memory_message(mem_fraction_static, free0, sized_free1), minimum)
+    tokens = int(rest * GIB // (cell + dcell if counted else cell))
     if max_total_tokens is not None and max_total_tokens > 0:
         tokens = min(tokens, max_total_tokens)
     page = max(1, page_size)
@@ -274,7 +312,8 @@ def plan_memory(
     else:
         max_num_reqs = min(max(int(tokens / context_len * 512), 2048), 4096)
     req_to_token = max_num_reqs * (context_len + 4) * 4 / GIB
-    after_pool = free1 - kv - req_to_token
+    draft_kv = tokens * dcell / GIB
+    after_pool = free1 - kv - req_to_token - dweight - draft_kv  # an uncounted draft lands in the headroom
     before_graph = after_pool - profile.workspace_gib
     bs = cuda_graph_max_bs or profile.default_cuda_graph_max_bs
     graph = 0.0 if disable_cuda_graph else profile.graph_base_gib + profile.graph_per_bs_gib * bs
@@ -301,6 +340,10 @@ def plan_memory(
         headroom=free0 * (1 - mem_fraction_static),
         rank_free0=free0s,
         rank_free1=free1s,
+        draft_weight=dweight,
+        draft_kv=draft_kv,
+        draft_cell_bytes=dcell,
+        is_draft_counted=counted,
     )
     if before_graph <= 0 or available <= 0:
         raise GraphCaptureOOMError(plan)

@@ -64,6 +64,13 @@ def resolve(ns: object, profile: memory.Profile, kn: dict) -> dict:
         sa["_auto_chunk_off"] = sa["chunked_prefill_size"] <= 0
     if sa["cuda_graph_max_bs"] is None:
         sa["cuda_graph_max_bs"] = profile.default_cuda_graph_max_bs
+    if sa["speculative_algorithm"]:  # server_args.py: EAGLE's defaults when the three are not given (steps 3, topk 1)
+        sa["speculative_algorithm"] = str(sa["speculative_algorithm"]).upper()
+        sa["speculative_num_steps"] = sa["speculative_num_steps"] or 3
+        sa["speculative_eagle_topk"] = sa["speculative_eagle_topk"] or 1
+        sa["speculative_num_draft_tokens"] = sa["speculative_num_draft_tokens"] or 4
+        if sa["speculative_algorithm"] == "NEXTN" and sa["speculative_draft_model_path"] is None:
+            sa["speculative_draft_model_path"] = sa["model_path"]  # NEXTN's MTP layers live in the target
     if sa["mem_fraction_static"] is None:
         sa["mem_fraction_static"] = memory.default_mem_fraction_static(
             profile, sa["chunked_prefill_size"], sa["max_prefill_tokens"], sa["cuda_graph_max_bs"], sa["tp_size"]
@@ -89,6 +96,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         sys.exit(1)
     if ns.model_path is None:
         args.build_parser(prog).error("the following arguments are required: --model-path")
+    if ns.speculative_algorithm and ns.speculative_algorithm.upper() != "NEXTN" and not ns.speculative_draft_model_path:
+        logs.main("ValueError: --speculative-draft-model-path is required with --speculative-algorithm")
+        sys.exit(1)
     profile = memory.PROFILES[str(kn["profile"])]
     sa = resolve(ns, profile, kn)
     auto_off = sa.pop("_auto_chunk_off", False)

@@ -163,6 +163,11 @@ def boot(
             f"avail mem={free1s[r]:.2f} GB, mem usage={weight:.2f} GB."
         ),
     )
+    draft = memory.KIMI_K26_DRAFT if sa.get("speculative_algorithm") else None
+    counted = draft is not None and version >= memory.DRAFT_COUNTED_FROM
+    dweight = memory.draft_weight_per_rank(draft, tp) if draft else 0.0
+    if counted:  # both models' weights are loaded before the target's pool is sized
+        _load_draft(tp, free1s, dweight, publish)
     graph_failed = False
     try:
         plan = memory.plan_memory(
@@ -178,6 +183,7 @@ def boot(
             disable_cuda_graph=sa["disable_cuda_graph"],
             others_gib=others,
             version=version,
+            draft=draft,
         )
     except memory.NotEnoughMemoryError as exc:
         text = f"{exc.exc_name}: {exc}"
@@ -189,7 +195,19 @@ def boot(
         rank_order(tp, 4),
         lambda r: f"KV Cache is allocated. #tokens: {plan.max_total_num_tokens}, KV size: {plan.kv:.2f} GB",
     )
-    logs.ranks(rank_order(tp, 5), lambda r: f"Memory pool end. avail mem={plan.after_pool + plan.rank_extra(r):.2f} GB")
+    if draft is not None and counted:
+        _draft_pool(tp, plan)
+    uncounted = 0.0 if counted else plan.draft_weight + plan.draft_kv  # an uncounted draft is not loaded yet
+    logs.ranks(
+        rank_order(tp, 5),
+        lambda r: f"Memory pool end. avail mem={plan.after_pool + uncounted + plan.rank_extra(r):.2f} GB",
+    )
+    if draft is not None and not counted:  # the draft worker starts after the target's pool: into its headroom
+        _load_draft(tp, [plan.after_pool + uncounted + plan.rank_extra(r) for r in range(tp)], dweight, publish)
+        _draft_pool(tp, plan)
+        logs.ranks(
+            rank_order(tp, 5), lambda r: f"Memory pool end. avail mem={plan.after_pool + plan.rank_extra(r):.2f} GB"
+        )
     before = [plan.before_graph + plan.rank_extra(r) for r in range(tp)]
     publish(before)
     sleep("kv")
@@ -228,6 +246,29 @@ def boot(
         f"context_len={plan.context_len}, available_gpu_mem={plan.rank_available(0):.2f} GB"
     )
     return plan
+
+
+def _load_draft(tp: int, free: list[float], weight: float, publish: Callable[[list[float]], None]) -> None:
+    """The draft worker's own ModelRunner.load_model lines (sglang model_executor/model_runner.py)."""
+    logs.ranks(rank_order(tp, 2), lambda r: f"Load weight begin. avail mem={free[r]:.2f} GB")
+    after = [f - weight for f in free]
+    publish(after)
+    logs.ranks(
+        rank_order(tp, 3),
+        lambda r: (
+            f"Load weight end. type={memory.KIMI_K26_DRAFT.architecture}, dtype=torch.bfloat16, "
+            f"avail mem={after[r]:.2f} GB, mem usage={weight:.2f} GB."
+        ),
+    )
+    free[:] = after
+
+
+def _draft_pool(tp: int, plan: memory.MemoryPlan) -> None:
+    """The draft's KV pool: the target's token count at the draft's own cell."""
+    logs.ranks(
+        rank_order(tp, 4),
+        lambda r: f"KV Cache is allocated. #tokens: {plan.max_total_num_tokens}, KV size: {plan.draft_kv:.2f} GB",
+    )
 
 
 def make_sleep(load_s: float, scale: float) -> Callable[[str], None]:

@@ -67,6 +67,9 @@ _ARG_RE = {
     "tp_size": _arg("tp_size", r"\d+"),
     "model_path": _arg("model_path", r"'[^']*'"),
     "speculative_algorithm": _arg("speculative_algorithm", r"'[^']*'"),
+    "speculative_num_steps": _arg("speculative_num_steps", r"\d+"),
+    "speculative_eagle_topk": _arg("speculative_eagle_topk", r"\d+"),
+    "speculative_num_draft_tokens": _arg("speculative_num_draft_tokens", r"\d+"),
 }
 _TEXT_ARGS = ("model_path", "speculative_algorithm")
 
@@ -137,6 +140,12 @@ class StartupNumbers:
     server_args: Mapping[str, Any] = field(default_factory=dict)  # a few resolved args from server_args=
     ranks: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
+    # speculative decoding: the draft worker's own "Load weight begin/end" and KV lines (min over ranks)
+    draft_free1_gib: float | None = None  # free after the draft's weights
+    draft_weights_gib: float | None = None  # its begin minus its end avail mem
+    draft_kv_tokens: int | None = None
+    draft_kv_gib: float | None = None
+    is_draft_counted: bool = False  # the draft's weights were loaded before the target's pool was sized
 
 
 def rank_and_message(line: LogLine) -> tuple[str, str]:
@@ -164,7 +173,7 @@ def parse_startup(lines: Iterable[str]) -> StartupNumbers:
         line = raw.rstrip("\n")
         rank, text = rank_and_message(split_line(0, line))
         is_args = bool(SERVER_ARGS_RE.match(text))
-        if is_args or (rank in block.begin and LOAD_BEGIN_RE.match(text)):
+        if is_args or (rank in block.begin and LOAD_BEGIN_RE.match(text) and not block.is_draft_begin(rank)):
             done = block.numbers()
             if done.free0_gib is not None and done.free1_gib is not None:
                 complete = done
@@ -188,18 +197,34 @@ class _Block:
     kv: dict[str, tuple[int, float, bool]] = field(default_factory=dict)
     capacity: Capacity | None = None
     evidence: list[str] = field(default_factory=list)
+    # the draft worker's lines: a second "Load weight begin" on a rank of a speculative server is the draft's
+    draft_begin: dict[str, float] = field(default_factory=dict)
+    draft_end: dict[str, float] = field(default_factory=dict)
+    draft_kv: dict[str, tuple[int, float, bool]] = field(default_factory=dict)
+    counted: dict[str, bool] = field(default_factory=dict)  # the draft loaded before the target's KV line
+
+    def is_draft_begin(self, rank: str) -> bool:
+        return bool(self.args.get("speculative_algorithm")) and rank in self.end and rank not in self.draft_begin
 
     def feed(self, rank: str, line: str, text: str) -> None:
-        if match := LOAD_BEGIN_RE.match(text):
+        if (match := LOAD_BEGIN_RE.match(text)) and self.is_draft_begin(rank):
+            self.draft_begin[rank] = float(match.group(1))
+            self.counted[rank] = rank not in self.kv
+        elif match := LOAD_BEGIN_RE.match(text):
             self.begin[rank] = float(match.group(1))
+        elif (match := LOAD_END_RE.match(text)) and rank in self.draft_begin:
+            self.draft_end[rank] = float(match.group(1))
         elif match := LOAD_END_RE.match(text):
             self.end[rank] = float(match.group(1))
-        elif (match := KV_RE.match(text)) and rank not in self.kv:
+        elif (match := KV_RE.match(text)) and (rank not in self.kv or rank in self.draft_begin):
             tokens = int(match.group(1))
+            sizes = self.kv if rank not in self.kv else self.draft_kv
+            if rank in sizes:
+                return  # a third pool line (SWA halves): the first of each worker is read
             if match.group(4) is not None:
-                self.kv[rank] = (tokens, float(match.group(4)), True)
+                sizes[rank] = (tokens, float(match.group(4)), True)
             else:
-                self.kv[rank] = (tokens, float(match.group(2)) + float(match.group(3)), False)
+                sizes[rank] = (tokens, float(match.group(2)) + float(match.group(3)), False)
         elif capacity := parse_capacity(text):
             self.capacity = capacity
         else:
@@ -223,7 +248,21 @@ class _Block:
             server_args=dict(self.args),
             ranks=tuple(sorted(set(self.begin) | set(self.end) | set(self.kv))),
             evidence=tuple(self.evidence),
+            **self._draft_numbers(),
         )
+
+    def _draft_numbers(self) -> dict[str, Any]:
+        ranks = set(self.draft_begin) & set(self.draft_end)
+        if not ranks:
+            return {}
+        kv = min(self.draft_kv.values()) if self.draft_kv else None
+        return {
+            "draft_free1_gib": min(self.draft_end[r] for r in ranks),
+            "draft_weights_gib": max(self.draft_begin[r] - self.draft_end[r] for r in ranks),
+            "draft_kv_tokens": kv[0] if kv else None,
+            "draft_kv_gib": kv[1] if kv else None,
+            "is_draft_counted": all(self.counted.get(r, False) for r in ranks),
+        }
 
 
 @dataclass(frozen=True)

@@ -307,6 +307,14 @@ def model_document(model: BudgetModel) -> dict[str, Any]:
         "overhead_gib": None if model.overhead_gib is None else round(model.overhead_gib, 4),
         "min_viable_fraction": round(model.min_viable_fraction(), 4),
         "anchor": None if model.anchor is None else {"fraction": model.anchor[0], "tokens": model.anchor[1]},
+        "draft": None
+        if model.draft is None
+        else {
+            "weights_gib": round(model.draft.weights_gib, 4),
+            "cell_bytes": round(model.draft.cell_bytes, 1),
+            "is_counted": model.draft.is_counted,
+            "extra_tokens": model.draft.extra_tokens,
+        },
         "notes": list(model.notes),
     }
 

@@ -1,6 +1,6 @@
 """Human output of `remediate plan` (and of `oom --auto`'s plan): the table of fractions and its explanation.
 
-The explanation is one ``(label, text)`` line each (:func:`plan_lines`), labels ``model``, ``spike``,
+The explanation is one ``(label, text)`` line each (:func:`plan_lines`), labels ``model``, ``draft``, ``spike``,
 ``calibration``, ``why``, ``note``, ``choice``, ``warning``, ``or``: :func:`plan_table` styles the labels,
 the text carries no markup.
 """
@@ -28,6 +28,11 @@ def _model(model: dict[str, Any]) -> str:
     )
 
 
+def _draft(draft: dict[str, Any]) -> str:
+    counted = "counted before the pool is sized" if draft["is_counted"] else "not counted: it takes the headroom"
+    return f"{draft['weights_gib']:.2f} GiB of weights and {draft['cell_bytes']:,.0f} B/token of KV per rank, {counted}"
+
+
 def _spike(spike: dict[str, Any]) -> str:
     per_token = spike["per_token_bytes"]
     per = f" = {per_token / 1024:.1f} KiB/token" if per_token else ""
@@ -43,6 +48,8 @@ def plan_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     lines: list[tuple[str, str]] = []
     if doc.get("model"):
         lines.append(("model", _model(doc["model"])))
+        if draft := doc["model"].get("draft"):
+            lines.append(("draft", _draft(draft)))
     if doc.get("spike"):
         lines.append(("spike", _spike(doc["spike"])))
     lines += [("calibration", f"{c['text']} at {c['fraction']:g} ({c['source']})") for c in doc.get("calibration", [])]

@@ -12,6 +12,15 @@ pool, workspaces, CUDA graphs and the activations of a prefill. The model is bui
 server logs (:mod:`remediate.core.startup`); the running server's own pool (exact) anchors it, so the
 two-decimal rounding of the logged GiB only affects the slope. Observations of earlier starts on the
 same host and model correct it further (:func:`calibrate`).
+
+A speculative server also runs a draft model (:class:`DraftShare`): its own weights and its own KV pool of
+the target's token count (the draft worker reuses the target's ``max_total_num_tokens``). sglang 0.5.23
+counts both before it sizes the pool (mem_cache/kv_cache_configurator.py ``_profile_available_bytes``:
+"Loaded weights (target + draft)"; model_executor/pool_configurator.py adds the draft's bytes per token
+to the target's cell), so ``tokens = rest / (cell + draft_cell)`` with ``free1`` after both weights.
+0.4.6.post5 did not (model_executor/model_runner.py ``init_memory_pool``: the target profiles alone, adds
+``max_num_reqs * (steps * topk + draft_tokens) + 100`` tokens, and the draft worker then allocates its
+weights and a pool of that many tokens out of the headroom ``free0 * (1 - f)``): the uncounted draft.
 """
 
 from __future__ import annotations
@@ -46,6 +55,24 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class DraftShare:
+    """The draft model's weights (GiB per rank) and KV cell (bytes per token per rank) next to the target's.
+
+    ``is_counted``: the target's pool was sized after the draft's weights and with its cell (sglang 0.5.23);
+    False: the draft takes its weights and pool out of the headroom afterwards (0.4.6.post5), and
+    ``extra_tokens`` is the speculative headroom the target added to its profiled pool.
+    """
+
+    weights_gib: float
+    cell_bytes: float
+    is_counted: bool = True
+    extra_tokens: int = 0
+
+    def pool_bytes(self, tokens: int) -> int:
+        return int(tokens * self.cell_bytes)
+
+
+@dataclass(frozen=True)
 class BudgetModel:
     """free0/free1 (GiB per rank), the KV cell (bytes per token per rank), page size and caps."""
 
@@ -58,23 +85,46 @@ class BudgetModel:
     overhead_gib: float | None = None  # request pool + workspaces + graphs: headroom minus usable free memory
     anchor: tuple[float, int] | None = None  # (fraction, tokens) the running server measured
     notes: tuple[str, ...] = ()
+    draft: DraftShare | None = None  # speculative decoding: the draft model's weights and cell
+
+    @property
+    def sizing_cell_bytes(self) -> float:
+        """The bytes per token the pool is divided by: the target's, plus the draft's when it is counted."""
+        if self.draft is not None and self.draft.is_counted:
+            return self.cell_bytes + self.draft.cell_bytes
+        return self.cell_bytes
 
     def raw_tokens(self, fraction: float) -> float:
         """sglang's unrounded token count at ``fraction`` (negative: weights leave no room)."""
         rest = self.free1_gib - self.free0_gib * (1.0 - fraction)
-        return rest * GIB / self.cell_bytes
+        return rest * GIB / self.sizing_cell_bytes
+
+    def _extra_tokens(self) -> int:
+        return self.draft.extra_tokens if self.draft is not None and not self.draft.is_counted else 0
+
+    def draft_bytes(self, tokens: int) -> int:
+        """What the draft holds at a pool of ``tokens``: its weights and its pool (0 without a draft)."""
+        if self.draft is None:
+            return 0
+        return int(self.draft.weights_gib * GIB) + self.draft.pool_bytes(tokens)
 
     def headroom_bytes(self, fraction: float) -> int:
-        return int(self.free0_gib * (1.0 - fraction) * GIB)
+        """``free0 * (1 - f)``, less the draft an uncounted draft worker puts into it afterwards."""
+        headroom = int(self.free0_gib * (1.0 - fraction) * GIB)
+        if self.draft is not None and not self.draft.is_counted:
+            headroom -= self.draft_bytes(max(0, math.floor(self.raw_tokens(fraction)) + self._extra_tokens()))
+        return headroom
 
     def usable_bytes(self, fraction: float) -> int | None:
         """Free memory a fresh server at ``fraction`` has for activations (headroom minus the fixed overhead)."""
         if self.overhead_gib is None:
             return None
-        return int((self.free0_gib * (1.0 - fraction) - self.overhead_gib) * GIB)
+        usable = int((self.free0_gib * (1.0 - fraction) - self.overhead_gib) * GIB)
+        return usable - (int(self.free0_gib * (1.0 - fraction) * GIB) - self.headroom_bytes(fraction))
 
     def predict(self, fraction: float) -> Prediction:
-        tokens = math.floor(self.raw_tokens(fraction))
+        raw = math.floor(self.raw_tokens(fraction))
+        tokens = raw + self._extra_tokens() if raw > 0 else raw
         is_capped = False
         if self.max_total_tokens is not None and 0 < self.max_total_tokens < tokens:
             tokens, is_capped = self.max_total_tokens, True
@@ -89,14 +139,14 @@ class BudgetModel:
         """The smallest fraction whose pool holds at least one page (below it sglang refuses to start)."""
         if self.max_total_tokens is not None and self.max_total_tokens < max(1, self.page_size):
             return math.inf  # the cap rounds down to zero pages: no fraction starts
-        need_gib = max(1, self.page_size) * self.cell_bytes / GIB
+        need_gib = max(1, self.page_size) * self.sizing_cell_bytes / GIB
         return 1.0 - (self.free1_gib - need_gib) / self.free0_gib
 
     def fraction_for_tokens(self, tokens: int) -> float | None:
         """The smallest fraction whose (uncapped) pool reaches ``tokens``; None when a cap forbids it."""
         if self.max_total_tokens is not None and self.max_total_tokens < tokens:
             return None
-        rest_gib = tokens * self.cell_bytes / GIB
+        rest_gib = max(0, tokens - self._extra_tokens()) * self.sizing_cell_bytes / GIB
         return 1.0 - (self.free1_gib - rest_gib) / self.free0_gib
 
 
@@ -150,11 +200,18 @@ def model_from_server(
             notes.append(f"KV cell {cell:,.0f} B/token from the pool size and the avail mem lines")
     if cell is None or cell <= 0:
         return Unmodelled("the KV cell size is unknown (no KV allocation line, no pool size)")
+    draft = draft_share(startup, cell, settings)
+    if draft is not None:
+        if draft.is_counted and startup.draft_free1_gib is not None:
+            free1 = startup.draft_free1_gib  # the target's pool was sized after both models' weights
+        notes.append(describe_draft(draft))
+    elif settings.speculative_algorithm or startup.server_args.get("speculative_algorithm"):
+        notes.append("speculative decoding: no draft startup lines read; its share is only captured by the anchor")
     overhead = None
     if fraction is not None and startup.available_gpu_mem_gib is not None:
         overhead = free0 * (1.0 - fraction) - startup.available_gpu_mem_gib
-    if settings.speculative_algorithm or startup.server_args.get("speculative_algorithm"):
-        notes.append("speculative decoding: the draft's extra pool tokens are only captured by the anchor")
+        if draft is not None and not draft.is_counted and tokens:
+            overhead -= (draft.weights_gib * GIB + draft.pool_bytes(tokens)) / GIB
     context_len = startup.context_len or settings.context_length
     if context_len is None and settings.max_req_input_len is not None and tokens:
         # max_req_input_len = min(context_len - 1, tokens - 1) - 5: below the pool's bound it is the context's
@@ -169,18 +226,43 @@ def model_from_server(
         context_len=context_len,
         overhead_gib=overhead,
         notes=tuple(notes),
+        draft=draft,
     )
     if anchor and fraction is not None and tokens:
         return anchor_model(model, fraction, tokens)
     return model
 
 
+def draft_share(startup: StartupNumbers, target_cell: float, settings: ServerSettings) -> DraftShare | None:
+    """The draft's share from its own startup lines (None when the log shows no draft worker)."""
+    if startup.draft_weights_gib is None or not startup.draft_kv_tokens or not startup.draft_kv_gib:
+        return None
+    cell = startup.draft_kv_gib * GIB / startup.draft_kv_tokens
+    extra = 0
+    if not startup.is_draft_counted:
+        steps = as_int(startup.server_args.get("speculative_num_steps")) or settings.speculative_num_steps or 0
+        topk = as_int(startup.server_args.get("speculative_eagle_topk")) or settings.speculative_eagle_topk or 0
+        drafts = as_int(startup.server_args.get("speculative_num_draft_tokens"))
+        drafts = drafts or settings.speculative_num_draft_tokens or 0
+        reqs = startup.max_running_requests or 0
+        extra = reqs * (steps * topk + drafts) + 100 if reqs else 0
+    return DraftShare(startup.draft_weights_gib, cell, startup.is_draft_counted, extra)
+
+
+def describe_draft(draft: DraftShare) -> str:
+    counted = "counted before the pool is sized" if draft.is_counted else "NOT counted: it takes the headroom"
+    return (
+        f"speculative decoding: draft weights {draft.weights_gib:.2f} GiB and {draft.cell_bytes:,.0f} B/token "
+        f"of KV per rank, {counted}"
+    )
+
+
 def anchor_model(model: BudgetModel, fraction: float, tokens: int) -> BudgetModel:
     """Shift free1 so the model reproduces a measured pool exactly (unless a cap decided that pool)."""
     if model.max_total_tokens is not None and tokens >= model.max_total_tokens // model.page_size * model.page_size:
         return replace(model, notes=(*model.notes, "the measured pool is the --max-total-tokens cap: not anchored"))
-    centre = tokens + model.page_size / 2  # the pool was floored to a page: aim at the middle of it
-    free1 = centre * model.cell_bytes / GIB + model.free0_gib * (1.0 - fraction)
+    centre = tokens - model._extra_tokens() + model.page_size / 2  # floored to a page: aim at its middle
+    free1 = centre * model.sizing_cell_bytes / GIB + model.free0_gib * (1.0 - fraction)
     return replace(model, free1_gib=free1, anchor=(fraction, tokens))
 
 
@@ -256,9 +338,13 @@ def calibrate(model: BudgetModel, measured: Sequence[Measured]) -> tuple[BudgetM
     if slope <= 0:
         latest = usable[-1]
         return anchor_model(model, latest.fraction, latest.tokens), errors
-    intercept = mean_y - slope * mean_x  # tokens at f = 0: (free1 - free0) * 2^30 / cell
-    cell = model.free0_gib * GIB / slope
-    free1 = intercept * cell / GIB + model.free0_gib
+    intercept = mean_y - model._extra_tokens() - slope * mean_x  # tokens at f = 0: (free1 - free0) * 2^30 / cell
+    sizing = model.free0_gib * GIB / slope  # the target's cell, plus a counted draft's
+    cell = sizing - (model.sizing_cell_bytes - model.cell_bytes)
+    if cell <= 0:
+        latest = usable[-1]
+        return anchor_model(model, latest.fraction, latest.tokens), errors
+    free1 = intercept * sizing / GIB + model.free0_gib
     note = f"calibrated on {len(usable)} measured pools at {len(fractions)} fractions (cell {cell:,.0f} B)"
     fitted = replace(model, cell_bytes=cell, free1_gib=free1, anchor=(usable[-1].fraction, usable[-1].tokens))
     return replace(fitted, notes=(*model.notes, note)), errors

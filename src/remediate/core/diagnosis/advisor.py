@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from remediate.core.diagnosis.advice import CHUNK, AdvisorInput, Recommendation, fmt_fraction, resolved
 from remediate.core.diagnosis.findings import Diagnosis, Finding
-from remediate.core.diagnosis.pools import advise_kv_exhausted, advise_startup, advise_unbalanced
+from remediate.core.diagnosis.pools import advise_kv_exhausted, advise_startup, advise_unbalanced, uncounted_draft
 from remediate.core.diagnosis.runtime import advise_graph_capture, advise_runtime
 from remediate.core.diagnosis.sizes import format_size as fs
 
@@ -49,6 +49,9 @@ def advise(diagnosis: Diagnosis, settings: AdvisorInput | None = None) -> Recomm
         rec = replace(rec, reasons=(first, *rec.reasons), blocking=True)
     if diagnosis.is_stale:
         notes.append("the server started fine after this failure: the evidence is old")
+    if (draft := uncounted_draft(diagnosis)) is not None:
+        notes.insert(0, draft)
+        rec = replace(rec, blocking=True)
     others = sorted({f.kind for f in crash} - {kind})
     if others:
         notes.append("also seen: " + ", ".join(others))

@@ -137,6 +137,7 @@ class RunFacts:
     cuda_graph_max_bs: int | None = None
     max_running_requests: int | None = None
     tp_size: int | None = None
+    speculative_algorithm: str | None = None  # a draft model runs next to the target (EAGLE, NEXTN, DFLASH…)
     free_before_weights_bytes: int | None = None  # "Load weight begin. avail mem="
     free_after_weights_bytes: int | None = None  # "Load weight end. ... avail mem="
     max_total_num_tokens: int | None = None

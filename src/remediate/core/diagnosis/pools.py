@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from remediate.core.diagnosis.advice import AdvisorInput, Recommendation, fmt_fraction, step_up, tokens_at
-from remediate.core.diagnosis.findings import Finding
+from remediate.core.diagnosis.findings import Diagnosis, Finding
 from remediate.core.diagnosis.sizes import format_size as fs
 
 
@@ -91,3 +91,45 @@ def advise_unbalanced(findings: list[Finding], s: AdvisorInput) -> Recommendatio
         "of ours fixes a neighbour; free that GPU first",
     )
     return Recommendation(mem_fraction_static=s.mem_fraction_static, reasons=reasons, blocking=True)
+
+
+# sglang 0.5.23 counts the draft before it sizes the pool (mem_cache/kv_cache_configurator.py
+# ``_profile_available_bytes``, whose error ends "If using speculative decoding, draft weights are now counted.");
+# 0.4.6.post5 did not (model_executor/model_runner.py ``init_memory_pool``: the draft worker allocates its weights
+# and a pool of the target's size after the target was sized). The change is sglang#23862 (merged 2026-04-27: load
+# both models' weights, then size the pools); the first release that carries it is not pinned here.
+COUNTING_VERSIONS = (
+    "sglang 0.5.23 counts them (sglang#23862); 0.4.6.post5 did not, and there only an auto-chosen "
+    "fraction kept a flat reserve for the draft"
+)
+
+
+def uncounted_draft(diagnosis: Diagnosis) -> str | None:
+    """The uncounted-draft pair: a speculative server OOMs at runtime at X and cannot start at a lower Y.
+
+    The draft's weights and pool live in the headroom the target leaves, ``free0 * (1 - f)``: at X the
+    prefill no longer fits beside them; at Y < X the target's own pool comes out empty. No fraction serves
+    both while the draft is uncounted.
+    """
+    runs = diagnosis.runs
+    oom: float | None = None
+    for f in sorted(diagnosis.findings, key=lambda g: g.index):
+        facts = runs[f.run] if 0 <= f.run < len(runs) else None
+        if facts is None or not facts.speculative_algorithm:
+            continue
+        fraction = f.mem_fraction_static if f.mem_fraction_static is not None else facts.mem_fraction_static
+        if fraction is None:
+            continue
+        if f.kind in ("cuda_oom_runtime", "cuda_error_oom"):
+            oom = fraction
+        elif f.kind == "kv_pool_too_small_at_startup" and oom is not None and fraction < oom:
+            algo = facts.speculative_algorithm
+            return (
+                f"uncounted draft: with --speculative-algorithm {algo} the server hit a CUDA OOM at runtime at "
+                f"{fmt_fraction(oom)} and could not size its pool at startup at {fmt_fraction(fraction)}: the "
+                "draft model's weights and KV pool come out of the headroom the fraction leaves, so no fraction "
+                f"fits both; draft weights must be counted before the pool is sized: {COUNTING_VERSIONS}. "
+                "Upgrade sglang, or shrink the draft's share (lower --speculative-num-draft-tokens, "
+                "--speculative-num-steps, --speculative-eagle-topk), or fewer --max-running-requests"
+            )
+    return None

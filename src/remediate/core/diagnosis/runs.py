@@ -24,7 +24,10 @@ from remediate.core.startup import (
 
 _SYSTEMD_START = re.compile(r"^(?:\S+: )?Start(?:ed|ing) \S+")
 # The run's own settings from its server_args line (the other args are the budget's, not diagnosis's).
-_RUN_ARGS = ("mem_fraction_static", "chunked_prefill_size", "cuda_graph_max_bs", "max_running_requests", "tp_size")
+_RUN_ARGS = (
+    "mem_fraction_static", "chunked_prefill_size", "cuda_graph_max_bs", "max_running_requests", "tp_size",
+    "speculative_algorithm",
+)  # fmt: skip
 _READY = "The server is fired up and ready to roll!"
 
 
