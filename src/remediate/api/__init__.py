@@ -15,6 +15,7 @@ The shape, the same for every function that reaches hosts:
   ``remediate_oom`` takes its many options as one :class:`OomRequest` (the same ``targets``, ``inventory``,
   ``ssh``, ``strategy`` fields; the desired state from :func:`desired_args`; ``auto``, ``allow_raise``…).
 - Every one takes ``transport_factory=`` (default: SSH), so scripts and tests can bring their own transport;
+  :func:`local_host` gives this machine's target and its local transport (`--local`, the Ansible modules);
   long ones take ``progress=`` (and rollouts ``confirm=``).
 - Returns values, never text: ``status``, ``diagnose``, ``backups``, ``plan`` one
   :class:`~remediate.models.HostResult` per selected host (inventory order); ``remediate_oom`` and
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         TransportFactory,
         exit_code,
         for_each_host,
+        local_host,
         run_on_hosts,
     )
     from remediate.api.local import EditResult, edit_unit_file
@@ -74,6 +76,7 @@ _HOMES = {
     "SSHOptions": "hosts",
     "exit_code": "hosts",
     "for_each_host": "hosts",
+    "local_host": "hosts",
     "run_on_hosts": "hosts",
     "EditResult": "local",
     "edit_unit_file": "local",
@@ -104,6 +107,7 @@ __all__ = [
     "exit_code",
     "finish_bench",
     "for_each_host",
+    "local_host",
     "offline_plan",
     "plan",
     "remediate_oom",

@@ -13,8 +13,10 @@ from remediate.cli.options import (
     api,
     connection_options,
     exit_with_table,
+    fail,
     forks_option,
     handle_errors,
+    hosts,
     render_bench,
     render_console,
     render_diagnose,
@@ -41,10 +43,10 @@ def status(**kw: Any) -> None:
     Examples:
       remediate status gpu-01 gpu-02
       remediate status all -i inventory.yaml --json
+      sudo remediate status --local
     """
     results = api.status(
-        kw["targets"],
-        inventory=kw["inventory"],
+        **hosts(kw),
         ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
         forks=kw["forks"],
@@ -68,8 +70,8 @@ def diagnose(**kw: Any) -> None:
       remediate diagnose gpu-01 --since 1
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
     """
-    named = {k: kw[k] for k in ("inventory", "unit", "lines", "since", "smi_timeout", "forks")}
-    exit_with_table(api.diagnose(kw["targets"], ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **named),
+    named = {k: kw[k] for k in ("unit", "lines", "since", "smi_timeout", "forks")}
+    exit_with_table(api.diagnose(ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **hosts(kw), **named),
                      as_json=kw["as_json"], table=render_diagnose.diagnose_report)  # fmt: skip
 
 
@@ -94,8 +96,7 @@ def backups(**kw: Any) -> None:
       remediate backups all -i inventory.yaml --prune --keep 5 --dry-run
     """
     results = api.backups(
-        kw["targets"],
-        inventory=kw["inventory"],
+        **hosts(kw),
         ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
@@ -121,6 +122,8 @@ def backups(**kw: Any) -> None:
 @handle_errors
 def plan(**kw: Any) -> None:
     """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
+    if kw["offline"] and kw["local"]:
+        fail("--offline plans without a host: --local has no meaning with it")
     if kw["offline"]:
         offline = ("targets", "gpu_mem_gib", "free_after_weights_gib", "cell_bytes", "page_size", "target_tokens")
         doc = api.offline_plan(**{k: kw[k] for k in offline})
@@ -128,7 +131,7 @@ def plan(**kw: Any) -> None:
             return click.echo(render_console.dumps({"offline": True, "plan": doc}))
         return render_plan.plan_table(stdout(), doc, title="offline plan")
     keys = ("unit", "target_tokens", "chunked_prefill_size", "margin", "forks")
-    results = api.plan(kw["targets"], inventory=kw["inventory"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
+    results = api.plan(ssh=ssh_options(kw), **hosts(kw), **{k: kw[k] for k in keys})
     exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
 # fmt: on
 
@@ -152,9 +155,11 @@ def plan(**kw: Any) -> None:
 @handle_errors
 def bench(**kw: Any) -> None:
     """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
-    keys = ("inventory", "unit", "contexts", "gen", "runs", "warmup", "output", "csv_path", "plot")
-    request = api.bench_request(kw["targets"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
+    keys = ("unit", "contexts", "gen", "runs", "warmup", "output", "csv_path", "plot")
+    where = hosts(kw)
+    factory = where.pop("transport_factory", None)
+    request = api.bench_request(ssh=ssh_options(kw), **where, **{k: kw[k] for k in keys})
     with render_bench.BenchProgress(stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
-        results = api.bench(request=request, progress=bar)
+        results = api.bench(request=request, progress=bar, transport_factory=factory)
     render_bench.bench_report(stdout(), results, request.args, as_json=kw["as_json"])
     sys.exit(api.finish_bench(results, request, version=__version__))

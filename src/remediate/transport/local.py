@@ -42,6 +42,11 @@ COMMAND_TIMEOUT_S = 600.0  # a command given no timeout of its own: nothing wait
 _STOP_GRACE_S = 2.0  # a hold's process, its stdin closed, is killed when still running after this
 
 
+def hostname() -> str:
+    """This machine's name, as results name it (``socket.gethostname()``)."""
+    return socket.gethostname()
+
+
 def _command_name(command: str) -> str:
     first = command.strip().split("\n", 1)[0]
     return "`" + (first if len(first) <= 80 else first[:77] + "...") + "`"
@@ -127,7 +132,7 @@ class LocalTransport:
     """This machine as a host: subprocesses and local sockets behind the Transport protocol."""
 
     def __init__(self, host: str | None = None, *, require_root: bool = True) -> None:
-        self.host = host or socket.gethostname()
+        self.host = host or hostname()
         self.require_root = require_root
         self._holds: list[Hold] = []
         self._beat = Heartbeat(self._holds, HEARTBEAT_S, self.host)
