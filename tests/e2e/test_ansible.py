@@ -19,17 +19,12 @@ from sandbox import Sandbox, SandboxHost
 from sandbox.units import incident_unit
 
 from .conftest import FAST_KNOBS, REPO, UNIT, UNIT_PATH
-from .wheelhouse import VENV, build, install
+from .wheelhouse import VENV, install
 
 pytestmark = pytest.mark.e2e
 
 BIN = Path(os.sys.executable).parent  # ansible-playbook, ansible-galaxy beside this interpreter
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-@pytest.fixture(scope="session")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(tmp_path_factory.mktemp("wheels"))
 
 
 @pytest.fixture(scope="session")

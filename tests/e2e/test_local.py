@@ -11,14 +11,9 @@ from pathlib import Path
 import pytest
 
 from .conftest import UNIT, UNIT_PATH, Node
-from .wheelhouse import VENV, build, install, remediate_over_ssh, ssh
+from .wheelhouse import VENV, install, remediate_over_ssh, ssh
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="session")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(tmp_path_factory.mktemp("wheels"))
 
 
 def _doc(proc: object) -> dict:
