@@ -1,6 +1,6 @@
-"""`remediate … --local` inside a sandbox host: the library installed there from wheels (no index, no
-python3-venv), run over ``ssh HOST remediate oom --local``: the same transaction as over SSH, through the local
-transport, paramiko never imported."""
+"""`remediate … --local` (oom, status, diagnose, bench, rollback) inside a sandbox host: the library installed
+there from wheels (no index, no python3-venv), run over ``ssh HOST remediate oom --local``: the same transaction
+as over SSH, through the local transport, paramiko never imported."""
 
 from __future__ import annotations
 
@@ -54,6 +54,14 @@ def test_oom_local_inside_the_host_remediates_and_rolls_back(incident: Node, whe
         host.name,
         result["max_total_num_tokens"],
     )
+
+    why = remediate_over_ssh(config, host, "diagnose", "--local", "--json")
+    assert (why.returncode, _doc(why)["results"][0]["host"]) == (0, host.name), why.stderr
+
+    swept = remediate_over_ssh(config, host, "bench", "--local", "--contexts", "1k", "--gen", "4", "--json")
+    assert swept.returncode == 0, swept.stdout[-2000:] + swept.stderr
+    [sweep] = _doc(swept)["results"]  # the streamed /generate over the loopback socket, exact token counts
+    assert (sweep["host"], [p["prompt_tokens"] for p in sweep["points"]]) == (host.name, [1024]), sweep
 
     back = remediate_over_ssh(config, host, "rollback", "--local", "--json", "--wait-timeout", "60")
     [restored] = _doc(back)["results"]
