@@ -106,9 +106,16 @@ def play(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], wheels: Path,
 
 
 def test_check_diff_shows_the_change_and_changes_nothing_then_a_run_remediates_once(play: Play) -> None:
+    canary = play.hosts[0]
+    secret = "hf_abcdefSECRET42"  # a token in the unit, next to the lines the diff shows: masked there
+    with_token = incident_unit(listen=canary.address).replace(
+        "Environment=HF_HOME=", f"Environment=HF_TOKEN={secret}\nEnvironment=HF_HOME="
+    )
+    canary.install_unit(UNIT, with_token, start=True)
     before = {h.name: h.read(UNIT_PATH) for h in play.hosts}
 
     checked = play.run("--check", "--diff")
+    assert secret not in checked.stdout and " Environment=HF_TOKEN=***" in checked.stdout
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.count("--mem-fraction-static 0.94") >= 3 and "--mem-fraction-static 0.93" in checked.stdout
     assert checked.stdout.count(f"--- a{UNIT_PATH}\n+++ b{UNIT_PATH}") == 3  # each host's unit diff
@@ -118,6 +125,7 @@ def test_check_diff_shows_the_change_and_changes_nothing_then_a_run_remediates_o
 
     ran = play.run("-v")
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr
+    assert secret not in ran.stdout  # the results (-v prints them whole) are masked too
     found = results(ran.stdout)
     for host in play.hosts:
         result = found[host.name]
