@@ -156,3 +156,44 @@ def test_an_unhealthy_host_is_rolled_back_counted_failed_and_stops_the_rollout(p
     assert counts.get(untouched.name, (0, 0, 0, 0)) == (0, 0, 0, 0)  # max_fail_percentage 0: never reached
     assert bad.read(UNIT_PATH) == original[bad.name] and untouched.read(UNIT_PATH) == original[untouched.name]
     assert "--mem-fraction-static 0.93" in canary.read(UNIT_PATH)
+
+
+ADHOC = re.compile(r"^(\S+) \| (SUCCESS|CHANGED|FAILED!?)[^{]*=> (\{.*\})$", re.M)
+
+
+def test_each_module_ad_hoc_status_diagnose_oom_rollback(play: Play) -> None:
+    host = play.hosts[0]
+    play.run("--list-hosts")  # writes the inventory
+    original = host.read(UNIT_PATH)
+
+    def module(name: str, *args: str) -> tuple[str, dict[str, Any]]:
+        argv = [
+            str(BIN / "ansible"),
+            host.name,
+            "-i",
+            str(play.inventory),
+            "-b",
+            "-o",
+            "-m",
+            f"remediate.sglang.{name}",
+        ]
+        ran = subprocess.run([*argv, *args], capture_output=True, text=True, env=play.env, cwd=play.tmp, timeout=300)
+        (match,) = [m for m in ADHOC.finditer(ran.stdout) if m[1] == host.name]
+        return match[2], json.loads(match[3])
+
+    state, status = module("status")
+    facts = status["ansible_facts"]["remediate_sglang"]
+    assert (state, status["changed"], facts["remediated"], facts["unit"]) == ("SUCCESS", False, False, UNIT)
+    assert facts["tokens"] > 0 and facts["flags"]["mem_fraction_static"] == "0.94"
+
+    state, why = module("diagnose")
+    assert (state, why["changed"]) == ("SUCCESS", False), why
+
+    state, fixed = module("oom", "-a", "mem_fraction_static=0.9")
+    assert (state, fixed["outcome"], fixed["max_total_num_tokens"] > 0) == ("CHANGED", "remediated", True), fixed
+    state, status = module("status")
+    assert status["ansible_facts"]["remediate_sglang"]["remediated"] is True
+
+    state, back = module("rollback")
+    assert (state, back["outcome"]) == ("CHANGED", "restored"), back
+    assert host.read(UNIT_PATH) == original
