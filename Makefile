@@ -9,7 +9,7 @@ PYTEST  := $(PY) -m pytest
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q -e '.[test,dev,ansible]'
 	@# Bytecode as a wheel install has it (pip compiles on install; an editable one does not, and with
 	@# PYTHONDONTWRITEBYTECODE set every `remediate` start would compile ~90 modules: 0.15 s each time).
 	$(PY) -m compileall -q src >/dev/null

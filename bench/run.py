@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["startup.py", "ssh_handshake.py", "sandbox_bringup.py", "oom_phases.py", "fleet_forks.py", "vs_ansible.py"]
+BENCHES = [
+    "startup.py",
+    "ssh_handshake.py",
+    "sandbox_bringup.py",
+    "oom_phases.py",
+    "fleet_forks.py",
+    "vs_ansible.py",
+    "scaling.py",
+]
 ARGS = {"vs_ansible.py": ["--profile"]}  # oom, status and diagnose against Ansible, and the wall time's cuts
 
 

@@ -69,3 +69,15 @@ def test_startup_bench_prints_its_table() -> None:
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "remediate --help" in run.stdout and "exec → first packet" in run.stdout
+
+
+def test_scaling_reduced_run_prints_the_table_and_writes_its_samples(tmp_path: Path) -> None:
+    """bench/scaling.py on 2 hosts, 2 forks, one run each: our rollout and ansible-playbook with the collection."""
+    out = tmp_path / "scaling.json"
+    argv = [sys.executable, str(BENCH / "scaling.py"), "--hosts", "2", "--forks", "2", "--json-out", str(out)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "hosts/min" in run.stdout
+    samples = json.loads(out.read_text())["samples"]
+    assert sorted(s["contender"] for s in samples) == ["ansible", "remediate"]
+    assert all(s["hosts_per_min"] > 0 and s["peak_rss_mib"] > 0 for s in samples)

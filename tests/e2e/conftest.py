@@ -294,3 +294,12 @@ def incident(node: Node) -> Node:
     """A host running the incident's unit (0.94, no chunking, no alloc conf), healthy."""
     node.install_incident()
     return node
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """remediate's wheel built from this tree, its dependencies' and pip's: what ``wheelhouse.install`` puts on
+    a sandbox host (`--local`, the Ansible collection). Built once per session."""
+    from .wheelhouse import build
+
+    return build(tmp_path_factory.mktemp("wheels"))

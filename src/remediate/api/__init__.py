@@ -15,6 +15,7 @@ The shape, the same for every function that reaches hosts:
   ``remediate_oom`` takes its many options as one :class:`OomRequest` (the same ``targets``, ``inventory``,
   ``ssh``, ``strategy`` fields; the desired state from :func:`desired_args`; ``auto``, ``allow_raise``…).
 - Every one takes ``transport_factory=`` (default: SSH), so scripts and tests can bring their own transport;
+  :func:`local_host` gives this machine's target and its local transport (`--local`, the Ansible modules);
   long ones take ``progress=`` (and rollouts ``confirm=``).
 - Returns values, never text: ``status``, ``diagnose``, ``backups``, ``plan`` one
   :class:`~remediate.models.HostResult` per selected host (inventory order); ``remediate_oom`` and
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         TransportFactory,
         exit_code,
         for_each_host,
+        local_host,
         run_on_hosts,
     )
     from remediate.api.journal import check_journal_flags, diagnose_journal, plan_journal
@@ -76,6 +78,7 @@ _HOMES = {
     "SSHOptions": "hosts",
     "exit_code": "hosts",
     "for_each_host": "hosts",
+    "local_host": "hosts",
     "run_on_hosts": "hosts",
     "EditResult": "local",
     "edit_unit_file": "local",
@@ -111,6 +114,7 @@ __all__ = [
     "exit_code",
     "finish_bench",
     "for_each_host",
+    "local_host",
     "offline_plan",
     "plan",
     "plan_journal",

@@ -1,6 +1,6 @@
 """The API's side of running a per-host function over the selected hosts: the default SSH transport (the one
-place it is chosen), results and exit codes. The plumbing itself (connections, the rollout, the retry file)
-is the fleet's: fleet/jobs.py."""
+place it is chosen), the local one (`--local`: :func:`local_host`), results and exit codes. The plumbing
+itself (connections, the rollout, the retry file) is the fleet's: fleet/jobs.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, EXIT_FAILED, EXIT_OK, EXI
 from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.jobs import ConnectAhead, RolloutResult, TransportFactory, run_on_hosts
+from remediate.fleet.settings import LocalTarget
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions, Transport
 
@@ -20,6 +21,7 @@ __all__ = [
     "connect_ahead",
     "exit_code",
     "for_each_host",
+    "local_host",
     "run_on_hosts",
     "transports",
 ]
@@ -47,6 +49,21 @@ def _default_transport(entry: HostEntry, options: SSHOptions) -> Transport:
 
     # host, user and port go separately: Fabric's "user@host:port" shorthand cannot carry an IPv6 port
     return SSHTransport(entry.address, options, label=entry.name)
+
+
+def _local_transport(entry: HostEntry, options: SSHOptions) -> Transport:
+    from remediate.transport.local import LocalTransport  # neither paramiko nor fabric is imported for it
+
+    return LocalTransport(entry.name)
+
+
+def local_host() -> tuple[tuple[str, ...], TransportFactory]:
+    """`--local`: this machine as the one target (named by its hostname; no inventory is read) and the factory
+    of its transport (transport/local.py: subprocesses and loopback sockets, run as root). Pass both to any
+    function here: ``targets, factory = local_host(); status(targets, transport_factory=factory)``."""
+    from remediate.transport.local import hostname
+
+    return (LocalTarget(hostname()),), _local_transport
 
 
 def transports(factory: TransportFactory | None) -> TransportFactory:

@@ -19,6 +19,7 @@ from remediate.cli.options import (
     exit_with_rollout,
     fleet_options,
     handle_errors,
+    hosts,
     live_progress,
     render_console,
     render_results,
@@ -91,10 +92,12 @@ def oom(**kw: Any) -> None:
       remediate oom root@gpu-01 --dry-run
       remediate oom gpu-01 --target-tokens 200000 --json
       remediate oom gpu-* -i inventory.yaml --canary 1 --batch 25% --forks 4
+      sudo remediate oom --local --dry-run
     """
+    where = hosts(kw)
     request = api.OomRequest(
-        targets=tuple(kw["targets"]),
-        inventory=kw["inventory"],
+        targets=where["targets"],
+        inventory=where["inventory"],
         ssh=ssh_options(kw),
         unit=kw["unit"],
         cli_desired=api.desired_args(**{k: kw[k] for k in DESIRED}),
@@ -114,7 +117,8 @@ def oom(**kw: Any) -> None:
     )
     with live_progress(kw["as_json"]) as progress:
         confirm = confirm_prompt(kw, progress)
-        rollout = api.remediate_oom(request, progress=progress, confirm=confirm)
+        factory = where.get("transport_factory")
+        rollout = api.remediate_oom(request, progress=progress, confirm=confirm, transport_factory=factory)
     exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
 
 
@@ -142,8 +146,7 @@ def rollback(**kw: Any) -> None:
     with live_progress(kw["as_json"]) as progress:
         confirm = confirm_prompt(kw, progress)
         rollout = api.rollback(
-            kw["targets"],
-            inventory=kw["inventory"],
+            **hosts(kw),
             ssh=ssh_options(kw),
             unit=kw["unit"],
             to=kw["to"],

@@ -136,6 +136,8 @@ def connection_options(fn: F) -> F:
         click.option("--ssh-config", type=click.Path(dir_okay=False),
                      help="ssh_config file (default ~/.ssh/config); aliases and ProxyJump work."),
         click.option("--sudo", is_flag=True, help="Log in as a non-root user and run as root with `sudo -n`."),
+        click.option("--local", is_flag=True,
+                     help="This machine is the host (no SSH; run as root): no TARGET, no inventory or SSH option."),
         click.option("--unit", help="The systemd unit (default: the unit whose ExecStart runs sglang)."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout."),
     ]
@@ -143,6 +145,32 @@ def connection_options(fn: F) -> F:
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
+
+
+# The options that say how to reach remote hosts: meaningless with --local, so refused with it.
+_REMOTE_ONLY = (
+    ("inventory", "-i/--inventory"),
+    ("identity", "--identity"),
+    ("known_hosts", "--known-hosts"),
+    ("accept_new_host_key", "--accept-new-host-key"),
+    ("connect_timeout", "--connect-timeout"),
+    ("ssh_config", "--ssh-config"),
+    ("sudo", "--sudo"),
+)
+
+
+def hosts(kw: dict[str, Any]) -> dict[str, Any]:
+    """The api's ``targets``, ``inventory`` (and with --local its ``transport_factory``) from the command line.
+    ``--local`` with a TARGET or a remote host's option is bad input (exit 2, one line)."""
+    if not kw.get("local"):
+        return {"targets": tuple(kw["targets"]), "inventory": kw["inventory"]}
+    if kw["targets"]:
+        fail(f"--local works on this machine: give no TARGET (got {' '.join(kw['targets'])})")
+    for key, flag in _REMOTE_ONLY:
+        if kw.get(key):
+            fail(f"--local works on this machine: not with {flag}, it is for remote hosts")
+    targets, factory = api.local_host()
+    return {"targets": targets, "inventory": None, "transport_factory": factory}
 
 
 def forks_option(fn: F) -> F:

@@ -13,8 +13,10 @@ from remediate.cli.options import (
     api,
     connection_options,
     exit_with_table,
+    fail,
     forks_option,
     handle_errors,
+    hosts,
     render_bench,
     render_console,
     render_diagnose,
@@ -42,7 +44,9 @@ def journal_options(fn: Any) -> Any:
 
 
 def _from_journal(kw: dict[str, Any]) -> bool:
-    """--journal given (then no TARGET, no --inventory); --unit-file without it is bad input."""
+    """--journal given (then no TARGET, no --inventory, no --local); --unit-file without it is bad input."""
+    if kw["journal"] is not None and kw.get("local"):
+        fail("--journal reads a saved journal: --local has no meaning with it")
     api.check_journal_flags(
         kw["journal"], kw["unit_file"], kw["targets"], kw["inventory"], offline=kw.get("offline", False)
     )
@@ -61,10 +65,10 @@ def status(**kw: Any) -> None:
     Examples:
       remediate status gpu-01 gpu-02
       remediate status all -i inventory.yaml --json
+      sudo remediate status --local
     """
     results = api.status(
-        kw["targets"],
-        inventory=kw["inventory"],
+        **hosts(kw),
         ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
         forks=kw["forks"],
@@ -94,8 +98,8 @@ def diagnose(**kw: Any) -> None:
         journal = {k: kw[k] for k in ("unit_file", "lines", "since", "targets", "inventory", "unit")}
         results = api.diagnose_journal(kw["journal"], **journal)
         return exit_with_table(results, as_json=kw["as_json"], table=render_diagnose.diagnose_report)
-    named = {k: kw[k] for k in ("inventory", "unit", "lines", "since", "smi_timeout", "forks")}
-    exit_with_table(api.diagnose(kw["targets"], ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **named),
+    named = {k: kw[k] for k in ("unit", "lines", "since", "smi_timeout", "forks")}
+    exit_with_table(api.diagnose(ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **hosts(kw), **named),
                      as_json=kw["as_json"], table=render_diagnose.diagnose_report)  # fmt: skip
 
 
@@ -120,8 +124,7 @@ def backups(**kw: Any) -> None:
       remediate backups all -i inventory.yaml --prune --keep 5 --dry-run
     """
     results = api.backups(
-        kw["targets"],
-        inventory=kw["inventory"],
+        **hosts(kw),
         ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
         unit=kw["unit"],
         prune_keep=kw["keep"] if kw["prune"] else None,
@@ -152,6 +155,8 @@ def plan(**kw: Any) -> None:
         saved = ("unit_file", "target_tokens", "chunked_prefill_size", "margin", "targets", "inventory", "unit")
         results = api.plan_journal(kw["journal"], **{k: kw[k] for k in saved})
         return exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
+    if kw["offline"] and kw["local"]:
+        fail("--offline plans without a host: --local has no meaning with it")
     if kw["offline"]:
         offline = ("targets", "gpu_mem_gib", "free_after_weights_gib", "cell_bytes", "page_size", "target_tokens")
         doc = api.offline_plan(**{k: kw[k] for k in offline})
@@ -159,7 +164,7 @@ def plan(**kw: Any) -> None:
             return click.echo(render_console.dumps({"offline": True, "plan": doc}))
         return render_plan.plan_table(stdout(), doc, title="offline plan")
     keys = ("unit", "target_tokens", "chunked_prefill_size", "margin", "forks")
-    results = api.plan(kw["targets"], inventory=kw["inventory"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
+    results = api.plan(ssh=ssh_options(kw), **hosts(kw), **{k: kw[k] for k in keys})
     exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
 # fmt: on
 
@@ -183,9 +188,11 @@ def plan(**kw: Any) -> None:
 @handle_errors
 def bench(**kw: Any) -> None:
     """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
-    keys = ("inventory", "unit", "contexts", "gen", "runs", "warmup", "output", "csv_path", "plot")
-    request = api.bench_request(kw["targets"], ssh=ssh_options(kw), **{k: kw[k] for k in keys})
+    keys = ("unit", "contexts", "gen", "runs", "warmup", "output", "csv_path", "plot")
+    where = hosts(kw)
+    factory = where.pop("transport_factory", None)
+    request = api.bench_request(ssh=ssh_options(kw), **where, **{k: kw[k] for k in keys})
     with render_bench.BenchProgress(stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
-        results = api.bench(request=request, progress=bar)
+        results = api.bench(request=request, progress=bar, transport_factory=factory)
     render_bench.bench_report(stdout(), results, request.args, as_json=kw["as_json"])
     sys.exit(api.finish_bench(results, request, version=__version__))

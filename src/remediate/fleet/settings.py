@@ -47,8 +47,20 @@ def build_strategy(cli: dict[str, Any], inventory: Inventory | None) -> rollout.
     return strategy
 
 
+class LocalTarget(str):
+    """This machine as the target (`--local`), named by its hostname: no inventory is read for it (not even
+    ./inventory.yaml), and its transport is the local one (api/hosts.py)."""
+
+    __slots__ = ()
+
+
 def resolve_hosts(targets: Sequence[str], inventory_path: str | None) -> tuple[Inventory | None, list[HostEntry]]:
-    """Targets → hosts. With an inventory (``-i`` or ./inventory.yaml), names, groups, globs and ``all``."""
+    """Targets → hosts. With an inventory (``-i`` or ./inventory.yaml), names, groups, globs and ``all``;
+    a :class:`LocalTarget` is this machine, without one."""
+    if any(isinstance(t, LocalTarget) for t in targets):
+        if len(targets) != 1 or inventory_path is not None:
+            raise ConfigError("--local is this machine alone: no other target, no inventory")
+        return None, [HostEntry(name=str(targets[0]), address="localhost")]
     path = inventory_path
     if path is None and Path("inventory.yaml").is_file() and (not targets or not _all_addresses(targets)):
         path = "inventory.yaml"

@@ -77,6 +77,31 @@ def request_bytes(
     return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
 
 
+def exchange(
+    chan: Any,
+    request: bytes,
+    where: str,
+    *,
+    total: float,
+    max_body: int,
+    errors: tuple[type[BaseException], ...] = (OSError,),
+    clock: Callable[[], float] = time.perf_counter,
+) -> HttpStream:
+    """Send ``request`` (:func:`request_bytes`) down ``chan`` (a paramiko Channel or a socket, already
+    connected) and read the answer's head: the one HTTP exchange both transports make (ssh.py over a
+    direct-tcpip channel, local.py over a TCP socket). Every read ends ``total`` seconds from now; a send that
+    fails is ``status=None`` with the error (the caller decides whether its connection died)."""
+    recv = channel_recv(chan, where, idle=total, total=total, errors=errors)
+    chan.settimeout(total)
+    sent_at = clock()
+    failures: tuple[type[BaseException], ...] = (TimeoutError, *errors)
+    try:
+        chan.sendall(request)
+    except failures as exc:
+        return HttpStream(lambda: b"", clock, sent_at, error=f"{where}: sending failed: {exc or 'timed out'}")
+    return HttpStream(recv, clock, sent_at, max_body=max_body)
+
+
 class _Dechunker:
     """``Transfer-Encoding: chunked`` decoding, fed in arbitrary pieces."""
 

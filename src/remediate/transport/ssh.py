@@ -38,7 +38,7 @@ from remediate.transport.http1 import (
     MAX_DOCUMENT_BYTES,
     MAX_STREAM_BYTES,
     HttpStream,
-    channel_recv,
+    exchange,
     request_bytes,
 )
 from remediate.transport.preconnect import Preconnect
@@ -383,16 +383,9 @@ class SSHTransport:
             return
         try:
             left = max(deadline - time.monotonic(), 0.001)
-            recv = channel_recv(chan, where, idle=left, total=left, errors=(SSHException, OSError, EOFError))
-            chan.settimeout(left)
-            sent_at = clock()
-            try:
-                chan.sendall(request_bytes(method, host, port, path, body))
-            except (TimeoutError, SSHException, OSError) as exc:
-                self._lost_if_dead(transport, exc)
-                yield HttpStream(lambda: b"", clock, sent_at, error=f"{where}: sending failed: {exc or 'timed out'}")
-                return
-            stream = HttpStream(recv, clock, sent_at, max_body=max_body)
+            request = request_bytes(method, host, port, path, body)
+            errors = (SSHException, OSError, EOFError)
+            stream = exchange(chan, request, where, total=left, max_body=max_body, errors=errors, clock=clock)
             if stream.status is None and not transport.is_active():
                 self._lost_if_dead(transport, None)
             yield stream

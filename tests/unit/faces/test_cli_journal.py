@@ -40,6 +40,7 @@ def test_journal_with_a_target_or_an_inventory_is_bad_input(command: str, tmp_pa
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text("hosts: {}\n")
     assert_bad_input(invoke(command, "--journal", INCIDENT, "-i", inventory), "--journal", "--inventory")
+    assert_bad_input(invoke(command, "--journal", INCIDENT, "--local"), "--journal", "--local")
 
 
 @pytest.mark.parametrize("command", ["diagnose", "plan"])

@@ -1,4 +1,4 @@
-"""The Transport protocol is the whole interface: every public method of the SSH transport is in it (so no
+"""The Transport protocol is the whole interface: every public method of the SSH and local transports is in it (so no
 caller needs ``getattr`` or a ``type: ignore`` to reach one), and the scripted host implements each of them
 with the same parameters (and defaults)."""
 
@@ -10,6 +10,7 @@ import pytest
 from fake_transport import FakeTransport
 
 from remediate.transport.base import Transport
+from remediate.transport.local import LocalTransport
 from remediate.transport.ssh import SSHTransport
 
 SSH_ONLY = {
@@ -28,11 +29,12 @@ def _methods(cls: type) -> dict[str, inspect.Signature]:
 PROTOCOL = _methods(Transport)
 
 
-def test_every_public_method_of_the_ssh_transport_is_in_the_protocol() -> None:
-    assert set(_methods(SSHTransport)) - set(PROTOCOL) == set()
+@pytest.mark.parametrize("implementation", [SSHTransport, LocalTransport], ids=["ssh", "local"])
+def test_every_public_method_of_a_transport_is_in_the_protocol(implementation: type) -> None:
+    assert set(_methods(implementation)) - set(PROTOCOL) == set()
 
 
-@pytest.mark.parametrize("implementation", [SSHTransport, FakeTransport], ids=["ssh", "fake"])
+@pytest.mark.parametrize("implementation", [SSHTransport, LocalTransport, FakeTransport], ids=["ssh", "local", "fake"])
 @pytest.mark.parametrize("name", sorted(PROTOCOL))
 def test_each_implementation_has_the_protocols_parameters(implementation: type, name: str) -> None:
     method = getattr(implementation, name, None)

@@ -1,0 +1,102 @@
+#!/usr/bin/python
+# Copyright: remediate maintainers
+# Apache-2.0 (see the repository's pyproject.toml)
+"""remediate.sglang.diagnose: why the server died, and the remediation to run (read-only)."""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+DOCUMENTATION = r"""
+---
+module: diagnose
+short_description: Tell why an sglang server died (evidence, arithmetic) and what to run
+version_added: "0.1.0"
+description:
+  - Read-only, on the GPU host (C(remediate diagnose --local)) - the journal's crash evidence, nvidia-smi,
+    the memory arithmetic, and the recommendation; C(changed) is always false.
+requirements:
+  - the C(remediate) library importable by C(ansible_python_interpreter) (see the C(install) role)
+  - root on the target (C(become=true))
+options:
+  unit:
+    description: The systemd unit. Default, the unit whose ExecStart runs sglang.
+    type: str
+  since:
+    description: Restarts to look back over (C(0) this run) or a journalctl time (C(2 hours ago)).
+    type: str
+  lines:
+    description: Journal lines to read.
+    type: int
+    default: 2000
+  smi_timeout:
+    description: Seconds each nvidia-smi query may take (default 10).
+    type: int
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - remediate maintainers
+"""
+
+EXAMPLES = r"""
+- name: Why did it die
+  remediate.sglang.diagnose:
+    since: "1"
+  become: true
+  register: why
+
+- name: The recommendation
+  ansible.builtin.debug:
+    var: why.recommendation
+"""
+
+RETURN = r"""
+findings:
+  description: The evidence found (CUDA OOM lines, Xid errors, the memory lines), secrets masked.
+  returned: when the unit was read
+  type: list
+  elements: dict
+recommendation:
+  description: What to do, with the C(remediate oom) command line.
+  returned: when there is one
+  type: dict
+outcome:
+  description: unchanged (read), failed.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+    finish,
+    guarded,
+    local,
+    require_library,
+)
+
+ARGUMENT_SPEC = dict(
+    unit=dict(type="str"),
+    since=dict(type="str"),
+    lines=dict(type="int", default=2000),
+    smi_timeout=dict(type="int"),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    require_library(module)
+    from remediate import api
+
+    p = module.params
+
+    def run():
+        targets, factory = local()
+        named = {k: p[k] for k in ("unit", "since", "lines", "smi_timeout")}
+        return api.diagnose(targets, transport_factory=factory, **named)[0]
+
+    finish(module, guarded(module, run), read_only=True)
+
+
+if __name__ == "__main__":
+    main()

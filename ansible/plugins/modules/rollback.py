@@ -1,0 +1,120 @@
+#!/usr/bin/python
+# Copyright: remediate maintainers
+# Apache-2.0 (see the repository's pyproject.toml)
+"""remediate.sglang.rollback: restore the unit from its backup as a verified transaction on the target."""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+DOCUMENTATION = r"""
+---
+module: rollback
+short_description: Restore an sglang unit from its backup, as a verified transaction
+version_added: "0.1.0"
+description:
+  - Runs on the GPU host and calls the C(remediate) library through its local transport, the same transaction
+    as C(remediate rollback --local) - the current unit saved as C(<file>.bak.rollback.<epoch>) first, an atomic
+    write, daemon-reload, reset-failed, restart and the health wait.
+  - In check mode it is the dry run; with C(--diff) the restore's change is shown, secrets masked.
+requirements:
+  - the C(remediate) library importable by C(ansible_python_interpreter) (see the C(install) role)
+  - root on the target (C(become=true))
+options:
+  unit:
+    description: The systemd unit. Default, the unit whose ExecStart runs sglang.
+    type: str
+  to:
+    description: The backup to restore, a path, or C(latest).
+    type: str
+    default: latest
+  wait_timeout:
+    description: Seconds to wait for the server to come back.
+    type: float
+    default: 900
+  lock_timeout:
+    description: Seconds to wait for another run's lock on the unit (default 30).
+    type: int
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author:
+  - remediate maintainers
+"""
+
+EXAMPLES = r"""
+- name: Undo the last remediation
+  remediate.sglang.rollback:
+  become: true
+
+- name: Restore one backup
+  remediate.sglang.rollback:
+    to: /etc/systemd/system/sglang.service.bak.oom.1795939200
+  become: true
+"""
+
+RETURN = r"""
+outcome:
+  description: restored, unchanged, failed.
+  returned: always
+  type: str
+  sample: restored
+backup:
+  description: Where the unit was saved before the restore (C(.bak.rollback.<epoch>)).
+  returned: when a file was written
+  type: str
+max_total_num_tokens:
+  description: The KV pool the restored server reports.
+  returned: when the server answered
+  type: int
+unit_diff:
+  description: The restore's change as a unified diff (secrets masked).
+  returned: always
+  type: str
+error:
+  description: The tool's one-line message when the outcome is not a success.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+    finish,
+    guarded,
+    local,
+    require_library,
+)
+
+ARGUMENT_SPEC = dict(
+    unit=dict(type="str"),
+    to=dict(type="str", default="latest"),
+    wait_timeout=dict(type="float", default=900.0),
+    lock_timeout=dict(type="int"),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    require_library(module)
+    from remediate import api
+
+    p = module.params
+
+    def run():
+        targets, factory = local()
+        rollout = api.rollback(
+            targets,
+            unit=p["unit"],
+            to=p["to"],
+            timeout=p["wait_timeout"],
+            lock_timeout=p["lock_timeout"],
+            dry_run=module.check_mode,
+            transport_factory=factory,
+        )
+        return rollout.results[0]
+
+    finish(module, guarded(module, run))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+#!/usr/bin/python
+# Copyright: remediate maintainers
+# Apache-2.0 (see the repository's pyproject.toml)
+"""remediate.sglang.status: the sglang unit's state as facts (read-only)."""
+
+from __future__ import absolute_import, annotations, division, print_function
+
+DOCUMENTATION = r"""
+---
+module: status
+short_description: Read an sglang unit's state, settings and capacity as facts
+version_added: "0.1.0"
+description:
+  - Read-only, on the GPU host (C(remediate status --local)); never changes anything, so C(changed) is
+    always false.
+  - Sets the fact C(remediate_sglang) - unit, state, flags, allocator environment, tokens and whether the
+    unit is remediated.
+requirements:
+  - the C(remediate) library importable by C(ansible_python_interpreter) (see the C(install) role)
+  - root on the target (C(become=true))
+options:
+  unit:
+    description: The systemd unit. Default, the unit whose ExecStart runs sglang.
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+author:
+  - remediate maintainers
+"""
+
+EXAMPLES = r"""
+- name: Read the unit's state
+  remediate.sglang.status:
+  become: true
+
+- name: Hosts not remediated yet
+  ansible.builtin.debug:
+    msg: "{{ inventory_hostname }} needs remediate.sglang.oom"
+  when: not ansible_facts.remediate_sglang.remediated
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The unit's state.
+  returned: always
+  type: complex
+  contains:
+    remediate_sglang:
+      description: unit, unit_path, active_state, flags (sglang's), env (the allocator's), tokens
+        (C(max_total_num_tokens)), remediated (the unit already has the fix).
+      type: dict
+      returned: always
+outcome:
+  description: unchanged (read), failed.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+    finish,
+    guarded,
+    local,
+    require_library,
+)
+
+
+ARGUMENT_SPEC = dict(unit=dict(type="str"))
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    require_library(module)
+    from remediate import api
+
+    def run():
+        targets, factory = local()
+        return api.status(targets, unit=module.params["unit"], transport_factory=factory)[0]
+
+    result = guarded(module, run)
+    facts = {
+        "unit": result.unit,
+        "unit_path": result.unit_path,
+        "active_state": result.extra.get("active_state"),
+        "flags": result.flags_before,
+        "env": result.env_before,
+        "tokens": result.max_total_num_tokens,
+        "remediated": result.extra.get("remediated"),
+    }
+    finish(module, result, read_only=True, facts={"remediate_sglang": facts})
+
+
+if __name__ == "__main__":
+    main()
