@@ -48,6 +48,7 @@ CLI_MODULES = {
     "remediate.cli.options",
     "remediate.cli.change",
     "remediate.cli.read",
+    "remediate.cli.watch",
     "remediate.cli.flags",
     *RENDERERS,
 }

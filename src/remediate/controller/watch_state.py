@@ -151,8 +151,11 @@ class WatchState:
         return Incident(row[0], row[1], row[2], row[3], row[4], row[5], tuple(json.loads(row[6])), bool(row[7]))
 
     def save_incident(self, incident: Incident, outcome: str | None = None) -> None:
+        """Insert or update; an outcome of None keeps the one saved."""
         self._db.execute(
-            "INSERT OR REPLACE INTO incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
+            " last_at = excluded.last_at, crashes = excluded.crashes, kinds = excluded.kinds,"
+            " closed = excluded.closed, outcome = COALESCE(excluded.outcome, incidents.outcome)",
             (
                 incident.id,
                 incident.host,

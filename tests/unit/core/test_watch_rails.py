@@ -110,6 +110,8 @@ def test_breaker_more_than_half() -> None:
     three = FleetView(4, (("h1", 10.0), ("h2", 20.0), ("h3", 25.0)))
     assert "3 of 4 hosts crashed" in (breaker_trip(three, p, 30.0) or "")
     assert breaker_trip(three, p, 10.0 + p.breaker_window_s + 1) is None  # h1 left the window
+    assert breaker_trip(FleetView(1, (("h1", 10.0),)), p, 30.0) is None  # one host alone is not fleet-wide
+    assert breaker_trip(FleetView(2, (("h1", 10.0),)), p, 30.0) is None
     counted = Policy(breaker_percentage=None, breaker_count=2)
     assert "more than 2" in (breaker_trip(three, counted, 30.0) or "")
 

@@ -34,7 +34,8 @@ class Decision:
 
 
 def breaker_trip(fleet: FleetView, policy: Policy, now: float) -> str | None:
-    """Why the breaker trips now, or None: more crashed hosts within the window than the policy allows.
+    """Why the breaker trips now, or None: more crashed hosts within the window than the policy allows
+    (the percentage needs at least two crashed hosts: one host's crash is that host's).
 
     Anchors: Cluster API MachineHealthCheck ``maxUnhealthy`` (past it, remediation stops: the cause is not
     the machines) and NVIDIA NVSentinel's fault-quarantine circuit breaker (``percentage``, ``duration``;
@@ -45,7 +46,8 @@ def breaker_trip(fleet: FleetView, policy: Policy, now: float) -> str | None:
     if policy.breaker_count is not None and len(hosts) > policy.breaker_count:
         return f"{len(hosts)} hosts crashed within {window} (more than {policy.breaker_count})"
     pct = policy.breaker_percentage
-    if pct is not None and fleet.watched > 0 and len(hosts) * 100 > pct * fleet.watched:
+    # One crashed host is never fleet-wide: with a fleet of 1 or 2 the percentage alone would trip on it.
+    if pct is not None and len(hosts) >= 2 and len(hosts) * 100 > pct * fleet.watched:
         return f"{len(hosts)} of {fleet.watched} hosts crashed within {window} (more than {pct:g}%)"
     return None
 
