@@ -17,7 +17,7 @@ from remediate.controller.watch_state import WatchState
 from remediate.core.watch.policy import Policy
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
-from remediate.fleet.settings import resolve_hosts, run_options_for
+from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
 from remediate.fleet.watch.loop import Watcher
 from remediate.fleet.watch.policy_file import load_policy
 from remediate.fleet.watch.sdnotify import sd_notify
@@ -71,7 +71,7 @@ def watch(
     factory = transports(transport_factory)
     watcher = Watcher(
         hosts,
-        lambda entry: factory(entry, request.ssh),
+        lambda entry: factory(entry, ssh_for(entry, request.ssh)),
         _diagnose(request),
         _fix(request, policy, transport_factory),
         state,
@@ -145,6 +145,8 @@ def _host_state(event: dict[str, Any], before: str) -> str:
     kind = event.get("event")
     if kind == "detected":
         return "crashed"
+    if kind == "unreachable":
+        return "unreachable"
     if kind == "decided" and event.get("verdict") == "needs_human":
         return "needs_human"
     if kind == "acted":

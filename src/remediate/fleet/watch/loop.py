@@ -76,14 +76,18 @@ class Watcher:
 
     def round(self, now: float) -> None:
         """One poll of every host, then the decisions; pending approvals answered since are acted on."""
-        for h in self._hosts.values():
-            self._poll(h, now)
+        crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
+        # Every crash of the round is counted before any is decided: the breaker sees them all at once.
+        self.crashes.extend((h.entry.name, now) for h, _ in crashed)
+        for h, reason in crashed:
+            self._crashed(h, now, reason)
         self._answered(now)
 
     # -- one host ------------------------------------------------------------------------------------
-    def _poll(self, h: _Host, now: float) -> None:
+    def _poll(self, h: _Host, now: float) -> str | None:
+        """The host's poll; the reason of a new crash, else None."""
         if now < h.retry_at:
-            return
+            return None
         if h.transport is None:
             h.transport = self.connect(h.entry)
         cursor = self.state.cursor(h.entry.name, h.unit)
@@ -93,8 +97,10 @@ class Watcher:
             h.transport = None
             h.failures += 1
             h.retry_at = now + min(MAX_BACKOFF_S, 2.0**h.failures)
+            if h.state != "unreachable":
+                self.event("unreachable", now, host=h.entry.name, unit=h.unit, retry_in=h.retry_at - now)
             h.state = "unreachable"
-            return
+            return None
         h.failures = 0
         reason = crash_reason(h.previous, poll)
         h.previous = poll.observation
@@ -107,13 +113,11 @@ class Watcher:
                     self.state.save_history(h.entry.name, note_healthy(history, now))
                     if h.state in ("unknown", "unreachable", "crashed"):
                         h.state = "healthy"
-                return
-        self._crashed(h, now, reason)
+        return reason
 
     def _crashed(self, h: _Host, now: float, reason: str) -> None:
         name = h.entry.name
         h.state = "crashed"
-        self.crashes.append((name, now))
         self.event("detected", now, host=name, unit=h.unit, reason=reason)
         assert h.transport is not None
         try:
