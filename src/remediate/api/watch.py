@@ -21,6 +21,7 @@ from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
 from remediate.fleet.watch.loop import Watcher
 from remediate.fleet.watch.policy_file import load_policy
 from remediate.fleet.watch.sdnotify import sd_notify
+from remediate.fleet.watch.webhook import check_url, post_event
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions, Transport
 
@@ -41,6 +42,7 @@ class WatchRequest:
     once: bool = False
     state_dir: str | None = None
     wait_timeout: float = 900.0
+    webhook: str | None = None
 
 
 def _state(directory: str | None) -> WatchState:
@@ -63,6 +65,12 @@ def watch(
         policy = replace(policy, lookback_s=request.lookback_s)
     if request.healthy_period_s is not None:
         policy = replace(policy, healthy_period_s=request.healthy_period_s)
+    webhook = check_url(request.webhook) if request.webhook else None
+    if notify is None and webhook is not None:
+
+        def notify(event: dict[str, Any]) -> None:
+            post_event(webhook, event)  # a webhook that stays down never stops the watcher
+
     _, hosts = resolve_hosts(request.targets, request.inventory)
     base = OomRequest(unit=request.unit)
     hosts = [replace(h, settings={**h.settings, "unit": run_options_for(h, base).unit}) for h in hosts]

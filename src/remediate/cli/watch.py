@@ -61,6 +61,9 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False),
 @click.option("--healthy-period", help="Healthy this long starts a new incident count (default: the policy's, 6h).")
 @click.option("--wait-timeout", type=click.FloatRange(min=1), default=900.0, show_default=True,
               help="Seconds a fix may wait for the server to be healthy.")  # fmt: skip
+@click.option(
+    "--webhook", metavar="URL", help="POST decisions, outcomes and the breaker here (JSON with Slack's text)."
+)
 @click.option("--resume", is_flag=True, help="Re-arm a tripped breaker before watching.")
 @state_dir_option
 @handle_errors
@@ -82,6 +85,7 @@ def run(**kw: Any) -> None:
         once=kw["once"],
         state_dir=kw["state_dir"],
         wait_timeout=kw["wait_timeout"],
+        webhook=kw["webhook"],
     )
     if kw["resume"]:
         api_watch.set_breaker(None, kw["state_dir"])
