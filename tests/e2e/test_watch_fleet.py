@@ -13,7 +13,8 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port
-from tests.unit.fleet.test_watch_webhook import _Receiver, receiver  # noqa: F401 - the receiver fixture
+from tests.unit.fleet.test_watch_webhook import _Receiver
+from tests.unit.fleet.test_watch_webhook import receiver as receiver  # noqa: F401 - the fixture, shared
 
 from .conftest import FAST_KNOBS, UNIT_PATH, CliRun, Node, poll, remediate_argv, run_cli
 from .test_rollout import write_inventory
