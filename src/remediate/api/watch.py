@@ -43,6 +43,7 @@ class WatchRequest:
     state_dir: str | None = None
     wait_timeout: float = 900.0
     webhook: str | None = None
+    metrics_listen: str | None = None
 
 
 def _state(directory: str | None) -> WatchState:
@@ -76,6 +77,12 @@ def watch(
     hosts = [replace(h, settings={**h.settings, "unit": run_options_for(h, base).unit}) for h in hosts]
     state = _state(request.state_dir)
     state.claim()
+    metrics = None
+    if request.metrics_listen:
+        from remediate.fleet.watch.metrics import WatchMetrics
+
+        metrics = WatchMetrics()
+        metrics.listen(request.metrics_listen)
     factory = transports(transport_factory)
     watcher = Watcher(
         hosts,
@@ -86,6 +93,7 @@ def watch(
         policy,
         dry_run=request.dry_run,
         notify=notify,
+        metrics=metrics,
     )
     try:
         while True:

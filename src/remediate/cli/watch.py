@@ -64,6 +64,7 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False),
 @click.option(
     "--webhook", metavar="URL", help="POST decisions, outcomes and the breaker here (JSON with Slack's text)."
 )
+@click.option("--metrics-listen", metavar="HOST:PORT", help="Serve Prometheus /metrics here (e.g. 127.0.0.1:9464).")
 @click.option("--resume", is_flag=True, help="Re-arm a tripped breaker before watching.")
 @state_dir_option
 @handle_errors
@@ -86,6 +87,7 @@ def run(**kw: Any) -> None:
         state_dir=kw["state_dir"],
         wait_timeout=kw["wait_timeout"],
         webhook=kw["webhook"],
+        metrics_listen=kw["metrics_listen"],
     )
     if kw["resume"]:
         api_watch.set_breaker(None, kw["state_dir"])

@@ -5,6 +5,7 @@ in the audit log."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -18,6 +19,7 @@ from remediate.core.watch.incident import Crash, fold, note_crash, note_fix, not
 from remediate.core.watch.policy import Policy
 from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
+from remediate.fleet.watch.metrics import WatchMetrics
 from remediate.host.watch import poll_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
@@ -52,6 +54,7 @@ class Watcher:
     policy: Policy
     dry_run: bool = False
     notify: Callable[[dict[str, Any]], None] | None = None
+    metrics: WatchMetrics | None = None
     crashes: list[tuple[str, float]] = field(default_factory=list)
     _hosts: dict[str, _Host] = field(default_factory=dict)
 
@@ -71,6 +74,8 @@ class Watcher:
     def event(self, kind: str, now: float, **data: Any) -> None:
         record = {"event": kind, "at": now, **data}
         append_event(self.state.directory, record)
+        if self.metrics is not None:
+            self.metrics.observe_event(record)
         if self.notify is not None and kind in ("decided", "outcome", "breaker"):
             self.notify(record)
 
@@ -82,6 +87,8 @@ class Watcher:
         for h, reason in crashed:
             self._crashed(h, now, reason)
         self._answered(now)
+        if self.metrics is not None:
+            self.metrics.observe_round(self.host_states(), self.state.breaker_reason() is not None)
 
     # -- one host ------------------------------------------------------------------------------------
     def _poll(self, h: _Host, now: float) -> str | None:
@@ -91,7 +98,10 @@ class Watcher:
         if h.transport is None:
             h.transport = self.connect(h.entry)
         cursor = self.state.cursor(h.entry.name, h.unit)
+        started = time.monotonic()
         poll = poll_unit(h.transport, h.unit, cursor, None if cursor else now - self.policy.lookback_s)
+        if self.metrics is not None:
+            self.metrics.poll.observe(time.monotonic() - started)
         if poll is None:  # unreachable: never a crash; reconnect later, backing off (capped)
             h.transport.close()
             h.transport = None
