@@ -80,3 +80,24 @@ def test_approval_mode_waits_for_approve(incident: Node, tmp_path: Path) -> None
     outcome = _events(state)[-1]
     assert outcome["event"] == "outcome" and outcome["outcome"] == "remediated", outcome
     assert node.bytes(UNIT_PATH) != original
+
+
+def test_deny_drops_the_action(incident: Node, tmp_path: Path) -> None:
+    node, state = incident, tmp_path / "watch-state"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("approval: true\n")
+    original = node.bytes(UNIT_PATH)
+    assert _watch(node, state, "--policy", str(policy)).returncode == 0
+    _crash(node)
+    assert _watch(node, state, "--policy", str(policy)).returncode == 0
+    incident_id = str(_events(state)[-1]["incident"])
+    deny = node.cli("watch", incident_id, "--state-dir", str(state), target="deny", ssh_config=False, json_out=False)
+    assert deny.returncode == 0, deny
+    assert _watch(node, state, "--policy", str(policy)).returncode == 0
+    outcome = _events(state)[-1]
+    assert outcome["event"] == "outcome" and outcome["outcome"] == "denied", outcome
+    assert node.bytes(UNIT_PATH) == original, "a denied fix is never made"
+    again = node.cli(
+        "watch", incident_id, "--state-dir", str(state), target="approve", ssh_config=False, json_out=False
+    )
+    assert again.returncode == 2 and "no pending approval" in again.stderr, again
