@@ -101,3 +101,26 @@ def test_deny_drops_the_action(incident: Node, tmp_path: Path) -> None:
         "watch", incident_id, "--state-dir", str(state), target="approve", ssh_config=False, json_out=False
     )
     assert again.returncode == 2 and "no pending approval" in again.stderr, again
+
+
+def test_startup_not_enough_memory_is_reported_not_fixed(node: Node, tmp_path: Path) -> None:
+    from sandbox.units import incident_unit
+
+    state = tmp_path / "watch-state"
+    text = incident_unit(node.host.address, node.port).replace(
+        "--mem-fraction-static 0.94", "--mem-fraction-static 0.75"
+    )
+    node.install(text, start=False)
+    original = node.bytes(UNIT_PATH)
+    assert _watch(node, state).returncode == 0  # the cursor, before the start
+    assert node.host.systemctl("start", "sglang.service").returncode == 0
+    poll(lambda: any("Not enough memory" in line for line in node.journal()), deadline=20, what="the startup failure")
+    poll(lambda: any("Main process exited" in line for line in node.journal()), deadline=20, what="the exit")
+    assert _watch(node, state).returncode == 0
+    events = _events(state)
+    diagnosed = next(e for e in events if e["event"] == "diagnosed")
+    assert "kv_pool_too_small_at_startup" in diagnosed["kinds"]  # type: ignore[operator]
+    decided = next(e for e in events if e["event"] == "decided")
+    assert decided["verdict"] == "report", decided
+    assert not [e for e in events if e["event"] == "acted"]
+    assert node.bytes(UNIT_PATH) == original
