@@ -69,7 +69,12 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False),
 @state_dir_option
 @handle_errors
 def run(**kw: Any) -> None:
-    """Run the watcher (the default subcommand)."""
+    """Run the watcher (the default subcommand).
+
+    \b
+    Example:
+      remediate watch all -i inventory.yaml --policy watch-policy.yaml --interval 15s
+    """
     from remediate.api import watch as api_watch
     from remediate.api.watch import sd_notify
 
@@ -114,7 +119,12 @@ def run(**kw: Any) -> None:
 @state_dir_option
 @handle_errors
 def status(as_json: bool, state_dir: str | None) -> None:
-    """Every host's state, the breaker, pending approvals and the last incidents."""
+    """Every host's state, the breaker, pending approvals and the last incidents.
+
+    \b
+    Example:
+      remediate watch status --json
+    """
     from remediate.api.watch import watch_status
 
     doc = watch_status(state_dir)
@@ -135,7 +145,12 @@ def status(as_json: bool, state_dir: str | None) -> None:
 @state_dir_option
 @handle_errors
 def approve(approval_id: str, state_dir: str | None) -> None:
-    """Let a pending fix go ahead."""
+    """Let a pending fix go ahead.
+
+    \b
+    Example:
+      remediate watch approve 3f2a9c1e
+    """
     from remediate.api.watch import answer
 
     answer(approval_id, approve=True, who=getpass.getuser(), directory=state_dir)
@@ -146,7 +161,12 @@ def approve(approval_id: str, state_dir: str | None) -> None:
 @state_dir_option
 @handle_errors
 def deny(approval_id: str, state_dir: str | None) -> None:
-    """Drop a pending fix."""
+    """Drop a pending fix.
+
+    \b
+    Example:
+      remediate watch deny 3f2a9c1e
+    """
     from remediate.api.watch import answer
 
     answer(approval_id, approve=False, who=getpass.getuser(), directory=state_dir)
@@ -156,7 +176,12 @@ def deny(approval_id: str, state_dir: str | None) -> None:
 @state_dir_option
 @handle_errors
 def pause(state_dir: str | None) -> None:
-    """Stop automatic fixes (crashes are still reported) until `resume`."""
+    """Stop automatic fixes (crashes are still reported) until `resume`.
+
+    \b
+    Example:
+      remediate watch pause
+    """
     from remediate.api.watch import set_paused
 
     set_paused(True, state_dir)
@@ -166,7 +191,12 @@ def pause(state_dir: str | None) -> None:
 @state_dir_option
 @handle_errors
 def resume(state_dir: str | None) -> None:
-    """Lift a pause and re-arm a tripped breaker."""
+    """Lift a pause and re-arm a tripped breaker.
+
+    \b
+    Example:
+      remediate watch resume
+    """
     from remediate.api.watch import set_breaker, set_paused
 
     set_paused(False, state_dir)
