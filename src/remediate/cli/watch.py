@@ -65,7 +65,7 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False),
     "--webhook", metavar="URL", help="POST decisions, outcomes and the breaker here (JSON with Slack's text)."
 )
 @click.option("--metrics-listen", metavar="HOST:PORT", help="Serve Prometheus /metrics here (e.g. 127.0.0.1:9464).")
-@click.option("--resume", is_flag=True, help="Re-arm a tripped breaker before watching.")
+@click.option("--resume", is_flag=True, allow_from_autoenv=False, help="Re-arm a tripped breaker before watching.")
 @state_dir_option
 @handle_errors
 def run(**kw: Any) -> None:
