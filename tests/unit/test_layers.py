@@ -48,6 +48,7 @@ CLI_MODULES = {
     "remediate.cli.options",
     "remediate.cli.change",
     "remediate.cli.read",
+    "remediate.cli.watch",
     "remediate.cli.flags",
     *RENDERERS,
 }
@@ -61,6 +62,7 @@ THIRD_PARTY_HOMES = {
     "paramiko": {"remediate.transport.ssh", "remediate.transport.ssh_errors", "remediate.transport.ssh_security"},
     "invoke": {"remediate.transport.ssh"},
     "jinja2": {"remediate.host.templates"},
+    "prometheus_client": {"remediate.fleet.watch.metrics"},
 }
 # The concrete SSH transport is chosen once, by the API's default factory; everything else sees the Protocol.
 SSH_IMPORTERS = {"remediate.api.hosts", "remediate.transport.ssh"}

@@ -1,0 +1,200 @@
+"""The API of `remediate watch`: the loop over the selected hosts, and the state's switches (status,
+approve, deny, pause, resume) that another process may use while the watcher runs."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from remediate.api.hosts import TransportFactory, transports
+from remediate.controller.state import ensure_dir, state_dir
+from remediate.controller.watch_audit import read_events
+from remediate.controller.watch_state import WatchState
+from remediate.core.watch.policy import Policy
+from remediate.fleet.inventory import HostEntry
+from remediate.fleet.request import OomRequest
+from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
+from remediate.fleet.watch.loop import Watcher
+from remediate.fleet.watch.policy_file import load_policy
+from remediate.fleet.watch.sdnotify import sd_notify
+from remediate.fleet.watch.webhook import check_url, post_event
+from remediate.models import HostResult
+from remediate.transport.base import SSHOptions, Transport
+
+__all__ = ["WatchRequest", "answer", "sd_notify", "set_breaker", "set_paused", "watch", "watch_status"]
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    targets: tuple[str, ...] = ()
+    inventory: str | None = None
+    ssh: SSHOptions = field(default_factory=SSHOptions)
+    unit: str | None = None
+    policy: str | None = None
+    interval_s: float = 15.0
+    lookback_s: float | None = None
+    healthy_period_s: float | None = None
+    dry_run: bool = False
+    once: bool = False
+    state_dir: str | None = None
+    wait_timeout: float = 900.0
+    webhook: str | None = None
+    metrics_listen: str | None = None
+
+
+def _state(directory: str | None) -> WatchState:
+    return WatchState(ensure_dir(Path(directory) if directory else state_dir()))
+
+
+def watch(
+    request: WatchRequest,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+    notify: Callable[[dict[str, Any]], None] | None = None,
+    on_round: Callable[[Watcher], None] | None = None,
+    transport_factory: TransportFactory | None = None,
+) -> int:
+    """Watch until ``should_stop()`` (or one round with ``once``); bad input fails before any host is read."""
+    policy = load_policy(request.policy)
+    if request.lookback_s is not None:
+        policy = replace(policy, lookback_s=request.lookback_s)
+    if request.healthy_period_s is not None:
+        policy = replace(policy, healthy_period_s=request.healthy_period_s)
+    webhook = check_url(request.webhook) if request.webhook else None
+    if notify is None and webhook is not None:
+
+        def notify(event: dict[str, Any]) -> None:
+            post_event(webhook, event)  # a webhook that stays down never stops the watcher
+
+    _, hosts = resolve_hosts(request.targets, request.inventory)
+    base = OomRequest(unit=request.unit)
+    hosts = [replace(h, settings={**h.settings, "unit": run_options_for(h, base).unit}) for h in hosts]
+    state = _state(request.state_dir)
+    state.claim()
+    metrics = None
+    if request.metrics_listen:
+        from remediate.fleet.watch.metrics import WatchMetrics
+
+        metrics = WatchMetrics()
+        metrics.listen(request.metrics_listen)
+    factory = transports(transport_factory)
+    watcher = Watcher(
+        hosts,
+        lambda entry: factory(entry, ssh_for(entry, request.ssh)),
+        _diagnose(request),
+        _fix(request, policy, transport_factory),
+        state,
+        policy,
+        dry_run=request.dry_run,
+        notify=notify,
+        metrics=metrics,
+    )
+    try:
+        while True:
+            watcher.round(clock())
+            if on_round is not None:
+                on_round(watcher)
+            if request.once or should_stop():
+                return 0
+            sleep(request.interval_s * random.uniform(0.8, 1.2))  # noqa: S311 - jitter, not a secret
+            if should_stop():
+                return 0
+    finally:
+        watcher.close()
+        state.close()
+
+
+def _diagnose(request: WatchRequest) -> Callable[[Transport, HostEntry], HostResult]:
+    def one(transport: Transport, entry: HostEntry) -> HostResult:
+        from remediate.host.diagnose import diagnose_host
+
+        return diagnose_host(transport, run_options_for(entry, OomRequest(unit=request.unit)), label=entry.name)
+
+    return one
+
+
+def _fix(request: WatchRequest, policy: Policy, factory: TransportFactory | None) -> Callable[[HostEntry], HostResult]:
+    def one(entry: HostEntry) -> HostResult:
+        from remediate.api.change import remediate_oom
+
+        oom = OomRequest(
+            targets=(entry.name,),
+            inventory=request.inventory,
+            ssh=request.ssh,
+            unit=request.unit,
+            timeout=request.wait_timeout,
+            auto=policy.how == "auto",
+            allow_raise=False,  # the watcher never raises a fraction
+        )
+        return remediate_oom(oom, transport_factory=factory).results[0]
+
+    return one
+
+
+def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[str, Any]:
+    """What an on-call reads first: the breaker, the pause, pending approvals, the last incidents and events."""
+    state = _state(directory)
+    try:
+        hosts: dict[str, str] = {}
+        for event in read_events(state.directory):
+            host = event.get("host")
+            if isinstance(host, str):
+                hosts[host] = _host_state(event, hosts.get(host, "healthy"))
+        return {
+            "breaker": state.breaker_reason(),
+            "paused": state.is_paused(),
+            "pending_approvals": [{"id": a, "incident": i, "host": h} for a, i, h in state.pending()],
+            "incidents": state.incidents(incidents),
+            "hosts": hosts,
+        }
+    finally:
+        state.close()
+
+
+def _host_state(event: dict[str, Any], before: str) -> str:
+    kind = event.get("event")
+    if kind == "detected":
+        return "crashed"
+    if kind == "unreachable":
+        return "unreachable"
+    if kind == "decided" and event.get("verdict") == "needs_human":
+        return "needs_human"
+    if kind == "acted":
+        return "remediating"
+    if kind == "outcome":
+        return "cooling_down" if event.get("outcome") == "remediated" else "crashed"
+    return before
+
+
+def answer(approval_id: str, *, approve: bool, who: str, directory: str | None = None) -> None:
+    state = _state(directory)
+    try:
+        state.answer(approval_id, approve=approve, who=who)
+    finally:
+        state.close()
+
+
+def set_paused(is_paused: bool, directory: str | None = None) -> None:
+    state = _state(directory)
+    try:
+        state.set_paused(is_paused)
+    finally:
+        state.close()
+
+
+def set_breaker(reason: str | None, directory: str | None = None) -> None:
+    """``None`` re-arms the breaker (``--resume``): only a person closes it."""
+    state = _state(directory)
+    try:
+        if reason is None:
+            state.reset_breaker()
+        else:
+            state.trip_breaker(reason)
+    finally:
+        state.close()

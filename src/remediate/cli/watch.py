@@ -1,0 +1,203 @@
+"""`remediate watch`: the remediation agent (the loop), and its switches: status, approve, deny, pause, resume.
+
+``remediate watch TARGET…`` runs the loop (the group's default command, `run`); a host named like a
+subcommand is reached as ``remediate watch run NAME``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import signal
+import threading
+from typing import Any
+
+import click
+
+from remediate.cli.app import cli
+from remediate.cli.options import connection_options, handle_errors, ssh_options, timeout
+
+_SUBCOMMANDS = ("run", "status", "approve", "deny", "pause", "resume")
+
+
+class _DefaultRun(click.Group):
+    """A group whose first word, when it is not a subcommand, is a target of `run`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in _SUBCOMMANDS and args[0] not in ("--help", "-h")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@cli.group(cls=_DefaultRun)
+def watch() -> None:
+    """Watch hosts, diagnose each OOM crash and fix it under the rails (cooldown, cap, breaker, approval).
+
+    \b
+    Examples:
+      remediate watch all -i inventory.yaml --interval 15s
+      remediate watch all -i inventory.yaml --once --dry-run
+      remediate watch status --json
+      remediate watch approve 3f2a9c1e
+    """
+
+
+def _seconds(value: str | None, flag: str) -> float | None:
+    from remediate.core.watch.policy import parse_duration
+
+    return None if value is None else parse_duration(value, flag)
+
+
+state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False), help="The watcher's state directory.")
+
+
+@watch.command("run")
+@connection_options
+@click.option("--interval", default="15s", show_default=True, help="Time between polls (jittered ±20%).")
+@click.option("--policy", type=click.Path(dir_okay=False), help="The policy file (YAML; docs/WATCH.md).")
+@click.option("--dry-run", is_flag=True, help="Decide and log, never act.")
+@click.option("--once", is_flag=True, help="One poll round, then exit (cron, a systemd timer).")
+@click.option("--lookback", help="Without a saved cursor: how far back to read (default: the policy's, 1h).")
+@click.option("--healthy-period", help="Healthy this long starts a new incident count (default: the policy's, 6h).")
+@click.option("--wait-timeout", type=click.FloatRange(min=1), default=900.0, show_default=True,
+              help="Seconds a fix may wait for the server to be healthy.")  # fmt: skip
+@click.option(
+    "--webhook", metavar="URL", help="POST decisions, outcomes and the breaker here (JSON with Slack's text)."
+)
+@click.option("--metrics-listen", metavar="HOST:PORT", help="Serve Prometheus /metrics here (e.g. 127.0.0.1:9464).")
+@click.option("--resume", is_flag=True, allow_from_autoenv=False, help="Re-arm a tripped breaker before watching.")
+@state_dir_option
+@handle_errors
+def run(**kw: Any) -> None:
+    """Run the watcher (the default subcommand).
+
+    \b
+    Example:
+      remediate watch all -i inventory.yaml --policy watch-policy.yaml --interval 15s
+    """
+    from remediate.api import watch as api_watch
+    from remediate.api.watch import sd_notify
+
+    request = api_watch.WatchRequest(
+        targets=tuple(kw["targets"]),
+        inventory=kw["inventory"],
+        ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
+        unit=kw["unit"],
+        policy=kw["policy"],
+        interval_s=_seconds(kw["interval"], "--interval") or 15.0,
+        lookback_s=_seconds(kw["lookback"], "--lookback"),
+        healthy_period_s=_seconds(kw["healthy_period"], "--healthy-period"),
+        dry_run=kw["dry_run"],
+        once=kw["once"],
+        state_dir=kw["state_dir"],
+        wait_timeout=kw["wait_timeout"],
+        webhook=kw["webhook"],
+        metrics_listen=kw["metrics_listen"],
+    )
+    if kw["resume"]:
+        api_watch.set_breaker(None, kw["state_dir"])
+    stop = threading.Event()
+    # SIGTERM: an in-flight fix finishes (bounded by --wait-timeout), no new one starts.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    rounds = [0]
+
+    def on_round(_: object) -> None:
+        rounds[0] += 1
+        sd_notify("READY=1\nWATCHDOG=1" if rounds[0] == 1 else "WATCHDOG=1")
+
+    def pause_between(seconds: float) -> None:
+        stop.wait(seconds)  # SIGTERM cuts the pause short
+
+    try:
+        api_watch.watch(request, should_stop=stop.is_set, sleep=pause_between, on_round=on_round)
+    finally:
+        sd_notify("STOPPING=1")
+
+
+@watch.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+@state_dir_option
+@handle_errors
+def status(as_json: bool, state_dir: str | None) -> None:
+    """Every host's state, the breaker, pending approvals and the last incidents.
+
+    \b
+    Example:
+      remediate watch status --json
+    """
+    from remediate.api.watch import watch_status
+
+    doc = watch_status(state_dir)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+        return
+    click.echo(f"breaker: {doc['breaker'] or 'closed'}; paused: {'yes' if doc['paused'] else 'no'}")
+    for host, state in doc["hosts"].items():
+        click.echo(f"  {host}: {state}")
+    for a in doc["pending_approvals"]:
+        click.echo(f"  pending approval {a['id']} ({a['host']}): remediate watch approve {a['id']}")
+    for i in doc["incidents"]:
+        click.echo(f"  incident {i['id']} {i['host']} {i['unit']}: {i['crashes']} crash(es), {i['outcome']}")
+
+
+@watch.command("approve")
+@click.argument("approval_id")
+@state_dir_option
+@handle_errors
+def approve(approval_id: str, state_dir: str | None) -> None:
+    """Let a pending fix go ahead.
+
+    \b
+    Example:
+      remediate watch approve 3f2a9c1e
+    """
+    from remediate.api.watch import answer
+
+    answer(approval_id, approve=True, who=getpass.getuser(), directory=state_dir)
+
+
+@watch.command("deny")
+@click.argument("approval_id")
+@state_dir_option
+@handle_errors
+def deny(approval_id: str, state_dir: str | None) -> None:
+    """Drop a pending fix.
+
+    \b
+    Example:
+      remediate watch deny 3f2a9c1e
+    """
+    from remediate.api.watch import answer
+
+    answer(approval_id, approve=False, who=getpass.getuser(), directory=state_dir)
+
+
+@watch.command("pause")
+@state_dir_option
+@handle_errors
+def pause(state_dir: str | None) -> None:
+    """Stop automatic fixes (crashes are still reported) until `resume`.
+
+    \b
+    Example:
+      remediate watch pause
+    """
+    from remediate.api.watch import set_paused
+
+    set_paused(True, state_dir)
+
+
+@watch.command("resume")
+@state_dir_option
+@handle_errors
+def resume(state_dir: str | None) -> None:
+    """Lift a pause and re-arm a tripped breaker.
+
+    \b
+    Example:
+      remediate watch resume
+    """
+    from remediate.api.watch import set_breaker, set_paused
+
+    set_paused(False, state_dir)
+    set_breaker(None, state_dir)

@@ -1,0 +1,198 @@
+"""The watcher's state in SQLite in the state directory (``watch.db``, WAL): cursors, hosts' histories,
+incidents, pending approvals, the breaker and the pause switch.
+
+One transaction per decision (``with state.transaction():``); ``approve``/``deny``/``pause``/``resume``
+from another process are plain short transactions, safe while the watcher runs (WAL, a busy timeout).
+One active watcher per state: ``claim()`` takes an exclusive flock on ``watch.lock`` beside the database
+and holds it for the watcher's life (the kernel drops it when the process dies, SIGKILL included).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from remediate.core.watch.incident import HostHistory, Incident
+from remediate.errors import ConfigError
+
+DB = "watch.db"
+LOCK = "watch.lock"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS cursors (host TEXT, unit TEXT, cursor TEXT, PRIMARY KEY (host, unit));
+CREATE TABLE IF NOT EXISTS hosts (host TEXT PRIMARY KEY, fixes TEXT NOT NULL DEFAULT '[]',
+    count_from REAL NOT NULL DEFAULT 0, healthy_since REAL, needs_human INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS incidents (id TEXT PRIMARY KEY, host TEXT, unit TEXT, opened_at REAL, last_at REAL,
+    crashes INTEGER, kinds TEXT, closed INTEGER NOT NULL DEFAULT 0, outcome TEXT);
+CREATE TABLE IF NOT EXISTS approvals (id TEXT PRIMARY KEY, incident TEXT, host TEXT, created_at REAL,
+    status TEXT NOT NULL DEFAULT 'pending', who TEXT);
+"""
+
+
+class WatchState:
+    """The database of one state directory; every method is one short transaction unless inside ``transaction()``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock_fd: int | None = None
+        self._db = sqlite3.connect(directory / DB, timeout=10.0, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db.executescript(_SCHEMA)
+        self._depth = 0
+
+    def close(self) -> None:
+        self._db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def claim(self) -> None:
+        """Become the one watcher of this state; ConfigError when another process holds it."""
+        fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(
+                "another watcher runs on this state (one watcher per state directory)",
+                source=str(self.directory / LOCK),
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One decision's reads and writes, all or nothing (BEGIN IMMEDIATE: writers queue, readers go on)."""
+        if self._depth:
+            yield
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._db.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    # switches ---------------------------------------------------------------------------------------------
+    def _get(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set(self, key: str, value: str | None) -> None:
+        if value is None:
+            self._db.execute("DELETE FROM kv WHERE key = ?", (key,))
+        else:
+            self._db.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
+
+    def is_paused(self) -> bool:
+        return self._get("paused") is not None
+
+    def set_paused(self, is_paused: bool) -> None:
+        self._set("paused", "1" if is_paused else None)
+
+    def breaker_reason(self) -> str | None:
+        return self._get("breaker")
+
+    def trip_breaker(self, reason: str) -> None:
+        self._set("breaker", reason)
+
+    def reset_breaker(self) -> None:
+        self._set("breaker", None)
+
+    # cursors and hosts -----------------------------------------------------------------------------------
+    def cursor(self, host: str, unit: str) -> str | None:
+        row = self._db.execute("SELECT cursor FROM cursors WHERE host = ? AND unit = ?", (host, unit)).fetchone()
+        return None if row is None else str(row[0])
+
+    def save_cursor(self, host: str, unit: str, cursor: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (host, unit, cursor))
+
+    def history(self, host: str) -> HostHistory:
+        row = self._db.execute(
+            "SELECT fixes, count_from, healthy_since, needs_human FROM hosts WHERE host = ?", (host,)
+        ).fetchone()
+        if row is None:
+            return HostHistory()
+        return HostHistory(tuple(float(t) for t in json.loads(row[0])), float(row[1]), row[2], bool(row[3]))
+
+    def save_history(self, host: str, history: HostHistory) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO hosts VALUES (?, ?, ?, ?, ?)",
+            (
+                host,
+                json.dumps(list(history.fixes)),
+                history.count_from,
+                history.healthy_since,
+                int(history.is_needs_human),
+            ),
+        )
+
+    # incidents and approvals -----------------------------------------------------------------------------
+    def open_incident(self, host: str, unit: str) -> Incident | None:
+        row = self._db.execute(
+            "SELECT id, host, unit, opened_at, last_at, crashes, kinds, closed FROM incidents"
+            " WHERE host = ? AND unit = ? AND closed = 0 ORDER BY last_at DESC LIMIT 1",
+            (host, unit),
+        ).fetchone()
+        if row is None:
+            return None
+        return Incident(row[0], row[1], row[2], row[3], row[4], row[5], tuple(json.loads(row[6])), bool(row[7]))
+
+    def save_incident(self, incident: Incident, outcome: str | None = None) -> None:
+        """Insert or update; an outcome of None keeps the one saved."""
+        self._db.execute(
+            "INSERT INTO incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
+            " last_at = excluded.last_at, crashes = excluded.crashes, kinds = excluded.kinds,"
+            " closed = excluded.closed, outcome = COALESCE(excluded.outcome, incidents.outcome)",
+            (
+                incident.id,
+                incident.host,
+                incident.unit,
+                incident.opened_at,
+                incident.last_at,
+                incident.crashes,
+                json.dumps(list(incident.kinds)),
+                int(incident.is_closed),
+                outcome,
+            ),
+        )
+
+    def incidents(self, limit: int = 20) -> list[dict[str, object]]:
+        cur = self._db.execute("SELECT * FROM incidents ORDER BY last_at DESC LIMIT ?", (limit,))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def request_approval(self, approval_id: str, incident: str, host: str, at: float) -> None:
+        self._db.execute(
+            "INSERT OR IGNORE INTO approvals (id, incident, host, created_at) VALUES (?, ?, ?, ?)",
+            (approval_id, incident, host, at),
+        )
+
+    def answer(self, approval_id: str, *, approve: bool, who: str) -> None:
+        """``approve ID`` / ``deny ID``; ConfigError when no such approval is pending."""
+        status = "approved" if approve else "denied"
+        cur = self._db.execute(
+            "UPDATE approvals SET status = ?, who = ? WHERE id = ? AND status = 'pending'", (status, who, approval_id)
+        )
+        if cur.rowcount != 1:
+            raise ConfigError(f"no pending approval {approval_id!r}", source=str(self.directory / DB))
+
+    def approval(self, approval_id: str) -> tuple[str, str | None] | None:
+        row = self._db.execute("SELECT status, who FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+        return None if row is None else (str(row[0]), row[1])
+
+    def pending(self) -> list[tuple[str, str, str]]:
+        rows = self._db.execute("SELECT id, incident, host FROM approvals WHERE status = 'pending' ORDER BY created_at")
+        return [(str(a), str(b), str(c)) for a, b, c in rows.fetchall()]

@@ -1,0 +1,85 @@
+"""Crashes, incidents and a host's history: one crash loop is one incident; what the cap counts.
+
+KubeadmControlPlane's ``minHealthyPeriod`` is the anchor of the count's reset: a failure after the host
+stayed healthy that long is a new incident count, not one more retry of the old one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from remediate.core.watch.policy import Policy
+
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class Crash:
+    """One crash seen on a host: when, which invocation, and the diagnosed finding kinds."""
+
+    host: str
+    unit: str
+    at: float
+    invocation: str = ""
+    kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Incident:
+    """Crashes of one unit folded together until a fix is decided or the loop goes quiet."""
+
+    id: str
+    host: str
+    unit: str
+    opened_at: float
+    last_at: float
+    crashes: int = 1
+    kinds: tuple[str, ...] = ()
+    is_closed: bool = False
+
+
+@dataclass(frozen=True)
+class HostHistory:
+    """What the rails need of a host's past: its automatic fixes (rolled back ones too) and health."""
+
+    fixes: tuple[float, ...] = ()
+    count_from: float = 0.0  # fixes before this do not count against the cap (a healthy period passed)
+    healthy_since: float | None = None  # start of the current healthy stretch, None while crashed
+    is_needs_human: bool = False
+
+
+def fold(incident: Incident | None, crash: Crash, policy: Policy, new_id: str) -> tuple[Incident, bool]:
+    """The incident ``crash`` belongs to, and whether it is a new one (``new_id`` names a new one)."""
+    if (
+        incident is not None
+        and not incident.is_closed
+        and (incident.host, incident.unit) == (crash.host, crash.unit)
+        and 0 <= crash.at - incident.last_at <= policy.fold_window_s
+    ):
+        kinds = tuple(dict.fromkeys(incident.kinds + crash.kinds))
+        return replace(incident, last_at=crash.at, crashes=incident.crashes + 1, kinds=kinds), False
+    opened = Incident(new_id, crash.host, crash.unit, crash.at, crash.at, 1, tuple(dict.fromkeys(crash.kinds)))
+    return opened, True
+
+
+def note_crash(history: HostHistory, at: float, policy: Policy) -> HostHistory:
+    """The history once a crash is seen at ``at``: a long enough healthy stretch resets the count."""
+    if history.healthy_since is not None and at - history.healthy_since >= policy.healthy_period_s:
+        return replace(history, count_from=at, healthy_since=None, is_needs_human=False)
+    return replace(history, healthy_since=None)
+
+
+def note_healthy(history: HostHistory, at: float) -> HostHistory:
+    """The host was seen healthy at ``at``: the stretch starts now unless it is already running."""
+    return history if history.healthy_since is not None else replace(history, healthy_since=at)
+
+
+def note_fix(history: HostHistory, at: float) -> HostHistory:
+    """An automatic fix was started at ``at`` (whatever its outcome: a rolled-back fix counts too)."""
+    return replace(history, fixes=(*history.fixes, at))
+
+
+def counted_fixes(history: HostHistory, now: float) -> int:
+    """Fixes that count against the daily cap at ``now``."""
+    start = max(now - DAY_S, history.count_from)
+    return sum(1 for t in history.fixes if t >= start and t <= now)

@@ -1,0 +1,234 @@
+"""The watcher's round: poll each host (one persistent connection each), fold a crash into an incident,
+diagnose it, decide under the rails (core/watch/decide.py) and act through the ``fix`` the api hands in
+(the normal `oom` transaction for that one host). The state is in controller/watch_state.py, every event
+in the audit log."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from remediate.controller.watch_audit import append_event
+from remediate.controller.watch_state import WatchState
+from remediate.core.watch.decide import FleetView, decide
+from remediate.core.watch.detect import Observation, crash_reason
+from remediate.core.watch.incident import Crash, fold, note_crash, note_fix, note_healthy
+from remediate.core.watch.policy import Policy
+from remediate.errors import RemediateError
+from remediate.fleet.inventory import HostEntry
+from remediate.fleet.watch.metrics import WatchMetrics
+from remediate.host.watch import poll_unit
+from remediate.models import HostResult
+from remediate.transport.base import Transport
+
+DEFAULT_UNIT = "sglang.service"
+MAX_BACKOFF_S = 300.0
+
+Diagnose = Callable[[Transport, HostEntry], HostResult]
+Fix = Callable[[HostEntry], HostResult]
+
+
+@dataclass
+class _Host:
+    entry: HostEntry
+    unit: str
+    transport: Transport | None = None
+    previous: Observation | None = None
+    state: str = "unknown"
+    retry_at: float = 0.0
+    failures: int = 0
+
+
+@dataclass
+class Watcher:
+    """One watcher over ``hosts``; ``connect(entry)`` gives a host's transport (opened lazily, kept)."""
+
+    hosts: list[HostEntry]
+    connect: Callable[[HostEntry], Transport]
+    diagnose: Diagnose
+    fix: Fix
+    state: WatchState
+    policy: Policy
+    dry_run: bool = False
+    notify: Callable[[dict[str, Any]], None] | None = None
+    metrics: WatchMetrics | None = None
+    crashes: list[tuple[str, float]] = field(default_factory=list)
+    _hosts: dict[str, _Host] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for entry in self.hosts:
+            self._hosts[entry.name] = _Host(entry, str(entry.settings.get("unit") or DEFAULT_UNIT))
+
+    def host_states(self) -> dict[str, str]:
+        return {name: h.state for name, h in self._hosts.items()}
+
+    def close(self) -> None:
+        for h in self._hosts.values():
+            if h.transport is not None:
+                h.transport.close()
+                h.transport = None
+
+    def event(self, kind: str, now: float, **data: Any) -> None:
+        record = {"event": kind, "at": now, **data}
+        append_event(self.state.directory, record)
+        if self.metrics is not None:
+            self.metrics.observe_event(record)
+        if self.notify is not None and kind in ("decided", "outcome", "breaker"):
+            self.notify(record)
+
+    def round(self, now: float) -> None:
+        """One poll of every host, then the decisions; pending approvals answered since are acted on."""
+        crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
+        # Every crash of the round is counted before any is decided: the breaker sees them all at once.
+        self.crashes.extend((h.entry.name, now) for h, _ in crashed)
+        for h, reason in crashed:
+            self._crashed(h, now, reason)
+        self._answered(now)
+        if self.metrics is not None:
+            self.metrics.observe_round(self.host_states(), self.state.breaker_reason() is not None)
+
+    # -- one host ------------------------------------------------------------------------------------
+    def _poll(self, h: _Host, now: float) -> str | None:
+        """The host's poll; the reason of a new crash, else None."""
+        if now < h.retry_at:
+            return None
+        if h.transport is None:
+            h.transport = self.connect(h.entry)
+        cursor = self.state.cursor(h.entry.name, h.unit)
+        started = time.monotonic()
+        poll = poll_unit(h.transport, h.unit, cursor, None if cursor else now - self.policy.lookback_s)
+        if self.metrics is not None:
+            self.metrics.poll.observe(time.monotonic() - started)
+        if poll is None:  # unreachable: never a crash; reconnect later, backing off (capped)
+            h.transport.close()
+            h.transport = None
+            h.failures += 1
+            h.retry_at = now + min(MAX_BACKOFF_S, 2.0**h.failures)
+            if h.state != "unreachable":
+                self.event("unreachable", now, host=h.entry.name, unit=h.unit, retry_in=h.retry_at - now)
+            h.state = "unreachable"
+            return None
+        h.failures = 0
+        reason = crash_reason(h.previous, poll)
+        h.previous = poll.observation
+        with self.state.transaction():
+            if poll.cursor:
+                self.state.save_cursor(h.entry.name, h.unit, poll.cursor)
+            history = self.state.history(h.entry.name)
+            if reason is None:
+                if poll.observation is not None and poll.observation.active == "active":
+                    self.state.save_history(h.entry.name, note_healthy(history, now))
+                    if h.state in ("unknown", "unreachable", "crashed"):
+                        h.state = "healthy"
+        return reason
+
+    def _crashed(self, h: _Host, now: float, reason: str) -> None:
+        name = h.entry.name
+        h.state = "crashed"
+        self.event("detected", now, host=name, unit=h.unit, reason=reason)
+        assert h.transport is not None
+        try:
+            report = self.diagnose(h.transport, h.entry)
+        except RemediateError as exc:
+            report = HostResult(host=name, outcome="failed", error=str(exc))
+        kinds = tuple(str(f.get("kind")) for f in report.extra.get("findings", []))
+        self.event("diagnosed", now, host=name, unit=h.unit, findings=report.extra.get("findings", []), kinds=kinds)
+        with self.state.transaction():
+            incident, is_new = fold(
+                self.state.open_incident(name, h.unit), Crash(name, h.unit, now, kinds=kinds), self.policy, _new_id()
+            )
+            history = note_crash(self.state.history(name), now, self.policy)
+            self.state.save_history(name, history)
+            if not is_new:  # one crash loop is one incident: folded, decided once
+                self.state.save_incident(incident)
+                folded = True
+            else:
+                folded = False
+                breaker = self.state.breaker_reason()
+                fleet = FleetView(len(self._hosts), tuple(self.crashes), 0, breaker, self.state.is_paused())
+                decision = decide(kinds, history, fleet, self.policy, now)
+                if decision.verdict == "breaker_open" and breaker is None:
+                    self.state.trip_breaker(decision.reason.removeprefix("breaker tripped: "))
+                if decision.verdict == "needs_human":
+                    self.state.save_history(name, replace(history, is_needs_human=True))
+                    h.state = "needs_human"
+                if decision.verdict == "wait_approval":
+                    self.state.request_approval(incident.id, incident.id, name, now)
+                self.state.save_incident(incident, "remediating" if decision.verdict == "act" else decision.verdict)
+        if folded:
+            self.event("folded", now, host=name, unit=h.unit, incident=incident.id, crashes=incident.crashes)
+            return
+        self.event(
+            "decided",
+            now,
+            host=name,
+            unit=h.unit,
+            incident=incident.id,
+            verdict=decision.verdict,
+            reason=decision.reason,
+            dry_run=self.dry_run,
+        )
+        if decision.verdict == "breaker_open" and breaker is None:
+            self.event("breaker", now, reason=decision.reason)
+        if decision.verdict == "act":
+            self._act(h, incident.id, now, approved_by=None)
+
+    def _act(self, h: _Host, incident_id: str, now: float, approved_by: str | None) -> None:
+        name = h.entry.name
+        if self.dry_run:
+            self.event("outcome", now, host=name, incident=incident_id, outcome="dry_run")
+            self._close(incident_id, name, h.unit, "dry_run")
+            return
+        h.state = "remediating"
+        with self.state.transaction():
+            self.state.save_history(name, note_fix(self.state.history(name), now))  # a rolled-back fix counts too
+        self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by)
+        try:
+            result = self.fix(h.entry)
+        except RemediateError as exc:
+            result = HostResult(host=name, outcome="failed", error=str(exc))
+        self.event(
+            "outcome",
+            now,
+            host=name,
+            unit=h.unit,
+            incident=incident_id,
+            outcome=result.outcome,
+            flags=getattr(result, "flags", None),
+            tokens=getattr(result, "max_total_num_tokens", None),
+            error=result.error,
+        )
+        self._close(incident_id, name, h.unit, result.outcome)
+        h.state = "cooling_down" if result.outcome == "remediated" else "crashed"
+        h.previous = None  # the fix restarted the unit: the next poll starts afresh
+
+    def _close(self, incident_id: str, host: str, unit: str, outcome: str) -> None:
+        with self.state.transaction():
+            incident = self.state.open_incident(host, unit)
+            if incident is not None and incident.id == incident_id:
+                self.state.save_incident(replace(incident, is_closed=True), outcome)
+
+    def _answered(self, now: float) -> None:
+        for row in self.state.incidents(limit=50):
+            if row["outcome"] != "wait_approval" or row["closed"]:
+                continue
+            answer = self.state.approval(str(row["id"]))
+            if answer is None or answer[0] == "pending":
+                continue
+            h = self._hosts.get(str(row["host"]))
+            if h is None:
+                continue
+            if answer[0] == "denied":
+                self.event("outcome", now, host=h.entry.name, incident=row["id"], outcome="denied", by=answer[1])
+                self._close(str(row["id"]), h.entry.name, h.unit, "denied")
+            else:
+                if h.transport is None:
+                    h.transport = self.connect(h.entry)
+                self._act(h, str(row["id"]), now, approved_by=answer[1])
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex[:8]

@@ -1,0 +1,56 @@
+"""The watcher's poll on a real sandbox host: healthy reads as no crash; the 32k prefill's crash is seen
+after the cursor, with the OOM in the new journal entries; an unreadable host is unreachable, not crashed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from remediate.core.watch.detect import crash_reason
+from remediate.host.watch import poll_unit
+from remediate.transport.base import SSHOptions
+from remediate.transport.ssh import SSHTransport
+
+from .conftest import UNIT, Node, poll
+
+pytestmark = pytest.mark.e2e
+
+
+def test_poll_sees_the_32k_crash_after_the_cursor(incident: Node) -> None:
+    node = incident
+    ssh = SSHTransport(node.host.name, SSHOptions(ssh_config=str(node.fleet.ssh_config)))
+    try:
+        first = poll_unit(ssh, UNIT, None, time.time() - 3600)
+        assert first is not None and first.observation is not None
+        assert first.observation.active == "active" and crash_reason(None, first) is None
+        assert first.cursor, "the lookback read the unit's journal"
+        before, cursor = first.observation, first.cursor
+        restarts = before.n_restarts
+
+        for seed in (1, 2):
+            assert node.generate(2000, seed).status == 200
+        assert node.generate(32768, 3).status is None, "the 32k prefill should kill the stand-in"
+
+        def crashed() -> object:
+            p = poll_unit(ssh, UNIT, cursor, None)
+            return p if p is not None and crash_reason(before, p) else None
+
+        seen = poll(crashed, deadline=30, what="the crash in a poll")
+        assert seen.observation.is_down or seen.observation.n_restarts > restarts
+        assert any("CUDA out of memory" in e.message for e in seen.entries)
+        assert all(e.message != "" for e in seen.entries[:1])
+    finally:
+        ssh.close()
+
+
+def test_unreadable_host_is_unreachable(incident: Node) -> None:
+    ssh = SSHTransport(incident.host.name, SSHOptions(ssh_config=str(incident.fleet.ssh_config)))
+    try:
+        assert poll_unit(ssh, "no-such-unit-at-all.service", None, None) is not None  # systemd answers for it
+        ssh.close()
+        bad = SSHTransport("127.42.255.254", SSHOptions(ssh_config=str(incident.fleet.ssh_config), connect_timeout=2))
+        assert poll_unit(bad, UNIT, None, None) is None
+        bad.close()
+    finally:
+        ssh.close()
