@@ -26,11 +26,23 @@ def cli(ctx: click.Context) -> None:
       remediate oom all -i inventory.yaml --canary 1 --batch 25%
       remediate rollback gpu-01
     """
-    # Every command of this group (auto_envvar_prefix makes its variables REMEDIATE_<COMMAND>_<OPTION>).
-    commands = ctx.command.commands if isinstance(ctx.command, click.Group) else {}
+    # Every command of this group and of its subgroups (auto_envvar_prefix makes their variables
+    # REMEDIATE_<COMMAND>_<OPTION>, REMEDIATE_<GROUP>_<COMMAND>_<OPTION>).
+    commands = list(_command_paths(ctx.command))
     refused = any(k.startswith("REMEDIATE_") for k in os.environ) and safety_from_env(os.environ, commands)
     if refused:
         fail(refused)
+
+
+def _command_paths(group: click.Command, prefix: str = "") -> list[str]:
+    """``oom``, ``watch``, ``watch_run``, …: every command's name path below ``group``, as click's
+    ``auto_envvar_prefix`` joins them."""
+    paths: list[str] = []
+    for name, command in (group.commands if isinstance(group, click.Group) else {}).items():
+        path = f"{prefix}_{name}" if prefix else name
+        paths.append(path)
+        paths.extend(_command_paths(command, path))
+    return paths
 
 
 def main() -> None:

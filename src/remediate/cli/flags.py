@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 # Safety-relevant options are never taken from REMEDIATE_<COMMAND>_<OPTION>: a stray variable in a shell
 # or a CI job must not silently turn off the rollback or the host-key check, nor answer prompts.
-SAFETY_OPTIONS = ("no_rollback", "accept_new_host_key", "yes", "force", "all_instances", "allow_raise")
+SAFETY_OPTIONS = ("no_rollback", "accept_new_host_key", "yes", "force", "all_instances", "allow_raise", "resume")
 
 
 def safety_from_env(environ: Mapping[str, str], commands: Iterable[str]) -> str | None:

@@ -14,7 +14,27 @@ from click.testing import CliRunner
 
 from remediate.cli import cli
 
-SAFETY_FLAGS = ("--accept-new-host-key", "--no-rollback", "--yes", "--force", "--all-instances", "--allow-raise")
+SAFETY_FLAGS = (
+    "--accept-new-host-key",
+    "--no-rollback",
+    "--yes",
+    "--force",
+    "--all-instances",
+    "--allow-raise",
+    "--resume",
+)
+
+
+def _commands(group: click.Command, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    """Every command below ``group`` with its path (``("watch", "run")``): subgroups' commands too."""
+    found = []
+    for name, command in (group.commands if isinstance(group, click.Group) else {}).items():
+        found.append(((*path, name), command))
+        found.extend(_commands(command, (*path, name)))
+    return found
+
+
+NESTED = [path for path, _ in _commands(cli) if len(path) > 1]
 
 
 def _variable(command: str, flag: str) -> str:
@@ -45,8 +65,24 @@ def test_every_option_kept_off_the_environment_is_refused_there() -> None:
     """An option declared ``allow_from_autoenv=False`` is a safety option: its variable is refused, not ignored."""
     kept_off = {
         option.opts[0]
-        for command in cli.commands.values()
+        for _, command in _commands(cli)
         for option in command.params
         if isinstance(option, click.Option) and not option.allow_from_autoenv
     }
     assert kept_off <= set(SAFETY_FLAGS)
+
+
+def test_the_group_has_nested_commands() -> None:
+    assert ("watch", "run") in NESTED
+
+
+@pytest.mark.parametrize("path", NESTED, ids="_".join)
+@pytest.mark.parametrize("flag", ["--accept-new-host-key", "--resume"])
+def test_a_safety_option_of_a_subcommand_from_the_environment_is_refused(path: tuple[str, ...], flag: str) -> None:
+    """``REMEDIATE_WATCH_RUN_ACCEPT_NEW_HOST_KEY``: click's variable for a subgroup's command is refused too."""
+    variable = _variable("_".join(path), flag)
+    result = CliRunner(env={variable: "1"}).invoke(cli, list(path))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"remediate: {variable} is set: safety options are never read from the environment; pass {flag}\n"
+    )
