@@ -172,28 +172,30 @@ def _rollback_locked(
         created = created_dropin(sources, [b.original for b in backups]) if to == "latest" else None
         if created is not None:
             # remediate's drop-in of this instance, never edited since it was created: a rollback removes it.
-            _remove_dropin(transport, replace(options, unit=unit), found, sources, created, result, timer, now)
-            return
-        chosen = choose(backups, to)
-        restored = sources
-        for b in chosen:
-            restored = swap(restored, b.original, b.text)
-        for b in chosen:
-            validate_backup(b, restored, unit)
-        current = settings_or_none(sources)
-        after = settings_or_none(restored)
-        writes = [
-            FileWrite(b.original, found.files[b.original].text, b.text, backup_tag="rollback")
-            for b in chosen
-            if b.text != found.files[b.original].text
-        ]
-        refuse_template_edit(unit, [w.path for w in writes])
-        refuse_unsafe(found, [w.path for w in writes], transport.host)
-        result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
-        result.summary += settings_diff(current, after) if writes else []
-        result.diff = "".join(unified_diff(w.path, w.old_text, w.new_text) for w in writes)
-        result.changed = bool(writes)
-        record_settings(result, current, after)
+            writes = _plan_dropin_removal(found, sources, created, unit, result, transport.host)
+            undo = "put the drop-in back"
+        else:
+            chosen = choose(backups, to)
+            restored = sources
+            for b in chosen:
+                restored = swap(restored, b.original, b.text)
+            for b in chosen:
+                validate_backup(b, restored, unit)
+            current = settings_or_none(sources)
+            after = settings_or_none(restored)
+            writes = [
+                FileWrite(b.original, found.files[b.original].text, b.text, backup_tag="rollback")
+                for b in chosen
+                if b.text != found.files[b.original].text
+            ]
+            refuse_template_edit(unit, [w.path for w in writes])
+            refuse_unsafe(found, [w.path for w in writes], transport.host)
+            result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
+            result.summary += settings_diff(current, after) if writes else []
+            result.diff = "".join(unified_diff(w.path, w.old_text, w.new_text) for w in writes)
+            result.changed = bool(writes)
+            record_settings(result, current, after)
+            undo = "put the pre-rollback unit back"
         epoch = int(now())
         result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
     if not writes:
@@ -213,55 +215,26 @@ def _rollback_locked(
         unit=unit,
         writes=tuple(writes),
         endpoint=endpoint_of(found, options),
-        options=options,
+        options=replace(options, unit=unit),
         epoch=epoch,
         verify=record,
         success="restored",
-        undo_note="put the pre-rollback unit back",
+        undo_note=undo,
     )
     transact(transport, change, result, timer)
 
 
-def _remove_dropin(
-    transport: Transport,
-    options: RunOptions,
-    found: ProbeResult,
-    sources: UnitSources,
-    dropin: SourceFile,
-    result: HostResult,
-    timer: Timer,
-    now: Callable[[], float],
-) -> None:
-    """Roll back the instance drop-in remediate created: the file is removed (its backup said "absent"), the
-    instance reloaded, restarted and health-checked; the template and the other instances are not touched."""
-    unit = options.unit or result.unit or ""
+def _plan_dropin_removal(
+    found: ProbeResult, sources: UnitSources, dropin: SourceFile, unit: str, result: HostResult, host: str
+) -> list[FileWrite]:
+    """The removal of the instance drop-in remediate created (its backup said "absent"); the instance is then
+    reloaded, restarted and health-checked like any restore; the template and the other instances are not
+    touched."""
     restored = replace(sources, dropins=tuple(d for d in sources.dropins if d.path != dropin.path))
     current, after = settings_or_none(sources), settings_or_none(restored)
-    writes = [FileWrite(dropin.path, dropin.text, "", backup_tag="rollback", new_absent=True)]
-    refuse_unsafe(found, [dropin.path], transport.host)
+    refuse_unsafe(found, [dropin.path], host)
     result.summary = [f"remove {dropin.path} (created by remediate)", *settings_diff(current, after)]
     result.diff = unified_diff(dropin.path, dropin.text, "")
     result.changed = True
     record_settings(result, current, after)
-    epoch = int(now())
-    result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
-    if options.dry_run:
-        result.outcome = "unchanged"
-        result.is_dry_run = True
-        return
-
-    def record(healthy: Healthy) -> None:
-        result.max_total_num_tokens = healthy.tokens
-        result.target_tokens = options.target_tokens
-
-    change = Change(
-        unit=unit,
-        writes=tuple(writes),
-        endpoint=endpoint_of(found, options),
-        options=options,
-        epoch=epoch,
-        verify=record,
-        success="restored",
-        undo_note="put the drop-in back",
-    )
-    transact(transport, change, result, timer)
+    return [FileWrite(dropin.path, dropin.text, "", backup_tag="rollback", new_absent=True)]

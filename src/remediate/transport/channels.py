@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,38 @@ class Heartbeat:
                     chan.sendall(b"\n")
                 except Exception:  # noqa: BLE001, S110 - the run notices a dead connection where it waits
                     pass
+
+
+class Holds:
+    """``hold`` as both transports keep it: the command started by the transport's own ``_start_hold`` (a
+    session channel over SSH, a process group locally), listed in ``_holds`` for the heartbeat and for
+    ``reconnect``, and closed when the context ends."""
+
+    _holds: list[Hold]
+    _beat: Heartbeat
+
+    def _start_hold(self, held: Hold, timeout: float, command: str | None = None) -> None:
+        raise NotImplementedError
+
+    @contextmanager
+    def hold(
+        self, command: str, *, ready: str, timeout: float, again: Callable[[str], Retake] | None = None
+    ) -> Iterator[str]:
+        """Keep ``command`` running for the duration of the context, once it printed the line ``ready``;
+        closing its channel (or losing the connection) ends it, so a lock it holds can never outlive this
+        process. A heartbeat line goes to its stdin every heartbeat period (the lock holder gives up when none
+        comes: a half-open connection never holds a lock for long). After ``reconnect`` it is taken back
+        (``again``: its own command for that)."""
+        held = Hold(command, ready, timeout, again=again)
+        self._start_hold(held, timeout)
+        self._holds.append(held)
+        self._beat.start()
+        try:
+            yield held.output
+        finally:
+            self._holds.remove(held)
+            if held.chan is not None:
+                held.chan.close()
 
 
 def drain(

@@ -24,14 +24,14 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
 from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
-from remediate.transport.base import MAX_OUTPUT_BYTES, HttpResponse, Retake
-from remediate.transport.channels import Heartbeat, Hold
+from remediate.transport.base import MAX_OUTPUT_BYTES, HttpResponse
+from remediate.transport.channels import Heartbeat, Hold, Holds
 from remediate.transport.http1 import MAX_DOCUMENT_BYTES, MAX_STREAM_BYTES, HttpStream, exchange, request_bytes
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class _Held:
             _kill(self.proc)
 
 
-class LocalTransport:
+class LocalTransport(Holds):
     """This machine as a host: subprocesses and local sockets behind the Transport protocol."""
 
     def __init__(self, host: str | None = None, *, require_root: bool = True) -> None:
@@ -205,24 +205,6 @@ class LocalTransport:
             if stdin is not None:
                 pipe.write(stdin.encode("utf-8"))
             pipe.close()
-
-    @contextmanager
-    def hold(
-        self, command: str, *, ready: str, timeout: float, again: Callable[[str], Retake] | None = None
-    ) -> Iterator[str]:
-        """Keep ``command`` running while the context is open, once it printed the line ``ready``; leaving the
-        context closes its stdin (a lock holder lets go) and kills it if it lingers. A heartbeat line goes to
-        its stdin every :data:`HEARTBEAT_S`, as over SSH."""
-        held = Hold(command, ready, timeout, again=again)
-        self._start_hold(held, timeout)
-        self._holds.append(held)
-        self._beat.start()
-        try:
-            yield held.output
-        finally:
-            self._holds.remove(held)
-            if held.chan is not None:
-                held.chan.close()
 
     def _start_hold(self, held: Hold, timeout: float, command: str | None = None) -> None:
         command = command or held.command

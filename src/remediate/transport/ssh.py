@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -32,8 +32,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
 from remediate.transport.ahead import Ahead
-from remediate.transport.base import MAX_OUTPUT_BYTES, HttpResponse, Retake, SSHOptions
-from remediate.transport.channels import Heartbeat, Hold, drain
+from remediate.transport.base import MAX_OUTPUT_BYTES, HttpResponse, SSHOptions
+from remediate.transport.channels import Heartbeat, Hold, Holds, drain
 from remediate.transport.http1 import (
     MAX_DOCUMENT_BYTES,
     MAX_STREAM_BYTES,
@@ -61,7 +61,7 @@ def _command_name(command: str) -> str:
     return "`" + (first if len(first) <= 80 else first[:77] + "...") + "`"
 
 
-class SSHTransport:
+class SSHTransport(Holds):
     """One verified SSH connection to one host."""
 
     def __init__(self, target: str, options: SSHOptions | None = None, *, label: str | None = None) -> None:
@@ -277,26 +277,6 @@ class SSHTransport:
             stdout=out.decode("utf-8", "replace"),
             stderr=err.decode("utf-8", "replace"),
         )
-
-    @contextmanager
-    def hold(
-        self, command: str, *, ready: str, timeout: float, again: Callable[[str], Retake] | None = None
-    ) -> Iterator[str]:
-        """Keep ``command`` running on its own channel for the duration of the context; closing the
-        channel (or losing the connection) ends it, so a lock it holds can never outlive this process.
-        A heartbeat line goes to its stdin every :data:`HEARTBEAT_S` (the lock holder gives up when none
-        comes: a half-open connection never holds a lock for long). After :meth:`reconnect` it is taken back
-        on the new connection (``again``: its own command for that)."""
-        held = Hold(command, ready, timeout, again=again)
-        self._start_hold(held, timeout)
-        self._holds.append(held)
-        self._beat.start()
-        try:
-            yield held.output
-        finally:
-            self._holds.remove(held)
-            if held.chan is not None:
-                held.chan.close()
 
     def _start_hold(self, held: Hold, timeout: float, command: str | None = None) -> None:
         marker = held.ready.encode() + b"\n"
