@@ -165,7 +165,7 @@ def _host_state(event: dict[str, Any], before: str) -> str:
         return "unreachable"
     if kind == "decided" and event.get("verdict") == "needs_human":
         return "needs_human"
-    if kind == "acted":
+    if kind in ("acted", "recovered"):
         return "remediating"
     if kind == "outcome":
         return "cooling_down" if event.get("outcome") == "remediated" else "crashed"
