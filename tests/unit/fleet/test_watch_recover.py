@@ -89,3 +89,18 @@ def test_older_transactions_of_the_host_are_not_this_fix(tmp_path: Path, txlog: 
     fixes: list[str] = []
     _watcher(tmp_path, fixes, "unchanged")._recover(NOW + 5)
     assert fixes == ["h2"]
+
+
+def test_a_watcher_dead_before_acting_has_its_fix_counted_once(tmp_path: Path, txlog: Path) -> None:
+    """Killed between `decided` and `acted`: no pid, nothing counted, nothing committed: the one fix is
+    made by the recovery and counted there."""
+    state = WatchState(tmp_path)
+    state.save_incident(Incident("inc1", "h2", "sglang.service", NOW, NOW, 1, ("cuda_oom_runtime",)), "remediating")
+    state.close()
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "remediated")
+    watcher._recover(NOW + 5)
+    watcher._recover(NOW + 6)
+    assert fixes == ["h2"]
+    assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1
+    assert watcher.state.incidents()[0]["outcome"] == "remediated"

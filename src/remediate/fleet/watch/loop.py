@@ -247,6 +247,9 @@ class Watcher:
                        logged=list(logged), step=step)  # fmt: skip
             if step == "recheck":
                 h.state = "remediating"
+                if acting is None:  # died between decided and acted: its fix was never counted; this one is
+                    with self.state.transaction():
+                        self.state.save_history(h.entry.name, note_fix(self.state.history(h.entry.name), now))
                 result = self._run_fix(h)
             else:
                 result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")
