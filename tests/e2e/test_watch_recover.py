@@ -35,29 +35,37 @@ def _changing(node: Node) -> list[str]:
     return [line for line in node.audit() if line.split(" ", 1)[0] in CHANGING]
 
 
+def _kill_after_the_commit(node: Node, state: Path) -> subprocess.Popen[str]:
+    """The watcher as a subprocess, SIGKILLed (by PID) once its fix's commit is logged: in the health wait."""
+    argv = node.argv("watch", "--once", "--state-dir", str(state), "--wait-timeout", "60")
+    proc = subprocess.Popen(argv, cwd=node.tmp_path, env=node.env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+    node.children.append(proc)
+    poll(lambda: [r for r in _transactions(node) if r["event"] == "committed"], deadline=120, what="the commit")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    return proc
+
+
 def test_sigkill_in_the_health_wait_then_restart(incident: Node, tmp_path: Path) -> None:
     node, state = incident, tmp_path / "watch-state"
     original = node.bytes(UNIT_PATH)
     assert _watch(node, state).returncode == 0  # the cursor
     _crash(node)
     node.host.set_standin(time_scale=0.02)  # the fixed server loads in ~9 s: the kill lands in the health wait
-    argv = node.argv("watch", "--once", "--state-dir", str(state), "--wait-timeout", "60")
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=node.env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    node.children.append(proc)  # type: ignore[arg-type]
-    poll(lambda: [r for r in _transactions(node) if r["event"] == "committed"], deadline=120, what="the commit")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc = _kill_after_the_commit(node, state)
     assert [r["event"] for r in _transactions(node)] == ["committed"], "killed before the health wait ended"
     killed = _events(state)
     assert [e["event"] for e in killed] == ["detected", "diagnosed", "decided", "acted"], killed
     assert WatchState(state).incidents()[0]["outcome"] == "remediating"
 
     node.host.set_standin(**FAST_KNOBS)
+    restarts = _changing(node).count("restart sglang.service")
     run = _watch(node, state)
     assert run.returncode == 0, run
     events = _events(state)
     assert [e["event"] for e in events] == ["detected", "diagnosed", "decided", "acted", "recovered", "outcome"]
+    assert _changing(node).count("restart sglang.service") == restarts, "the loading server was waited for"
     recovered, outcome = events[4], events[5]
     assert recovered["pid"] == proc.pid and recovered["step"] == "recheck", recovered
     assert outcome["outcome"] == "remediated" and outcome["recheck"] in ("unchanged", "drift"), outcome
@@ -74,6 +82,32 @@ def test_sigkill_in_the_health_wait_then_restart(incident: Node, tmp_path: Path)
         assert len(history.fixes) == 1 and counted_fixes(history, float(history.fixes[0])) == 1
     finally:
         db.close()
+
+
+def test_sigkill_while_the_new_server_cannot_start(incident: Node, tmp_path: Path) -> None:
+    """The fixed server dies at once on every start (exit_at_once, matched on the fix's chunked prefill):
+    the re-check fails (a re-run with nothing to write cannot undo), so the killed attempt's own backup is
+    restored, verified: rolled back, the old server healthy, one oom backup."""
+    node, state = incident, tmp_path / "watch-state"
+    original = node.bytes(UNIT_PATH)
+    assert _watch(node, state).returncode == 0
+    _crash(node)
+    node.host.set_standin(time_scale=0.02, failure="exit_at_once", failure_match="--chunked-prefill-size 4096")
+    _kill_after_the_commit(node, state)
+    run = _watch(node, state)
+    assert run.returncode == 0, run
+    events = _events(state)
+    assert [e["event"] for e in events][:7] == [
+        "detected", "diagnosed", "decided", "acted", "recovered", "undo", "outcome"
+    ], events  # fmt: skip
+    assert events[5]["recheck"] == "failed", events[5]  # the re-run had nothing to write: it could not undo
+    assert events[6]["outcome"] == "rolled_back" and events[6]["recheck"] == "failed", events[6]
+    assert [e for e in events if e["event"] == "acted"] == [events[3]], "no second fix"
+    assert node.bytes(UNIT_PATH) == original, "the killed fix's own backup put back"
+    node.wait_healthy()
+    assert len(node.backups(UNIT_PATH)) == 1, "one oom backup: the fix was made once"
+    committed = [r for r in _transactions(node) if r["event"] == "committed" and r["backups"]]
+    assert [str(r["backups"][0]).split(".bak.")[1].split(".")[0] for r in committed] == ["oom", "rollback"]  # type: ignore[index]
 
 
 def test_cooldown_then_cap(incident: Node, tmp_path: Path) -> None:

@@ -94,6 +94,7 @@ def watch(
         dry_run=request.dry_run,
         notify=notify,
         metrics=metrics,
+        undo=_undo(request, transport_factory),
     )
     try:
         while True:
@@ -133,6 +134,23 @@ def _fix(request: WatchRequest, policy: Policy, factory: TransportFactory | None
             allow_raise=False,  # the watcher never raises a fraction
         )
         return remediate_oom(oom, transport_factory=factory).results[0]
+
+    return one
+
+
+def _undo(request: WatchRequest, factory: TransportFactory | None) -> Callable[[HostEntry, str], HostResult]:
+    def one(entry: HostEntry, backup: str) -> HostResult:
+        from remediate.api.change import rollback
+
+        return rollback(
+            (entry.name,),
+            inventory=request.inventory,
+            ssh=request.ssh,
+            unit=request.unit,
+            to=backup,
+            timeout=request.wait_timeout,
+            transport_factory=factory,
+        ).results[0]
 
     return one
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediate.core.watch.incident import recovered_outcome, recovery
+from remediate.core.watch.incident import backup_to_restore, recovered_outcome, recovery
 
 
 def test_this_watchers_own_fix_is_left_alone() -> None:
@@ -40,3 +40,21 @@ def test_anything_else_is_rechecked_by_the_same_transaction(logged: tuple[str, .
 )
 def test_the_recheck_outcome(recheck: str, outcome: str) -> None:
     assert recovered_outcome(recheck) == outcome
+
+
+KILLED = (("committed", ("/etc/systemd/system/sglang.service.bak.oom.1",)),)
+
+
+def test_a_failed_recheck_restores_the_killed_commits_backup() -> None:
+    again = (("committed", ()), ("failed", ()))  # the re-run: nothing to write, the server still dies
+    assert backup_to_restore("failed", KILLED + again) == "/etc/systemd/system/sglang.service.bak.oom.1"
+
+
+@pytest.mark.parametrize("recheck", ["unchanged", "drift", "remediated", "rolled_back"])
+def test_a_recheck_that_holds_or_undid_itself_restores_nothing(recheck: str) -> None:
+    assert backup_to_restore(recheck, KILLED) is None
+
+
+def test_nothing_committed_nothing_to_restore() -> None:
+    assert backup_to_restore("failed", ()) is None
+    assert backup_to_restore("failed", (("committed", ()),)) is None

@@ -104,3 +104,25 @@ def test_a_watcher_dead_before_acting_has_its_fix_counted_once(tmp_path: Path, t
     assert fixes == ["h2"]
     assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1
     assert watcher.state.incidents()[0]["outcome"] == "remediated"
+
+
+def test_a_failed_recheck_puts_the_killed_fixs_backup_back(tmp_path: Path, txlog: Path) -> None:
+    _left_remediating(tmp_path)
+    backup = "/etc/systemd/system/sglang.service.bak.oom.1"
+    txlog.write_text(json.dumps({"time": "2027-01-15T08:00:00Z", "host": "h2", "event": "committed",
+                                 "backups": [backup]}) + "\n")  # fmt: skip
+    fixes: list[str] = []
+    undone: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "failed")
+
+    def undo(entry: HostEntry, path: str) -> HostResult:
+        undone.append(path)
+        return HostResult(host=entry.name, outcome="restored")
+
+    watcher.undo = undo
+    watcher._recover(NOW + 5)
+    assert fixes == ["h2"] and undone == [backup]
+    events = read_events(tmp_path)
+    assert [e["event"] for e in events] == ["recovered", "undo", "outcome"]
+    assert events[2]["outcome"] == "rolled_back" and events[2]["recheck"] == "failed"
+    assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1

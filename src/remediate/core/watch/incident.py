@@ -113,3 +113,13 @@ def recovered_outcome(recheck: str) -> str:
     """The incident's outcome from the re-run's: the fix holds (``unchanged``, ``drift`` restarted, or
     made now because the first attempt never committed), was rolled back, or else failed."""
     return _RECHECKED.get(recheck, "failed")
+
+
+def backup_to_restore(recheck: str, logged: tuple[tuple[str, tuple[str, ...]], ...]) -> str | None:
+    """The backup to put back when the re-check did not hold (``failed``: e.g. the killed fix's server
+    crash-loops on the new bytes, and a re-run with nothing to write cannot undo it): the one the killed
+    attempt's commit made (its ``committed`` record), else None. ``logged`` is (event, backups) per record."""
+    if recovered_outcome(recheck) != "failed":
+        return None
+    made = [backups[0] for event, backups in logged if event == "committed" and backups]
+    return made[0] if made else None

@@ -19,6 +19,7 @@ from remediate.core.watch.decide import FleetView, decide
 from remediate.core.watch.detect import Observation, crash_reason
 from remediate.core.watch.incident import (
     Crash,
+    backup_to_restore,
     fold,
     note_crash,
     note_fix,
@@ -39,6 +40,7 @@ MAX_BACKOFF_S = 300.0
 
 Diagnose = Callable[[Transport, HostEntry], HostResult]
 Fix = Callable[[HostEntry], HostResult]
+Undo = Callable[[HostEntry, str], HostResult]  # restore this backup on the host (`rollback --to`)
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Watcher:
     dry_run: bool = False
     notify: Callable[[dict[str, Any]], None] | None = None
     metrics: WatchMetrics | None = None
+    undo: Undo | None = None
     crashes: list[tuple[str, float]] = field(default_factory=list)
     _hosts: dict[str, _Host] = field(default_factory=dict)
 
@@ -200,7 +203,7 @@ class Watcher:
             self.state.set_acting(incident_id, os.getpid())  # a watcher restarted after this one died reads it
             self.state.save_incident_outcome(incident_id, "remediating")
         self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by, pid=os.getpid())
-        self._finish(h, incident_id, now, self._run_fix(h), recovered=False)
+        self._finish(h, incident_id, now, self._run_fix(h))
 
     def _run_fix(self, h: _Host) -> HostResult:
         try:
@@ -208,8 +211,18 @@ class Watcher:
         except RemediateError as exc:
             return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
 
-    def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, *, recovered: bool) -> None:
-        outcome = recovered_outcome(result.outcome) if recovered else result.outcome
+    def _run_undo(self, h: _Host, backup: str) -> HostResult:
+        """The killed fix's undo, as its transaction would have made it: its own backup restored, verified."""
+        assert self.undo is not None
+        try:
+            result = self.undo(h.entry, backup)
+        except RemediateError as exc:
+            return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
+        return replace(result, outcome="rolled_back") if result.outcome == "restored" else result
+
+    def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
+        """The incident's outcome event and close; ``recheck``: what a recovery's re-run found."""
+        outcome = result.outcome if recheck is None else recovered_outcome(result.outcome)
         self.event(
             "outcome",
             now,
@@ -220,7 +233,7 @@ class Watcher:
             flags=getattr(result, "flags", None),
             tokens=getattr(result, "max_total_num_tokens", None),
             error=result.error,
-            **({"recheck": result.outcome} if recovered else {}),
+            **({} if recheck is None else {"recheck": recheck}),
         )
         self._close(incident_id, h.entry.name, h.unit, outcome)
         h.state = "cooling_down" if outcome == "remediated" else "crashed"
@@ -239,7 +252,8 @@ class Watcher:
             incident_id = str(row["id"])
             acting = self.state.acting(incident_id)
             since = float(row["last_at"])  # type: ignore[arg-type]
-            logged = tuple(str(r.get("event")) for r in read_transactions(h.entry.name, since))
+            records = read_transactions(h.entry.name, since)
+            logged = tuple(str(r.get("event")) for r in records)
             step = recovery(acting, os.getpid(), logged)
             if step == "none":
                 continue
@@ -251,9 +265,17 @@ class Watcher:
                     with self.state.transaction():
                         self.state.save_history(h.entry.name, note_fix(self.state.history(h.entry.name), now))
                 result = self._run_fix(h)
+                recheck = result.outcome
+                made = tuple((str(r.get("event")), tuple(map(str, r.get("backups") or ()))) for r in records)
+                backup = backup_to_restore(result.outcome, made)
+                if backup is not None and self.undo is not None:
+                    self.event("undo", now, host=h.entry.name, unit=h.unit, incident=incident_id, backup=backup,
+                               recheck=result.outcome, error=result.error)  # fmt: skip
+                    result = self._run_undo(h, backup)
             else:
                 result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")
-            self._finish(h, incident_id, now, result, recovered=True)
+                recheck = "none"
+            self._finish(h, incident_id, now, result, recheck)
 
     def _close(self, incident_id: str, host: str, unit: str, outcome: str) -> None:
         with self.state.transaction():
