@@ -126,3 +126,14 @@ def test_a_failed_recheck_puts_the_killed_fixs_backup_back(tmp_path: Path, txlog
     assert [e["event"] for e in events] == ["recovered", "undo", "outcome"]
     assert events[2]["outcome"] == "rolled_back" and events[2]["recheck"] == "failed"
     assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1
+
+
+def test_a_dry_run_watcher_leaves_it_for_a_real_one(tmp_path: Path, txlog: Path) -> None:
+    _left_remediating(tmp_path)
+    _log(txlog, "committed")
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "unchanged")
+    watcher.dry_run = True
+    watcher._recover(NOW + 5)
+    assert fixes == [] and read_events(tmp_path) == []
+    assert watcher.state.incidents()[0]["outcome"] == "remediating"

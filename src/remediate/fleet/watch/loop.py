@@ -242,7 +242,10 @@ class Watcher:
     def _recover(self, now: float) -> None:
         """Resolve the incidents a dead watcher left ``remediating`` (the state's flock says it is gone):
         the attempt's end as the transaction log has it, else the same one-host `oom` run again. The
-        original fix was counted against the cap when it started: this counts nothing more."""
+        original fix was counted against the cap when it started: this counts nothing more. A ``--dry-run``
+        watcher never acts: it leaves them for a real one."""
+        if self.dry_run:
+            return
         for row in self.state.incidents(limit=50):
             if row["outcome"] != "remediating" or row["closed"]:
                 continue
