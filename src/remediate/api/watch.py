@@ -94,6 +94,7 @@ def watch(
         dry_run=request.dry_run,
         notify=notify,
         metrics=metrics,
+        undo=_undo(request, transport_factory),
     )
     try:
         while True:
@@ -137,6 +138,23 @@ def _fix(request: WatchRequest, policy: Policy, factory: TransportFactory | None
     return one
 
 
+def _undo(request: WatchRequest, factory: TransportFactory | None) -> Callable[[HostEntry, str], HostResult]:
+    def one(entry: HostEntry, backup: str) -> HostResult:
+        from remediate.api.change import rollback
+
+        return rollback(
+            (entry.name,),
+            inventory=request.inventory,
+            ssh=request.ssh,
+            unit=request.unit,
+            to=backup,
+            timeout=request.wait_timeout,
+            transport_factory=factory,
+        ).results[0]
+
+    return one
+
+
 def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[str, Any]:
     """What an on-call reads first: the breaker, the pause, pending approvals, the last incidents and events."""
     state = _state(directory)
@@ -165,7 +183,7 @@ def _host_state(event: dict[str, Any], before: str) -> str:
         return "unreachable"
     if kind == "decided" and event.get("verdict") == "needs_human":
         return "needs_human"
-    if kind == "acted":
+    if kind in ("acted", "recovered"):
         return "remediating"
     if kind == "outcome":
         return "cooling_down" if event.get("outcome") == "remediated" else "crashed"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +27,21 @@ def record_transaction(record: Mapping[str, Any]) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def read_transactions(host: str, since: float) -> list[dict[str, Any]]:
+    """The host's records in ``transactions.jsonl`` stamped at or after ``since`` (epoch seconds; the
+    stamps have a one-second grain), oldest first; a line that does not parse is skipped."""
+    path = state_dir() / TRANSACTIONS
+    if not path.is_file():
+        return []
+    floor = datetime.fromtimestamp(int(since), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out: list[dict[str, Any]] = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("host") == host and str(record.get("time", "")) >= floor:
+            out.append(record)
+    return out

@@ -111,6 +111,14 @@ class WatchState:
     def reset_breaker(self) -> None:
         self._set("breaker", None)
 
+    def acting(self, incident: str) -> int | None:
+        """The pid of the watcher that started this incident's fix (kept until the incident is closed)."""
+        value = self._get(f"acting:{incident}")
+        return None if value is None else int(value)
+
+    def set_acting(self, incident: str, pid: int | None) -> None:
+        self._set(f"acting:{incident}", None if pid is None else str(pid))
+
     # cursors and hosts -----------------------------------------------------------------------------------
     def cursor(self, host: str, unit: str) -> str | None:
         row = self._db.execute("SELECT cursor FROM cursors WHERE host = ? AND unit = ?", (host, unit)).fetchone()
@@ -168,6 +176,9 @@ class WatchState:
                 outcome,
             ),
         )
+
+    def save_incident_outcome(self, incident: str, outcome: str) -> None:
+        self._db.execute("UPDATE incidents SET outcome = ? WHERE id = ?", (outcome, incident))
 
     def incidents(self, limit: int = 20) -> list[dict[str, object]]:
         cur = self._db.execute("SELECT * FROM incidents ORDER BY last_at DESC LIMIT ?", (limit,))

@@ -83,3 +83,43 @@ def counted_fixes(history: HostHistory, now: float) -> int:
     """Fixes that count against the daily cap at ``now``."""
     start = max(now - DAY_S, history.count_from)
     return sum(1 for t in history.fixes if t >= start and t <= now)
+
+
+# A watcher killed mid-fix (SIGKILL, a power cut) leaves its incident ``remediating``. The host's own
+# transaction went on without it (the commit runs detached to its end); what the controller's transaction
+# log says of that attempt decides how the next watcher resolves it — never by fixing blindly again.
+_FINAL = {"rolled_back": "rolled_back", "failed": "failed"}
+_RECHECKED = {
+    "unchanged": "remediated",
+    "remediated": "remediated",
+    "drift": "remediated",
+    "rolled_back": "rolled_back",
+}
+
+
+def recovery(acting_pid: int | None, my_pid: int, logged: tuple[str, ...]) -> str:
+    """How to resolve an incident left ``remediating``: ``"none"`` (this process is acting on it),
+    ``"rolled_back"`` / ``"failed"`` (the attempt's transaction logged that end: taken as it is), or
+    ``"recheck"`` (committed, succeeded, unknown or never logged: run the same one-host `oom` transaction
+    again, which is idempotent — a finished healthy change is ``unchanged``, a changed unit whose server was
+    not restarted is ``drift`` and is restarted and verified, a server that does not come up is undone).
+    ``logged`` is the host's transaction events since the fix started, oldest first."""
+    if acting_pid == my_pid:
+        return "none"
+    return _FINAL.get(logged[-1], "recheck") if logged else "recheck"
+
+
+def recovered_outcome(recheck: str) -> str:
+    """The incident's outcome from the re-run's: the fix holds (``unchanged``, ``drift`` restarted, or
+    made now because the first attempt never committed), was rolled back, or else failed."""
+    return _RECHECKED.get(recheck, "failed")
+
+
+def backup_to_restore(recheck: str, logged: tuple[tuple[str, tuple[str, ...]], ...]) -> str | None:
+    """The backup to put back when the re-check did not hold (``failed``: e.g. the killed fix's server
+    crash-loops on the new bytes, and a re-run with nothing to write cannot undo it): the one the killed
+    attempt's commit made (its ``committed`` record), else None. ``logged`` is (event, backups) per record."""
+    if recovered_outcome(recheck) != "failed":
+        return None
+    made = [backups[0] for event, backups in logged if event == "committed" and backups]
+    return made[0] if made else None

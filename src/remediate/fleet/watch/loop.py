@@ -5,17 +5,28 @@ in the audit log."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from remediate.controller.transactions import read_transactions
 from remediate.controller.watch_audit import append_event
 from remediate.controller.watch_state import WatchState
 from remediate.core.watch.decide import FleetView, decide
 from remediate.core.watch.detect import Observation, crash_reason
-from remediate.core.watch.incident import Crash, fold, note_crash, note_fix, note_healthy
+from remediate.core.watch.incident import (
+    Crash,
+    backup_to_restore,
+    fold,
+    note_crash,
+    note_fix,
+    note_healthy,
+    recovered_outcome,
+    recovery,
+)
 from remediate.core.watch.policy import Policy
 from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
@@ -29,6 +40,7 @@ MAX_BACKOFF_S = 300.0
 
 Diagnose = Callable[[Transport, HostEntry], HostResult]
 Fix = Callable[[HostEntry], HostResult]
+Undo = Callable[[HostEntry, str], HostResult]  # restore this backup on the host (`rollback --to`)
 
 
 @dataclass
@@ -55,6 +67,7 @@ class Watcher:
     dry_run: bool = False
     notify: Callable[[dict[str, Any]], None] | None = None
     metrics: WatchMetrics | None = None
+    undo: Undo | None = None
     crashes: list[tuple[str, float]] = field(default_factory=list)
     _hosts: dict[str, _Host] = field(default_factory=dict)
 
@@ -80,7 +93,9 @@ class Watcher:
             self.notify(record)
 
     def round(self, now: float) -> None:
-        """One poll of every host, then the decisions; pending approvals answered since are acted on."""
+        """One poll of every host, then the decisions; pending approvals answered since are acted on.
+        First, a fix a dead watcher left ``remediating`` is resolved (read back, re-checked, never redone)."""
+        self._recover(now)
         crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
         # Every crash of the round is counted before any is decided: the breaker sees them all at once.
         self.crashes.extend((h.entry.name, now) for h, _ in crashed)
@@ -185,31 +200,92 @@ class Watcher:
         h.state = "remediating"
         with self.state.transaction():
             self.state.save_history(name, note_fix(self.state.history(name), now))  # a rolled-back fix counts too
-        self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by)
+            self.state.set_acting(incident_id, os.getpid())  # a watcher restarted after this one died reads it
+            self.state.save_incident_outcome(incident_id, "remediating")
+        self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by, pid=os.getpid())
+        self._finish(h, incident_id, now, self._run_fix(h))
+
+    def _run_fix(self, h: _Host) -> HostResult:
         try:
-            result = self.fix(h.entry)
+            return self.fix(h.entry)
         except RemediateError as exc:
-            result = HostResult(host=name, outcome="failed", error=str(exc))
+            return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
+
+    def _run_undo(self, h: _Host, backup: str) -> HostResult:
+        """The killed fix's undo, as its transaction would have made it: its own backup restored, verified."""
+        assert self.undo is not None
+        try:
+            result = self.undo(h.entry, backup)
+        except RemediateError as exc:
+            return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
+        return replace(result, outcome="rolled_back") if result.outcome == "restored" else result
+
+    def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
+        """The incident's outcome event and close; ``recheck``: what a recovery's re-run found."""
+        outcome = result.outcome if recheck is None else recovered_outcome(result.outcome)
         self.event(
             "outcome",
             now,
-            host=name,
+            host=h.entry.name,
             unit=h.unit,
             incident=incident_id,
-            outcome=result.outcome,
+            outcome=outcome,
             flags=getattr(result, "flags", None),
             tokens=getattr(result, "max_total_num_tokens", None),
             error=result.error,
+            **({} if recheck is None else {"recheck": recheck}),
         )
-        self._close(incident_id, name, h.unit, result.outcome)
-        h.state = "cooling_down" if result.outcome == "remediated" else "crashed"
+        self._close(incident_id, h.entry.name, h.unit, outcome)
+        h.state = "cooling_down" if outcome == "remediated" else "crashed"
         h.previous = None  # the fix restarted the unit: the next poll starts afresh
+
+    def _recover(self, now: float) -> None:
+        """Resolve the incidents a dead watcher left ``remediating`` (the state's flock says it is gone):
+        the attempt's end as the transaction log has it, else the same one-host `oom` run again. The
+        original fix was counted against the cap when it started: this counts nothing more. A ``--dry-run``
+        watcher never acts: it leaves them for a real one."""
+        if self.dry_run:
+            return
+        for row in self.state.incidents(limit=50):
+            if row["outcome"] != "remediating" or row["closed"]:
+                continue
+            h = self._hosts.get(str(row["host"]))
+            if h is None:  # not among this watcher's targets: left for the watcher that has it
+                continue
+            incident_id = str(row["id"])
+            acting = self.state.acting(incident_id)
+            since = float(row["last_at"])  # type: ignore[arg-type]
+            records = read_transactions(h.entry.name, since)
+            logged = tuple(str(r.get("event")) for r in records)
+            step = recovery(acting, os.getpid(), logged)
+            if step == "none":
+                continue
+            self.event("recovered", now, host=h.entry.name, unit=h.unit, incident=incident_id, pid=acting,
+                       logged=list(logged), step=step)  # fmt: skip
+            if step == "recheck":
+                h.state = "remediating"
+                if acting is None:  # died between decided and acted: its fix was never counted; this one is
+                    with self.state.transaction():
+                        self.state.save_history(h.entry.name, note_fix(self.state.history(h.entry.name), now))
+                result = self._run_fix(h)
+                recheck = result.outcome
+                made = tuple((str(r.get("event")), tuple(map(str, r.get("backups") or ()))) for r in records)
+                backup = backup_to_restore(result.outcome, made)
+                if backup is not None and self.undo is not None:
+                    self.event("undo", now, host=h.entry.name, unit=h.unit, incident=incident_id, backup=backup,
+                               recheck=result.outcome, error=result.error)  # fmt: skip
+                    result = self._run_undo(h, backup)
+            else:
+                result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")
+                recheck = "none"
+            self._finish(h, incident_id, now, result, recheck)
 
     def _close(self, incident_id: str, host: str, unit: str, outcome: str) -> None:
         with self.state.transaction():
             incident = self.state.open_incident(host, unit)
             if incident is not None and incident.id == incident_id:
                 self.state.save_incident(replace(incident, is_closed=True), outcome)
+            self.state.set_acting(incident_id, None)
 
     def _answered(self, now: float) -> None:
         for row in self.state.incidents(limit=50):

@@ -1,0 +1,60 @@
+"""The resolution of a fix left ``remediating`` by a dead watcher: read back, re-checked, never redone."""
+
+from __future__ import annotations
+
+import pytest
+
+from remediate.core.watch.incident import backup_to_restore, recovered_outcome, recovery
+
+
+def test_this_watchers_own_fix_is_left_alone() -> None:
+    assert recovery(41, 41, ()) == "none"
+    assert recovery(41, 41, ("committed",)) == "none"
+
+
+@pytest.mark.parametrize("end", ["rolled_back", "failed"])
+def test_a_logged_end_is_taken_as_it_is(end: str) -> None:
+    assert recovery(41, 42, ("committed", end)) == end
+    assert recovery(None, 42, (end,)) == end
+
+
+@pytest.mark.parametrize(
+    "logged", [(), ("committed",), ("committed", "unknown"), ("committed", "remediated"), ("committed", "drift")]
+)
+def test_anything_else_is_rechecked_by_the_same_transaction(logged: tuple[str, ...]) -> None:
+    assert recovery(41, 42, logged) == "recheck"
+    assert recovery(None, 42, logged) == "recheck"
+
+
+@pytest.mark.parametrize(
+    ("recheck", "outcome"),
+    [
+        ("unchanged", "remediated"),  # the killed fix had finished: the re-run changes nothing
+        ("drift", "remediated"),  # the unit was changed, the server not restarted: restarted and verified
+        ("remediated", "remediated"),  # the killed fix never committed: this is its one commit
+        ("rolled_back", "rolled_back"),
+        ("failed", "failed"),
+        ("unreachable", "failed"),
+        ("restored", "failed"),
+    ],
+)
+def test_the_recheck_outcome(recheck: str, outcome: str) -> None:
+    assert recovered_outcome(recheck) == outcome
+
+
+KILLED = (("committed", ("/etc/systemd/system/sglang.service.bak.oom.1",)),)
+
+
+def test_a_failed_recheck_restores_the_killed_commits_backup() -> None:
+    again = (("committed", ()), ("failed", ()))  # the re-run: nothing to write, the server still dies
+    assert backup_to_restore("failed", KILLED + again) == "/etc/systemd/system/sglang.service.bak.oom.1"
+
+
+@pytest.mark.parametrize("recheck", ["unchanged", "drift", "remediated", "rolled_back"])
+def test_a_recheck_that_holds_or_undid_itself_restores_nothing(recheck: str) -> None:
+    assert backup_to_restore(recheck, KILLED) is None
+
+
+def test_nothing_committed_nothing_to_restore() -> None:
+    assert backup_to_restore("failed", ()) is None
+    assert backup_to_restore("failed", (("committed", ()),)) is None

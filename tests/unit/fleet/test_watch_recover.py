@@ -1,0 +1,139 @@
+"""A restarted watcher resolves the incident its SIGKILLed predecessor left ``remediating``: once, by the
+transaction log or by re-running the same one-host fix; the cap counts the original fix only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from remediate.controller.watch_audit import read_events
+from remediate.controller.watch_state import WatchState
+from remediate.core.watch.incident import HostHistory, Incident, counted_fixes
+from remediate.core.watch.policy import Policy
+from remediate.fleet.inventory import HostEntry
+from remediate.fleet.watch.loop import Watcher
+from remediate.models import HostResult
+
+NOW = 1_800_000_000.0
+
+
+def _left_remediating(directory: Path) -> None:
+    """What a watcher SIGKILLed inside its fix leaves: the fix counted, the incident remediating, its pid."""
+    state = WatchState(directory)
+    state.save_history("h2", HostHistory(fixes=(NOW,)))
+    state.save_incident(Incident("inc1", "h2", "sglang.service", NOW, NOW, 1, ("cuda_oom_runtime",)), "remediating")
+    state.set_acting("inc1", 999_999_999)
+    state.close()
+
+
+def _watcher(directory: Path, fixes: list[str], outcome: str) -> Watcher:
+    def fix(entry: HostEntry) -> HostResult:
+        fixes.append(entry.name)
+        return HostResult(host=entry.name, outcome=outcome)
+
+    def no_connect(entry: HostEntry) -> object:
+        raise AssertionError("recovery needs no poll")
+
+    hosts = [HostEntry(name="h2", address="127.0.0.1")]
+    return Watcher(hosts, no_connect, lambda t, e: HostResult(host=e.name), fix, WatchState(directory), Policy())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def txlog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    controller = tmp_path / "controller"
+    controller.mkdir()
+    monkeypatch.setenv("REMEDIATE_STATE_DIR", str(controller))
+    return controller / "transactions.jsonl"
+
+
+def _log(path: Path, *events: str) -> None:
+    stamp = "2027-01-15T08:00:00Z"  # NOW
+    path.write_text("".join(json.dumps({"time": stamp, "host": "h2", "event": e}) + "\n" for e in events))
+
+
+@pytest.mark.parametrize(("recheck", "outcome"), [("unchanged", "remediated"), ("rolled_back", "rolled_back")])
+def test_a_committed_fix_is_rechecked_once(tmp_path: Path, txlog: Path, recheck: str, outcome: str) -> None:
+    _left_remediating(tmp_path)
+    _log(txlog, "committed")
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fixes, recheck)
+    watcher._recover(NOW + 5)
+    watcher._recover(NOW + 6)  # resolved: a second round finds nothing to do
+    assert fixes == ["h2"]
+    events = read_events(tmp_path)
+    assert [e["event"] for e in events] == ["recovered", "outcome"]
+    assert events[0]["step"] == "recheck" and events[0]["logged"] == ["committed"]
+    assert events[1]["outcome"] == outcome and events[1]["recheck"] == recheck
+    row = watcher.state.incidents()[0]
+    assert row["closed"] == 1 and row["outcome"] == outcome
+    assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1, "the original fix counts; no second count"
+    assert watcher.state.acting("inc1") is None
+
+
+def test_a_logged_rollback_is_read_back_not_refixed(tmp_path: Path, txlog: Path) -> None:
+    _left_remediating(tmp_path)
+    _log(txlog, "committed", "rolled_back")
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "remediated")
+    watcher._recover(NOW + 5)
+    assert fixes == [], "the host rolled itself back: no second fix"
+    assert [e.get("outcome") for e in read_events(tmp_path)] == [None, "rolled_back"]
+    assert watcher.state.incidents()[0]["outcome"] == "rolled_back"
+
+
+def test_older_transactions_of_the_host_are_not_this_fix(tmp_path: Path, txlog: Path) -> None:
+    _left_remediating(tmp_path)
+    txlog.write_text(json.dumps({"time": "2027-01-15T07:00:00Z", "host": "h2", "event": "rolled_back"}) + "\n")
+    fixes: list[str] = []
+    _watcher(tmp_path, fixes, "unchanged")._recover(NOW + 5)
+    assert fixes == ["h2"]
+
+
+def test_a_watcher_dead_before_acting_has_its_fix_counted_once(tmp_path: Path, txlog: Path) -> None:
+    """Killed between `decided` and `acted`: no pid, nothing counted, nothing committed: the one fix is
+    made by the recovery and counted there."""
+    state = WatchState(tmp_path)
+    state.save_incident(Incident("inc1", "h2", "sglang.service", NOW, NOW, 1, ("cuda_oom_runtime",)), "remediating")
+    state.close()
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "remediated")
+    watcher._recover(NOW + 5)
+    watcher._recover(NOW + 6)
+    assert fixes == ["h2"]
+    assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1
+    assert watcher.state.incidents()[0]["outcome"] == "remediated"
+
+
+def test_a_failed_recheck_puts_the_killed_fixs_backup_back(tmp_path: Path, txlog: Path) -> None:
+    _left_remediating(tmp_path)
+    backup = "/etc/systemd/system/sglang.service.bak.oom.1"
+    txlog.write_text(json.dumps({"time": "2027-01-15T08:00:00Z", "host": "h2", "event": "committed",
+                                 "backups": [backup]}) + "\n")  # fmt: skip
+    fixes: list[str] = []
+    undone: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "failed")
+
+    def undo(entry: HostEntry, path: str) -> HostResult:
+        undone.append(path)
+        return HostResult(host=entry.name, outcome="restored")
+
+    watcher.undo = undo
+    watcher._recover(NOW + 5)
+    assert fixes == ["h2"] and undone == [backup]
+    events = read_events(tmp_path)
+    assert [e["event"] for e in events] == ["recovered", "undo", "outcome"]
+    assert events[2]["outcome"] == "rolled_back" and events[2]["recheck"] == "failed"
+    assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1
+
+
+def test_a_dry_run_watcher_leaves_it_for_a_real_one(tmp_path: Path, txlog: Path) -> None:
+    _left_remediating(tmp_path)
+    _log(txlog, "committed")
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "unchanged")
+    watcher.dry_run = True
+    watcher._recover(NOW + 5)
+    assert fixes == [] and read_events(tmp_path) == []
+    assert watcher.state.incidents()[0]["outcome"] == "remediating"
