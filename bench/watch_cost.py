@@ -5,7 +5,8 @@
    server (a different host each repetition); latency = the host's own journal timestamp
    (``__REALTIME_TIMESTAMP``) of systemd's ``Main process exited`` line → the moment the watcher's audit log
    holds the ``detected`` and the ``decided`` record for that host (the bench tails the file every 20 ms; the
-   records' own ``at`` is the round's start, so it is not used). ``--dry-run``: nothing is fixed.
+   records' own ``at`` is the round's start, so it is not used). Each crash comes after a random wait of up to
+   one interval (``--seed``), so it lands anywhere in the poll cycle. ``--dry-run``: nothing is fixed.
 2. **Idle cost, N sandbox hosts**: the watcher process's CPU (utime+stime from /proc/PID/stat over a window,
    as a fraction of one core), RSS and PSS (smaps_rollup), threads and sockets, healthy fleet, each interval.
 3. **Idle cost, many endpoints** (``--endpoints``, default 500): one Python process of ours serves a lightweight
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import signal
 import socket
@@ -209,6 +211,7 @@ def sandbox_runs(args: argparse.Namespace, work: Path) -> tuple[list[dict[str, A
             nodes = list(pool.map(prepare, fleet.hosts))
         fleet.wait_idle()
         victim = 0
+        phase = random.Random(args.seed)
         for interval in [float(i) for i in args.intervals.split(",")]:
             run_dir = work / f"watch-{interval:g}"
             run_dir.mkdir()
@@ -224,6 +227,7 @@ def sandbox_runs(args: argparse.Namespace, work: Path) -> tuple[list[dict[str, A
                 for _ in range(args.reps):
                     node = nodes[victim % len(nodes)]
                     victim += 1
+                    time.sleep(phase.uniform(0, interval))  # the crash lands at a random point of the poll cycle
                     before = time.time()
                     for seed in (1, 2):
                         node.generate(2000, seed)
@@ -362,6 +366,8 @@ def endpoint_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         first_round_s = rounds.times[0] - started
         rounds.wait(2, 120 + 2 * interval, proc)
         cost = idle_cost(proc.pid, max(args.idle_window, 4 * interval))
+        gaps = [b - a for a, b in zip(rounds.times[1:], rounds.times[2:], strict=False)]  # past the connecting round
+        cost["mean_round_gap_s"] = statistics.mean(gaps) if gaps else float("nan")
         audit = work / "watch-state" / "watch-audit.jsonl"
         unreachable = audit.read_text().count('"unreachable"') if audit.exists() else 0
         cost.update(endpoints=n, interval_s=interval, first_round_s=first_round_s, unreachable_events=unreachable,
@@ -412,6 +418,7 @@ def main() -> int:
     parser.add_argument("--idle-window", type=float, default=30.0, help="seconds (at least 3 intervals)")
     parser.add_argument("--endpoints", type=int, default=500, help="0: skip part 3")
     parser.add_argument("--endpoint-interval", type=float, default=15.0)
+    parser.add_argument("--seed", type=int, default=22, help="of the random wait before each crash")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--serve-endpoints", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-dir", type=Path, help=argparse.SUPPRESS)
