@@ -13,7 +13,8 @@
    SSH endpoint (paramiko server, publickey auth, its own host key, verified by the watcher through
    known_hosts) on each of M loopback addresses 127.45.x.y:2222; every exec answers the poll with a canned
    healthy ``systemctl show`` and an empty journal. The watcher holds one SSH connection per address; measured
-   as in 2 at ``--endpoint-interval`` (15 s).
+   as in 2 at ``--endpoint-interval`` (15 s); then the floor: the same connections held open by a process
+   (remediate's SSHTransport) that never polls them.
 
 The watcher learns nothing of the bench: it is the CLI in a subprocess; its rounds are counted through
 ``NOTIFY_SOCKET`` (the sd_notify READY/WATCHDOG it sends each round). Every process started is stopped by PID.
@@ -372,6 +373,8 @@ def endpoint_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         unreachable = audit.read_text().count('"unreachable"') if audit.exists() else 0
         cost.update(endpoints=n, interval_s=interval, first_round_s=first_round_s, unreachable_events=unreachable,
                     rss_kib_per_connection=cost["rss_mib"] * 1024 / n, server_alive=server.poll() is None)  # fmt: skip
+        stop_watcher(proc)
+        cost["held_only"] = held_only(n, work, max(args.idle_window, 4 * interval))
         print(json.dumps({"endpoints": {k: round(v, 4) if isinstance(v, float) else v for k, v in cost.items()}}),
               flush=True)  # fmt: skip
         return cost
@@ -381,6 +384,42 @@ def endpoint_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rounds.close()
         os.kill(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def hold_endpoints(n: int, work: Path) -> None:
+    """(Run as its own process.) The floor of the watcher's idle cost: the same n connections, held through
+    remediate's SSHTransport, one command each, then never used again."""
+    from remediate.transport.base import SSHOptions
+    from remediate.transport.ssh import SSHTransport
+
+    held = []
+    for i in range(n):
+        transport = SSHTransport(endpoint_address(i), SSHOptions(ssh_config=str(work / "ssh_config")))
+        transport.run("true", timeout=15)
+        held.append(transport)
+    (work / "held").write_text("ok")
+    threading.Event().wait()
+
+
+def held_only(n: int, work: Path, window: float) -> dict[str, float]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--hold-endpoints", str(n), "--serve-dir", str(work)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        end = time.monotonic() + 900
+        while not (work / "held").exists():
+            if proc.poll() is not None or time.monotonic() > end:
+                raise SystemExit(f"holding {n} connections failed: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            time.sleep(0.05)
+        time.sleep(1)
+        return idle_cost(proc.pid, window)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 # -- the table ----------------------------------------------------------------------------------------------
@@ -404,15 +443,16 @@ def report(idle: list[dict[str, Any]], detections: list[dict[str, Any]], endpoin
         )
         lines.append(f"endpoints: first round (connect all) {e['first_round_s']:.1f} s, "
                      f"{e['rss_kib_per_connection']:.0f} KiB RSS per connection, unreachable events "
-                     f"{e['unreachable_events']}; goals ≤ {GOAL_CPU} core: "
-                     f"{'met' if e['cpu_core'] <= GOAL_CPU else 'NOT met'}, ≤ {GOAL_MEM_MIB:.0f} MiB: "
-                     f"{'met' if e['rss_mib'] <= GOAL_MEM_MIB else 'NOT met'}")  # fmt: skip
+                     f"{e['unreachable_events']}; the same connections held, never polled: "
+                     f"{e['held_only']['cpu_core']:.4f} core, {e['held_only']['rss_mib']:.0f} MiB; "
+                     f"goals ≤ {GOAL_CPU} core: {'met' if e['cpu_core'] <= GOAL_CPU else 'NOT met'}, "
+                     f"≤ {GOAL_MEM_MIB:.0f} MiB: {'met' if e['rss_mib'] <= GOAL_MEM_MIB else 'NOT met'}")  # fmt: skip
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=20)
+    parser.add_argument("--hosts", type=int, default=20, help="0: skip parts 1 and 2")
     parser.add_argument("--intervals", default="1,5,15", help="comma-separated --interval values, seconds")
     parser.add_argument("--reps", type=int, default=3, help="crashes per interval, a different host each")
     parser.add_argument("--idle-window", type=float, default=30.0, help="seconds (at least 3 intervals)")
@@ -422,10 +462,14 @@ def main() -> int:
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--serve-endpoints", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--hold-endpoints", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_endpoints:
         d = args.serve_dir
         serve_endpoints(args.serve_endpoints, d / "host_key", d / "client_key.pub", d / "ready")
+        return 0
+    if args.hold_endpoints:
+        hold_endpoints(args.hold_endpoints, args.serve_dir)
         return 0
     from sandbox import Sandbox
 
@@ -435,7 +479,7 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="watch-cost-") as tmp:
         work = Path(tmp)
-        idle, detections = sandbox_runs(args, work)
+        idle, detections = sandbox_runs(args, work) if args.hosts else ([], [])
         endpoints = endpoint_run(args, work) if args.endpoints else None
     lines = report(idle, detections, endpoints)
     print("\n" + "\n".join(lines))

@@ -90,10 +90,11 @@ def test_watch_cost_reduced_run_prints_the_table_and_writes_its_samples(tmp_path
     argv += ["--idle-window", "3", "--endpoints", "5", "--endpoint-interval", "1", "--json-out", str(out)]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "CPU core" in run.stdout and "detect med s" in run.stdout and "per connection" in run.stdout
+    assert "CPU core" in run.stdout and "detect med s" in run.stdout and "never polled" in run.stdout
     doc = json.loads(out.read_text())
     [idle] = doc["idle"]
     assert {"cpu_core", "rss_mib", "pss_mib", "threads", "sockets", "interval_s"} <= set(idle)
     [crash] = doc["detections"]
     assert {"host", "detected_s", "decided_s"} <= set(crash)
     assert doc["endpoints"]["endpoints"] == 5 and doc["endpoints"]["unreachable_events"] == 0
+    assert {"cpu_core", "rss_mib"} <= set(doc["endpoints"]["held_only"])
