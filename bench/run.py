@@ -15,6 +15,7 @@ BENCHES = [
     "fleet_forks.py",
     "vs_ansible.py",
     "scaling.py",
+    "watch_cost.py",
 ]
 ARGS = {"vs_ansible.py": ["--profile"]}  # oom, status and diagnose against Ansible, and the wall time's cuts
 
