@@ -85,7 +85,9 @@ class Watcher:
                 h.transport = None
 
     def event(self, kind: str, now: float, **data: Any) -> None:
-        record = {"event": kind, "at": now, **data}
+        # ``at``: when the event was written (the audit's clock); ``round_at``: the round's time, which the
+        # rails decided with (every event of a round shares it, so it can precede the crash it reports).
+        record = {"event": kind, "at": time.time(), "round_at": now, **data}
         append_event(self.state.directory, record)
         if self.metrics is not None:
             self.metrics.observe_event(record)
