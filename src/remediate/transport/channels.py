@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from remediate.errors import ConnectionLost, TransportError
+from remediate.errors import CommandError, ConnectionLost, TransportError
+from remediate.models import CommandResult
 from remediate.transport.base import MAX_OUTPUT_BYTES, Retake
 
 
@@ -67,6 +68,24 @@ class Holds:
 
     def _start_hold(self, held: Hold, timeout: float, command: str | None = None) -> None:
         raise NotImplementedError
+
+    host: str
+
+    def _take_back(self, held: Hold, deadline: float) -> None:
+        """After a reconnect: start ``held`` again (its ``again`` command when it has one, which must print its
+        ``expect`` line before ``ready``, else CommandError: no hold is ever taken back without it)."""
+        if held.again is None:
+            self._start_hold(held, max(deadline - time.monotonic(), 0.0) + held.timeout)
+            return
+        retake = held.again(held.output)
+        first = held.output
+        self._start_hold(held, max(deadline - time.monotonic(), 0.0) + retake.timeout, retake.command)
+        taken, held.output = held.output, first
+        if retake.expect not in taken.splitlines():
+            if held.chan is not None:
+                held.chan.close()
+            result = CommandResult(retake.command, 0, taken, f"no {retake.expect!r} before {held.ready!r}")
+            raise CommandError(self.host, "hold taken back", result)
 
     @contextmanager
     def hold(

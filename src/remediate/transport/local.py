@@ -243,18 +243,7 @@ class LocalTransport(Holds):
                 continue
             if chan is not None:
                 chan.close()
-            if held.again is None:
-                self._start_hold(held, max(deadline - time.monotonic(), 0.0) + held.timeout)
-                continue
-            retake = held.again(held.output)
-            first = held.output
-            self._start_hold(held, max(deadline - time.monotonic(), 0.0) + retake.timeout, retake.command)
-            taken, held.output = held.output, first
-            if retake.expect not in taken.splitlines():
-                if held.chan is not None:
-                    held.chan.close()
-                result = CommandResult(retake.command, 0, taken, f"no {retake.expect!r} before {held.ready!r}")
-                raise CommandError(self.host, "hold taken back", result)
+            self._take_back(held, deadline)
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
         """GET http://host:port/path from this machine; ``status=None`` while the port refuses connections, and

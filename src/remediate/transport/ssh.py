@@ -205,18 +205,7 @@ class SSHTransport(Holds):
                 self._connect_once()
         self._opened = True
         for held in list(self._holds):
-            if held.again is None:
-                self._start_hold(held, max(deadline - time.monotonic(), 0.0) + held.timeout)
-                continue
-            retake = held.again(held.output)
-            first = held.output
-            self._start_hold(held, max(deadline - time.monotonic(), 0.0) + retake.timeout, retake.command)
-            taken, held.output = held.output, first
-            if retake.expect not in taken.splitlines():
-                if held.chan is not None:
-                    held.chan.close()
-                result = CommandResult(retake.command, 0, taken, f"no {retake.expect!r} before {held.ready!r}")
-                raise CommandError(self.host, "hold taken back", result)
+            self._take_back(held, deadline)
 
     def _sudo_error(self, result: CommandResult) -> TransportError:
         text = result.stderr.lower()
