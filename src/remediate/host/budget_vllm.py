@@ -191,8 +191,7 @@ def evidence_from(
         total, source = torch_total, "torch's OOM text"
     if total is None:
         total, source = smi_total_gib(smi), "nvidia-smi memory.total − memory.reserved"
-    model = next((m.group(1) for line in lines if (m := _MODEL_LINE.search(line))), None)
-    model = (args.model if args else None) or model
+    model = (args.model if args else None) or served_model(lines)
     try:
         words = shlex.split(environment or "")
     except ValueError:  # an unbalanced quote: read the words as they stand
@@ -208,6 +207,13 @@ def evidence_from(
         model=model,
         tp_size=_int(number("tensor-parallel-size")),
     )
+
+
+def served_model(lines: list[str]) -> str | None:
+    """The model of the last start, from vLLM's ``Initializing a V1 LLM engine (v…) with config: model='…'``
+    (vllm/v1/engine/core.py ``EngineCore.__init__``)."""
+    found = [m.group(1) for line in lines if (m := _MODEL_LINE.search(line))]
+    return found[-1] if found else None
 
 
 def _int(text: str | None) -> int | None:

@@ -112,3 +112,17 @@ def test_the_table_names_vllms_flags() -> None:
     assert "choice  --gpu-memory-utilization 0.92 --max-num-batched-tokens 4096" in text
     assert "GPU total 79.19 GiB (torch's OOM text); one request of max_model_len 57,344 fits from 0.92 up" in text
     assert parse_cache_config("").tokens is None
+
+
+def test_a_healthy_vllm_start_leaves_a_vllm_calibration_record() -> None:
+    from remediate.host.observe import vllm_observation
+    from remediate.models import HostResult
+
+    result = HostResult(host="gpu-1")
+    result.flags_after = {"gpu_memory_utilization": "0.95", "max_num_batched_tokens": "4096"}
+    record = vllm_observation(result, START, 60720, command="oom", at="2026-12-04T06:00:00Z")
+    assert record is not None and (record.engine, record.fraction, record.tokens) == ("vllm", 0.95, 60720)
+    assert (record.model_path, record.kv_gib, record.chunked_prefill_size) == ("standin/mha-13b-40k", 46.33, 4096)
+    assert vllm_observation(result, START, 60000, command="oom", at="") is None  # another start answered
+    result.flags_after = {}
+    assert vllm_observation(result, START, 60720, command="oom", at="") is None  # the utilization is unknown
