@@ -126,3 +126,33 @@ def test_a_healthy_vllm_start_leaves_a_vllm_calibration_record() -> None:
     assert vllm_observation(result, START, 60000, command="oom", at="") is None  # another start answered
     result.flags_after = {}
     assert vllm_observation(result, START, 60720, command="oom", at="") is None  # the utilization is unknown
+
+
+def test_plan_host_reads_a_running_vllm_unit_in_one_journal_round_trip() -> None:
+    import json as _json
+
+    from fake_transport import JOURNAL, incident_host
+
+    from remediate.host.options import RunOptions
+    from remediate.host.plan import plan_host
+
+    argv = ("/usr/bin/vllm", "serve", "standin/mha-13b-40k", "--gpu-memory-utilization", "0.95", "--port", "8001")
+    journal = "\n".join([*START, "@@journal-tail", *START, *CRASH, "@@smi", *SMI]) + "\n"
+    unit_text = "[Service]\nExecStart=" + " ".join(argv) + "\n"
+    t = incident_host(
+        text=unit_text, active="active", argv=argv, unit="vllm.service", path="/etc/systemd/system/vllm.service"
+    )
+    t.on(JOURNAL, journal)
+    t.http(
+        "/metrics",
+        (200, 'vllm:cache_config_info{block_size="16",gpu_memory_utilization="0.95",num_gpu_blocks="3795"} 1\n'),
+    )
+    t.http("/v1/models", (200, _json.dumps({"data": [{"id": "m", "max_model_len": 57344}]})))
+    result = plan_host(t, RunOptions(unit="vllm.service"), BudgetOptions())
+    assert result.error is None and result.outcome == "unchanged", result.error
+    plan = result.extra["plan"]
+    assert plan["engine"] == "vllm" and plan["vllm"]["max_model_len"] == 57344 and result.max_total_num_tokens == 60720
+    assert [c.path for c in t.http_calls] == ["/metrics", "/v1/models"] and {c.port for c in t.http_calls} == {8001}
+    assert plan["choice"]["mem_fraction_static"] == 0.92 and [c["source"] for c in plan["calibration"]] == [
+        "running server"
+    ]
