@@ -23,6 +23,7 @@ from remediate.core.budget.vllm import (
     FRACTION_FLAG,
     CacheConfig,
     VllmNumbers,
+    below_floor,
     floor_utilization,
     parse_cache_config,
     vllm_model,
@@ -304,3 +305,11 @@ def auto_desired_vllm(
     notes.append(f"--auto: {FRACTION_FLAG} {fraction} (predicted {chosen.prediction.tokens:,} tokens), "
                  f"{CHUNK_FLAG} {chunk}, {EXPANDABLE}")  # fmt: skip
     return auto, notes
+
+
+def recipe_warning(budget: HostBudget, evidence: VllmEvidence, utilization: float) -> str | None:
+    """For `oom`'s plain recipe on a vLLM unit: the warning (or refusal text) when ``utilization`` is below the
+    max_model_len floor of the planned model; None when it is not, or nothing is modelled."""
+    if budget.model is None:
+        return None
+    return below_floor(budget.model, utilization, evidence.numbers.max_model_len)

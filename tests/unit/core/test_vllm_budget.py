@@ -10,6 +10,7 @@ from remediate.core.budget.headroom import Knobs, Spike, choose
 from remediate.core.budget.pool import GIB, BudgetModel, Measured, Unmodelled, calibrate
 from remediate.core.budget.vllm import (
     VllmNumbers,
+    below_floor,
     floor_utilization,
     hold_floor,
     longest_fitting,
@@ -136,3 +137,11 @@ def test_cache_config_from_metrics() -> None:
     assert parse_cache_config("vllm:num_requests_running 0\n").tokens is None
     odd = parse_cache_config('vllm:cache_config_info{gpu_memory_utilization="nan",num_gpu_blocks="x"} 1\n')
     assert (odd.gpu_memory_utilization, odd.num_gpu_blocks) == (None, None)
+
+
+def test_a_recipe_below_the_floor_is_said_with_the_alternative() -> None:
+    model = model_at(0.95)
+    assert below_floor(model, 0.92, 57344) is None and below_floor(model, 0.5, None) is None
+    said = below_floor(model, 0.91, 57344)
+    assert said is not None and "below 0.92" in said and "refuse to start" in said
+    assert "--max-model-len (at most 56,560 at 0.91)" in said

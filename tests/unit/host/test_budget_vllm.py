@@ -17,6 +17,7 @@ from remediate.host.budget_vllm import (
     evidence_from,
     models_max_len,
     plan_vllm,
+    recipe_warning,
     smi_total_gib,
     vllm_plan_document,
 )
@@ -74,6 +75,8 @@ def test_the_plan_holds_the_floor_and_auto_takes_the_held_choice() -> None:
     assert doc["choice"]["mem_fraction_static"] == 0.92 and doc["choice"]["chunked_prefill_size"] == 4096
     assert doc["current"]["max_total_num_tokens"] == 60720
     assert [c["source"] for c in doc["calibration"]] == ["last start"]
+    assert recipe_warning(budget, ev, 0.94) is None
+    assert "vLLM would refuse to start; use 0.92" in (recipe_warning(budget, ev, 0.90) or "")
     desired, notes = auto_desired_vllm(budget, DesiredState())
     assert desired.mem_fraction_static == Decimal("0.92") and desired.chunked_prefill_size == 4096
     assert desired.alloc_conf == "expandable_segments:True"

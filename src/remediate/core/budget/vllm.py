@@ -131,6 +131,19 @@ def hold_floor(plan: BudgetPlan, model: BudgetModel, floor: float | None, max_mo
     return replace(plan, rows=tuple(rows), chosen=held, meets_target=meets, warnings=(*plan.warnings, warning))
 
 
+def below_floor(model: BudgetModel, utilization: float, max_model_len: int | None) -> str | None:
+    """What to say when a utilization (the plain recipe's, one given by hand) is below the floor: vLLM would
+    refuse to start there; None when it is not (or the floor is unknown)."""
+    floor = floor_utilization(model, max_model_len)
+    if floor is None or max_model_len is None or utilization >= floor - 1e-9:
+        return None
+    return (
+        f"{FRACTION_FLAG} {utilization:g} is below {floor:g}, the lowest at which one request of max_model_len "
+        f"{max_model_len:,} fits the KV cache: vLLM would refuse to start; use {floor:g}, or set an explicit "
+        f"--max-model-len (at most {longest_fitting(model, utilization):,} at {utilization:g})"
+    )
+
+
 def _below(row: Row) -> Row:
     return replace(row, prediction=replace(row.prediction, is_viable=False), is_chosen=False)
 
