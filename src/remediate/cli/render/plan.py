@@ -37,8 +37,10 @@ def _spike(spike: dict[str, Any]) -> str:
     per_token = spike["per_token_bytes"]
     per = f" = {per_token / 1024:.1f} KiB/token" if per_token else ""
     at = f" (at {spike['fraction']:g})" if spike.get("fraction") else ""
+    tokens = spike["prefill_tokens"]
+    prefill = f"for {tokens:,} prefill tokens{per}" if tokens else "(the prefill's size not logged)"
     return (
-        f"{spike['tried_bytes'] / 2**20:.0f} MiB for {spike['prefill_tokens'] or 0:,} prefill tokens{per}; "
+        f"{spike['tried_bytes'] / 2**20:.0f} MiB {prefill}; "
         f"{spike['reserved_unallocated_bytes'] / 2**20:.0f} MiB reserved but unallocated{at}"
     )
 
