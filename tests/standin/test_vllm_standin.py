@@ -101,3 +101,19 @@ def test_serve_refuses_the_model_option_and_reads_a_config_file(start, tmp_path)
     srv.wait_healthy()
     started = parse_vllm_startup(srv.output().splitlines())
     assert (started.kv_tokens, started.max_model_len) == (63616, 40960)  # the command line wins over the file
+
+
+def test_the_stream_carries_the_usage_on_every_chunk_and_dev_mode_resets_the_cache(start) -> None:
+    from remediate.core.bench.latency import measure_request
+    from remediate.core.bench.openai import as_generate_chunks, completions_body
+    from remediate.core.bench.stream import decode_stream
+
+    srv = start(FIX, env={**EXPANDABLE, "VLLM_SERVER_DEV_MODE": "1"}, module=CLI)
+    srv.wait_healthy()
+    assert srv.post("/reset_prefix_cache", {})[0] == 200
+    code, raw = srv.post("/v1/completions", completions_body(list(range(1000, 1000 + 2048)), 5, "standin/mha-13b-40k"))
+    events = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: {")]
+    assert code == 200 and [e["usage"]["completion_tokens"] for e in events] == [1, 2, 3, 4, 5, 5]
+    assert all(e["usage"]["prompt_tokens"] == 2048 for e in events) and events[-1]["choices"] == []
+    metrics = measure_request(0.0, list(as_generate_chunks(decode_stream([(1.0, raw)]))))
+    assert metrics.ok and (metrics.prompt_tokens, metrics.completion_tokens, metrics.finish) == (2048, 5, "length")

@@ -160,7 +160,14 @@ class Handler(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": tokens, "completion_tokens": max_tokens, "total_tokens": tokens + max_tokens}
         model = s["opts"]["model"]
         if body.get("stream"):
-            self._stream(model, max_tokens, usage if (body.get("stream_options") or {}).get("include_usage") else None)
+            stream_options = body.get("stream_options") or {}
+            self._stream(
+                model,
+                max_tokens,
+                usage if stream_options.get("include_usage") else None,
+                bool(stream_options.get("include_usage") and stream_options.get("continuous_usage_stats")),
+                tokens,
+            )
             return
         choice = {"index": 0, "text": " ok" * max_tokens, "logprobs": None, "finish_reason": "length"}
         self._send(
@@ -175,18 +182,28 @@ class Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def _stream(self, model: str, max_tokens: int, usage: dict | None) -> None:
-        """Server-sent events as vLLM's OpenAIServingCompletion streams them: one chunk a token, the usage chunk
-        (``stream_options.include_usage``) with empty choices, then ``data: [DONE]``."""
+    def _stream(self, model: str, max_tokens: int, usage: dict | None, continuous: bool, prompt: int) -> None:
+        """Server-sent events as vLLM's OpenAIServingCompletion streams them: one chunk a token (with the usage so
+        far when ``stream_options.continuous_usage_stats`` is set too), the usage chunk
+        (``stream_options.include_usage``) with empty choices, then ``data: [DONE]``. Each token after the first
+        takes a decode step that grows with the context (10 ms at none, twice that at 16k, simulated)."""
+        step = 0.01 * (1 + prompt / 16384) * float(self.state["knobs"]["time_scale"])
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Connection", "close")
         self.end_headers()
         head = {"id": "cmpl-standin", "object": "text_completion", "created": int(time.time()), "model": model}
         for n in range(max_tokens):
+            if n:
+                time.sleep(step)
             done = "length" if n == max_tokens - 1 else None
             choice = {"index": 0, "text": " ok", "logprobs": None, "finish_reason": done}
-            self.wfile.write(f"data: {json.dumps({**head, 'choices': [choice]})}\n\n".encode())
+            chunk = {**head, "choices": [choice]}
+            if continuous and usage is not None:
+                prompt = usage["prompt_tokens"]
+                chunk["usage"] = {"prompt_tokens": prompt, "completion_tokens": n + 1, "total_tokens": prompt + n + 1}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
         if usage is not None:
             self.wfile.write(f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")

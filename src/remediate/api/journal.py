@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from remediate.models import HostResult
 
 if TYPE_CHECKING:
+    from remediate.core.engines.vllm.argv import VllmArgs
     from remediate.core.unitfile.edit import UnitSettings
 
 __all__ = ["MAX_JOURNAL_BYTES", "check_journal_flags", "diagnose_journal", "plan_journal", "read_journal_file"]
@@ -84,6 +85,37 @@ def _unit_settings(unit_file: str | None) -> UnitSettings | None:
         raise ConfigError(f"--unit-file: {exc.message}", source=unit_file) from None
 
 
+def _vllm_unit_args(unit_file: str) -> VllmArgs | None:
+    """The vLLM command line of a local unit file's ExecStart= (None: it runs no vLLM)."""
+    from remediate.controller.localfile import read_unit_file
+    from remediate.core.engines.vllm.argv import parse_vllm_args
+    from remediate.core.unitfile.command import find_in_exec
+    from remediate.core.unitfile.model import parse_unit
+
+    for directive in parse_unit(read_unit_file(Path(unit_file))).directives_in("Service", "ExecStart"):
+        command = find_in_exec(directive.value, "vllm")
+        if command is not None:
+            return parse_vllm_args([t.text for t in command.args], serve=command.entry.text == "serve")
+    return None
+
+
+def _plan_unit(unit_file: str | None) -> tuple[UnitSettings | None, VllmArgs | None]:
+    """`plan --journal`'s unit: sglang's settings, or a vLLM unit's command line."""
+    from remediate.errors import ConfigError
+
+    try:
+        return _unit_settings(unit_file), None
+    except ConfigError as refused:
+        assert unit_file is not None
+        try:
+            args = _vllm_unit_args(unit_file)
+        except ConfigError:
+            raise refused from None
+        if args is None:
+            raise
+        return None, args
+
+
 def diagnose_journal(
     journal: str,
     *,
@@ -141,7 +173,7 @@ def plan_journal(
     check_journal_flags(journal, unit_file, targets, inventory)
     if not 0 <= margin < 10:
         raise ConfigError(f"--margin {margin} must be between 0 and 10 (a share: 0.10 = 10%)")
-    settings = _unit_settings(unit_file)
+    settings, vllm = _plan_unit(unit_file)
     budget = BudgetOptions(
         target_tokens=target_tokens,
         chunked_prefill_size=chunked_prefill_size,
@@ -150,4 +182,4 @@ def plan_journal(
         observations=read_observations(log_path(observations)),
     )
     saved = parse_saved_journal(read_journal_file(journal, stdin))
-    return [plan_saved(saved, journal, budget, unit=settings, unit_file=unit_file, unit_name=unit)]
+    return [plan_saved(saved, journal, budget, unit=settings, unit_file=unit_file, unit_name=unit, vllm=vllm)]

@@ -33,6 +33,8 @@ from remediate.core.bench.sweep import (
 from remediate.core.diagnosis.explain import explain_crash
 from remediate.core.probe import ServiceState
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
+from remediate.host.bench_vllm import reset_prefix_cache, send_completion, vllm_limits
+from remediate.host.budget_vllm import unit_engine, vllm_endpoint
 from remediate.host.facts import fetch_json, fetch_server_info, journal_since, read_state
 from remediate.host.options import RunOptions
 from remediate.host.probe import endpoint_of, probe, resolve_unit
@@ -99,16 +101,15 @@ def _sweep(
     state = found.state
     assert state is not None
     unit = bench.unit = state.unit
-    host, port = endpoint_of(found, RunOptions(server_port=options.server_port))
+    is_vllm = unit_engine(found) == "vllm"
+    run_options = RunOptions(server_port=options.server_port)
+    host, port = vllm_endpoint(found, run_options) if is_vllm else endpoint_of(found, run_options)
     bench.endpoint = f"{host}:{port}"
     if state.active_state != "active":
         raise _down(transport, bench, state, found.now, f"{unit} is {state.active_state} ({state.get('SubState')})")
-    info, _ = fetch_server_info(transport, host, port)
-    if info is None:
-        raise RemediationError(bench.host, f"the server at {host}:{port} does not answer /server_info; is it up?")
-    model_info = _get_json(transport, host, port, "/model_info", "/get_model_info")
-    bench.limits = limits_from_info(info, model_info)
-    bench.server_info = mask_info(info)
+    server = (
+        _vllm(transport, (host, port), options, bench) if is_vllm else _sglang(transport, (host, port), options, bench)
+    )
     id_range = safe_id_range(bench.limits.vocab_size)
     sent = 0
     for requested in options.contexts:
@@ -116,7 +117,7 @@ def _sweep(
         if reason:
             point = BenchPoint(requested, "skipped", reason)
         else:
-            point, sent = _measure(transport, (host, port), requested, options, id_range, sent, on_request, bench.host)
+            point, sent = _measure(server, requested, options, id_range, sent, on_request, bench.host)
         bench.points.append(point)
         died = _died(transport, unit, state, (host, port), options.death_wait) if point.status == "failed" else None
         if died:
@@ -129,9 +130,55 @@ def _sweep(
             raise RemediationError(bench.host, f"{requested:,} tokens failed: {point.note}; the sweep stops here")
 
 
+@dataclass(frozen=True)
+class _Server:
+    """One engine's side of the sweep: the cache flush before each request — ("ok" | "busy" | "failed" | "note",
+    why) — and one streamed request of exact ids."""
+
+    flush: Callable[[], tuple[str, str]]
+    send: Callable[[list[int]], RequestMetrics]
+
+
+def _sglang(transport: Transport, endpoint: tuple[str, int], options: BenchOptions, bench: HostBench) -> _Server:
+    """sglang: ``/server_info`` (+ ``/model_info``) for the limits, ``POST /flush_cache``, a streamed ``/generate``."""
+    host, port = endpoint
+    info, _ = fetch_server_info(transport, host, port)
+    if info is None:
+        raise RemediationError(bench.host, f"the server at {host}:{port} does not answer /server_info; is it up?")
+    model_info = _get_json(transport, host, port, "/model_info", "/get_model_info")
+    bench.limits = limits_from_info(info, model_info)
+    bench.server_info = mask_info(info)
+
+    def flush() -> tuple[str, str]:
+        answer = transport.http_post(host, port, "/flush_cache")
+        if answer.status == 400:
+            return "busy", BUSY_NOTE
+        if answer.status is None:
+            return "failed", f"no answer to POST /flush_cache: {answer.error or 'refused'}"
+        if answer.status != 200:
+            return "note", f"/flush_cache answered {answer.status} (not flushed; unique prompts miss the cache anyway)"
+        return "ok", ""
+
+    def send(ids: list[int]) -> RequestMetrics:
+        body = json.dumps(generate_body(ids, options.gen), separators=(",", ":")).encode()
+        with transport.http_stream(host, port, "/generate", body, timeout=options.request_timeout) as stream:
+            return read_generate(stream)
+
+    return _Server(flush, send)
+
+
+def _vllm(transport: Transport, endpoint: tuple[str, int], options: BenchOptions, bench: HostBench) -> _Server:
+    """vLLM: ``/v1/models`` and ``/metrics`` for the limits, ``POST /reset_prefix_cache``, ``/v1/completions``."""
+    bench.limits, info, model = vllm_limits(transport, *endpoint)
+    bench.server_info = mask_info(info)
+    return _Server(
+        lambda: reset_prefix_cache(transport, *endpoint),
+        lambda ids: send_completion(transport, endpoint, ids, options.gen, model, options.request_timeout),
+    )
+
+
 def _measure(
-    transport: Transport,
-    endpoint: tuple[str, int],
+    server: _Server,
     requested: int,
     options: BenchOptions,
     id_range: tuple[int, int],
@@ -140,25 +187,22 @@ def _measure(
     label: str,
 ) -> tuple[BenchPoint, int]:
     """One length: (warm-ups +) runs, each after a cache flush. Returns the point and the requests sent so far."""
-    host, port = endpoint
     point = BenchPoint(requested, "ok")
     notes: list[str] = []
     for run in range(options.warmup + options.runs):
-        flush = transport.http_post(host, port, "/flush_cache")
-        if flush.status == 400:
-            return BenchPoint(requested, "skipped", BUSY_NOTE), sent
-        if flush.status is None:
-            point.status, point.note = "failed", f"no answer to POST /flush_cache: {flush.error or 'refused'}"
+        flushed, why = server.flush()
+        if flushed == "busy":
+            return BenchPoint(requested, "skipped", why), sent
+        if flushed == "failed":
+            point.status, point.note = "failed", why
             return point, sent
-        if flush.status != 200:
-            _add(notes, f"/flush_cache answered {flush.status} (not flushed; unique prompts miss the cache anyway)")
+        if flushed == "note":
+            _add(notes, why)
         if on_request:
             on_request(label, requested, run + 1)
         ids = prompt_ids(requested, seed=options.seed, index=sent, id_range=id_range)
         sent += 1
-        body = json.dumps(generate_body(ids, options.gen), separators=(",", ":")).encode()
-        with transport.http_stream(host, port, "/generate", body, timeout=options.request_timeout) as stream:
-            metrics = read_generate(stream)
+        metrics = server.send(ids)
         if not metrics.ok:
             point.runs.append(metrics)
             point.status = "failed"

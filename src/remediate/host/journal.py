@@ -13,11 +13,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from remediate.core.budget.vllm import CacheConfig
 from remediate.core.diagnosis import advise, oom_command
+from remediate.core.engines.vllm.argv import VllmArgs
+from remediate.core.engines.vllm.startup import parse_vllm_startup
 from remediate.core.journal import SavedJournal
+from remediate.core.startup import parse_startup
 from remediate.core.unitfile.edit import UnitSettings
 from remediate.core.unitfile.report import mask_secrets
 from remediate.host.budget import evidence_from, plan_budget, plan_document
+from remediate.host.budget_vllm import JOURNAL_LINES as VLLM_JOURNAL_LINES
+from remediate.host.budget_vllm import evidence_from as vllm_evidence_from
+from remediate.host.budget_vllm import plan_vllm, vllm_plan_document
 from remediate.host.diagnose import DiagnosisEvidence, advisor_input, journal_diagnosis
 from remediate.host.options import BudgetOptions
 from remediate.host.outcome import host_outcome, new_result
@@ -27,6 +34,9 @@ DIAGNOSE_ABSENT = ("systemctl", "nvidia-smi", "ps")
 """What a live `diagnose` reads besides the journal: the unit's state and restarts, the GPUs, the process tree."""
 PLAN_ABSENT = ("systemctl", "server_info")
 """What a live `plan` reads besides the journal and the unit: the unit's state, the server's /server_info."""
+VLLM_PLAN_ABSENT = ("systemctl", "metrics", "v1_models", "nvidia-smi")
+"""What a live `plan` of a vLLM unit reads besides the journal and the unit: its state, /metrics, /v1/models and
+the GPUs' total memory."""
 
 
 def journal_label(saved: SavedJournal, path: str) -> str:
@@ -120,10 +130,16 @@ def plan_journal(
     unit: UnitSettings | None = None,
     unit_file: str | None = None,
     unit_name: str | None = None,
+    vllm: VllmArgs | None = None,
     now: Callable[[], float] = time.time,
 ) -> HostResult:
-    """`plan --journal`: the live plan of the saved messages, without ``/server_info`` (no server to ask)."""
+    """`plan --journal`: the live plan of the saved messages, without ``/server_info`` (no server to ask); a
+    vLLM unit's (``vllm``: its command line, or a journal of vLLM's startup lines and no sglang's) as
+    host/budget_vllm.py plans it live, without ``/metrics`` and nvidia-smi."""
     result = new_result(journal_label(saved, path), now)
+    messages = [mask_secrets(m) for m in saved.messages if m.strip()]
+    if vllm is not None or (unit is None and _is_vllm_journal(messages)):
+        return _plan_vllm_journal(saved, path, budget, result, messages, vllm, unit_file, unit_name, now)
     with host_outcome(result, now):
         startup, tail = saved.plan_lines()
         evidence = evidence_from(
@@ -143,6 +159,45 @@ def plan_journal(
         result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
         result.target_tokens = budget.target_tokens
         result.notes.extend([*_common_notes(saved, path, PLAN_ABSENT), said, *planned.notes])
+        if planned.plan is not None:
+            result.warnings.extend(planned.plan.warnings)
+    return result
+
+
+def _is_vllm_journal(messages: list[str]) -> bool:
+    return parse_vllm_startup(messages).is_complete and not parse_startup(messages).server_args
+
+
+def _plan_vllm_journal(
+    saved: SavedJournal,
+    path: str,
+    budget: BudgetOptions,
+    result: HostResult,
+    messages: list[str],
+    args: VllmArgs | None,
+    unit_file: str | None,
+    unit_name: str | None,
+    now: Callable[[], float],
+) -> HostResult:
+    with host_outcome(result, now):
+        tail = messages[-VLLM_JOURNAL_LINES:]
+        evidence = vllm_evidence_from(args, messages, tail, [], CacheConfig(), None)
+        planned = plan_vllm(evidence, budget, result.host)
+        settings = "unit_file" if args is not None else None
+        said = (
+            f"settings from {unit_file}"
+            if args is not None
+            else "no --unit-file: vLLM's defaults (--gpu-memory-utilization 0.9) and its log; pass the unit file"
+        )
+        result.unit = journal_unit(saved, unit_file, unit_name)
+        result.unit_path = unit_file
+        result.outcome = "unchanged"  # read-only
+        document = vllm_plan_document(planned, evidence)
+        result.extra["plan"] = document
+        result.extra["source"] = source_document(saved, path, unit_file, VLLM_PLAN_ABSENT, settings)
+        result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
+        result.target_tokens = budget.target_tokens
+        result.notes.extend([*_common_notes(saved, path, VLLM_PLAN_ABSENT), said, *planned.notes])
         if planned.plan is not None:
             result.warnings.extend(planned.plan.warnings)
     return result

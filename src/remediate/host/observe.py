@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from remediate.core.budget.observation import Observation, observation_from
+from remediate.core.engines.vllm.startup import parse_vllm_startup
 from remediate.core.numbers import as_float
 from remediate.core.startup import parse_startup
+from remediate.host.budget_vllm import served_model
 from remediate.host.facts import journal_since
 from remediate.models import HostResult
 from remediate.transport.base import Transport
@@ -17,8 +19,11 @@ def observe(transport: Transport, result: HostResult, *, command: str, at: str) 
     tokens = result.max_total_num_tokens
     if not result.ok or result.is_dry_run or not result.unit or not tokens:
         return None
-    startup = parse_startup(journal_since(transport, result.unit, None, lines=JOURNAL_LINES))
+    lines = journal_since(transport, result.unit, None, lines=JOURNAL_LINES)
+    startup = parse_startup(lines)
     args = startup.server_args
+    if not args:  # no sglang start: a vLLM server's, if its last start logged the pool that answered
+        return vllm_observation(result, lines, tokens, command=command, at=at)
     if startup.max_total_num_tokens not in (None, tokens):
         return None  # the journal's last start is not the server that answered
     fraction = as_float(args.get("mem_fraction_static"), text=True) or as_float(
@@ -42,4 +47,32 @@ def observe(transport: Transport, result: HostResult, *, command: str, at: str) 
         alloc_conf=result.env_after.get("PYTORCH_CUDA_ALLOC_CONF"),
         command=command,
         at=at,
+    )
+
+
+def vllm_observation(result: HostResult, lines: list[str], tokens: int, *, command: str, at: str) -> Observation | None:
+    """The record of a vLLM start: its utilization (as the unit now sets it), its logged pool and KV memory."""
+    startup = parse_vllm_startup(lines)
+    if startup.kv_tokens != tokens:
+        return None  # the journal's last start is not the server that answered
+    flags = result.flags_after
+    raw = flags.get("gpu_memory_utilization") or flags.get("mem_fraction_static")
+    utilization = as_float(raw, text=True)
+    model = served_model(lines)
+    if utilization is None or not 0 < utilization < 1 or model is None:
+        return None
+    batched = flags.get("max_num_batched_tokens") or flags.get("chunked_prefill_size")
+    return Observation(
+        host=result.host,
+        model_path=model,
+        tp_size=None,
+        fraction=utilization,
+        tokens=tokens,
+        chunked_prefill_size=int(batched) if batched and batched.isdigit() else None,
+        alloc_conf=result.env_after.get("PYTORCH_CUDA_ALLOC_CONF"),
+        kv_tokens=startup.kv_tokens,
+        kv_gib=startup.available_kv_gib,
+        command=command,
+        at=at,
+        engine="vllm",
     )

@@ -9,6 +9,13 @@ from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import DesiredState
 from remediate.core.unitfile.sources import UnitSources
 from remediate.host.budget import auto_desired, plan_budget, plan_document, read_budget_evidence
+from remediate.host.budget_vllm import (
+    auto_desired_vllm,
+    plan_vllm,
+    read_vllm_evidence,
+    unit_engine,
+    vllm_plan_document,
+)
 from remediate.host.options import BudgetOptions, RunOptions
 from remediate.host.probe import run_read_only
 from remediate.models import HostResult
@@ -26,6 +33,9 @@ def plan_host(
     """Read the host's evidence and plan the fraction; changes nothing (outcome ``unchanged``)."""
 
     def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
+        if unit_engine(found) == "vllm":
+            _plan_vllm(transport, found, options, budget, result)
+            return
         planned = plan_budget(read_budget_evidence(transport, found, sources, options), budget, result.host)
         result.outcome = "unchanged"  # read-only
         document = plan_document(planned)
@@ -44,6 +54,15 @@ def auto_step(
 ) -> DesiredState:
     """`oom --auto`: plan from this host's evidence; the plan goes into the result, the choice into the edit."""
     assert options.auto is not None
+    if unit_engine(found) == "vllm":
+        evidence = read_vllm_evidence(transport, found, options)
+        budget = plan_vllm(evidence, options.auto, result.host)
+        result.extra["plan"] = vllm_plan_document(budget, evidence)
+        desired, notes = auto_desired_vllm(budget, options.desired, allow_raise=options.auto.allow_raise)
+        result.notes.extend(notes)
+        if budget.plan is not None:
+            result.warnings.extend(budget.plan.warnings)
+        return desired
     planned = plan_budget(read_budget_evidence(transport, found, sources, options), options.auto, result.host)
     result.extra["plan"] = plan_document(planned)
     desired, notes = auto_desired(planned, options.desired, allow_raise=options.auto.allow_raise)
@@ -51,3 +70,19 @@ def auto_step(
     if planned.plan is not None:
         result.warnings.extend(planned.plan.warnings)
     return desired
+
+
+def _plan_vllm(
+    transport: Transport, found: ProbeResult, options: RunOptions, budget: BudgetOptions, result: HostResult
+) -> None:
+    """`plan` on a vLLM unit: the same model and choice from vLLM's own evidence (host/budget_vllm.py)."""
+    evidence = read_vllm_evidence(transport, found, options)
+    planned = plan_vllm(evidence, budget, result.host)
+    result.outcome = "unchanged"
+    document = vllm_plan_document(planned, evidence)
+    result.extra["plan"] = document
+    result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
+    result.target_tokens = budget.target_tokens
+    result.notes.extend(planned.notes)
+    if planned.plan is not None:
+        result.warnings.extend(planned.plan.warnings)

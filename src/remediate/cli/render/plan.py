@@ -37,10 +37,20 @@ def _spike(spike: dict[str, Any]) -> str:
     per_token = spike["per_token_bytes"]
     per = f" = {per_token / 1024:.1f} KiB/token" if per_token else ""
     at = f" (at {spike['fraction']:g})" if spike.get("fraction") else ""
+    tokens = spike["prefill_tokens"]
+    prefill = f"for {tokens:,} prefill tokens{per}" if tokens else "(the prefill's size not logged)"
     return (
-        f"{spike['tried_bytes'] / 2**20:.0f} MiB for {spike['prefill_tokens'] or 0:,} prefill tokens{per}; "
+        f"{spike['tried_bytes'] / 2**20:.0f} MiB {prefill}; "
         f"{spike['reserved_unallocated_bytes'] / 2**20:.0f} MiB reserved but unallocated{at}"
     )
+
+
+def _vllm(vllm: dict[str, Any]) -> str:
+    total = "unknown" if vllm["total_gib"] is None else f"{vllm['total_gib']:.2f} GiB ({vllm['total_source']})"
+    floor = vllm.get("floor_utilization")
+    fits = f"fits from {floor:g} up" if floor is not None else "fits at no utilization"
+    mml = vllm.get("max_model_len")
+    return f"GPU total {total}; one request of max_model_len {mml:,} {fits}" if mml else f"GPU total {total}"
 
 
 def plan_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -55,15 +65,20 @@ def plan_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     lines += [("calibration", f"{c['text']} at {c['fraction']:g} ({c['source']})") for c in doc.get("calibration", [])]
     lines += [("why", reason) for reason in doc.get("reasons", [])]
     lines += [("note", note) for note in doc.get("notes", [])]
+    if vllm := doc.get("vllm"):  # a vLLM unit: the total's source and the max_model_len floor
+        lines.append(("vllm", _vllm(vllm)))
     choice = doc.get("choice")
     if choice:
+        flags = doc.get("flags") or {}
         alloc = f" PYTORCH_CUDA_ALLOC_CONF={choice['alloc_conf']}" if choice.get("alloc_conf") else ""
         tokens = format_tokens(choice["max_total_num_tokens"], doc.get("target_tokens"))
+        pool = "GPU KV cache size" if vllm else "max_total_num_tokens"
         lines.append(
             (
                 "choice",
-                f"--mem-fraction-static {choice['mem_fraction_static']:g} "
-                f"--chunked-prefill-size {choice['chunked_prefill_size']}{alloc} → max_total_num_tokens {tokens}",
+                f"{flags.get('fraction', '--mem-fraction-static')} {choice['mem_fraction_static']:g} "
+                f"{flags.get('chunk', '--chunked-prefill-size')} {choice['chunked_prefill_size']}{alloc} → {pool} "
+                f"{tokens}",
             )
         )
     lines += [("warning", warning) for warning in doc.get("warnings", [])]
@@ -102,6 +117,9 @@ def plan_table(console: Console, doc: dict[str, Any], *, title: str = "plan") ->
     rows = doc.get("rows", [])
     has_fit = any(r["fits_current"] or r["fits_proposed"] for r in rows)
     columns = ["mem-fraction", "tokens", "max_req_input_len", "headroom GiB", "usable GiB", now_label, new_label, ""]
+    is_vllm = doc.get("engine") == "vllm"
+    if is_vllm:  # the fraction is --gpu-memory-utilization; a request's limit is max_model_len, not the pool
+        columns = ["gpu-memory-util", "tokens", "headroom GiB", "usable GiB", now_label, new_label, ""]
     if not has_fit:  # no diagnosed spike (or no overhead known): nothing to fit
         columns = [c for c in columns if c not in (now_label, new_label)]
     table = Table(title=title)
@@ -125,6 +143,8 @@ def plan_table(console: Console, doc: dict[str, Any], *, title: str = "plan") ->
             _gib(row["headroom_bytes"]),
             _gib(row["usable_bytes"]),
         ]
+        if is_vllm:
+            del cells[2]
         if has_fit:
             cells += [_fit_cell(row["fits_current"]), _fit_cell(row["fits_proposed"])]
         table.add_row(*cells, ", ".join(marks))

@@ -35,6 +35,7 @@ class Observation:
     available_gpu_mem_gib: float | None = None
     command: str = ""  # "oom" / "rollback"
     at: str = ""  # ISO-8601 UTC, given by the caller
+    engine: str = "sglang"  # "vllm": fraction is --gpu-memory-utilization, tokens the logged GPU KV cache size
 
     def to_json(self) -> str:
         return json.dumps({"schema": SCHEMA, **asdict(self)}, sort_keys=True, separators=(",", ":"))
@@ -90,6 +91,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "available_gpu_mem_gib": (float, int, type(None)),
     "command": (str,),
     "at": (str,),
+    "engine": (str,),
 }
 _REQUIRED = ("host", "model_path", "fraction", "tokens")
 
@@ -129,10 +131,15 @@ def parse_observations(lines: Iterable[str]) -> list[Observation]:
     return found
 
 
-def matching(observations: Iterable[Observation], host: str, model_path: str, tp_size: int | None) -> list[Measured]:
-    """The measured pools of the same host, model and TP size, oldest first."""
+def matching(
+    observations: Iterable[Observation], host: str, model_path: str, tp_size: int | None, engine: str = "sglang"
+) -> list[Measured]:
+    """The measured pools of the same host, engine, model and TP size, oldest first."""
     return [
         o.measured()
         for o in observations
-        if o.host == host and o.model_path == model_path and (tp_size is None or o.tp_size in (None, tp_size))
+        if o.host == host
+        and o.engine == engine
+        and o.model_path == model_path
+        and (tp_size is None or o.tp_size in (None, tp_size))
     ]
