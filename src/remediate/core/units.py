@@ -243,18 +243,19 @@ def crashed_units(host: str, evidence: tuple[UnitCrash, ...], *, fix: str = "oom
     if not evidence:
         raise ConfigError("no sglang unit to choose from", source=host)
     names = ", ".join(e.unit for e in evidence)
+    what = "several sglang units" if len(evidence) > 1 else "one sglang unit"
     unreadable = [e for e in evidence if e.unreadable]
     if unreadable:
         why = "; ".join(f"{e.unit}: {e.unreadable}" for e in unreadable)
         raise ConfigError(
-            f"several sglang units ({names}) and the crash evidence of some is unreadable ({why}): "
+            f"{what} ({names}) and the crash evidence of some is unreadable ({why}): "
             f"pass --unit with the one(s) to fix, e.g. `remediate {fix} {host} --unit {unreadable[0].unit}`",
             source=host,
         )
     crashed = tuple(e.unit for e in evidence if e.crashed)
     if not crashed:
         raise ConfigError(
-            f"several sglang units ({names}) and none crashed by the journal's evidence: pass --unit with the "
+            f"{what} ({names}) and none crashed by the journal's evidence: pass --unit with the "
             f"one(s) to act on, e.g. `remediate {fix} {host} --unit {evidence[0].unit}`",
             source=host,
         )

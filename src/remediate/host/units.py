@@ -96,8 +96,8 @@ def each_unit(
             units = selected_units(transport, selection)
         if refused.error:
             return refused
-        pick = crashed_only and selection.has_glob
-    if pick and len(units) > 1:
+        pick = crashed_only and selection.has_glob  # a glob means "the crashed ones" even when it matches one
+    if pick:
         refused = new_result(label, now)
         with host_outcome(refused, now):
             evidence = tuple(unit_crash(transport, u, options.smi_timeout) for u in units)

@@ -185,3 +185,14 @@ def test_the_retry_file_names_the_failed_host_unit_pairs(tmp_path: Path) -> None
     }
     again = OomRequest(unit=hosts[HOST]["unit"])
     assert again.unit == f"{EMBED},sglang-x.service"  # --unit (and the host var) take it back
+
+
+def test_oom_with_a_glob_matching_one_healthy_unit_is_refused() -> None:
+    """A glob asks for the crashed units even when it matches one: a healthy server is not restarted."""
+    fake = two_units(chat_crashed=False)
+    [row] = _oom(fake, unit="sglang-c*")
+    assert row["error"] == (
+        f"{HOST}: one sglang unit ({CHAT}) and none crashed by the journal's evidence: pass --unit with the one(s) "
+        f"to act on, e.g. `remediate oom {HOST} --unit {CHAT}`"
+    )
+    assert _units_run(fake) == [CHAT]
