@@ -53,6 +53,16 @@ def libc_fnmatch(pattern: str, name: str) -> bool:
         ("a\\x2db*", "a\\x2dbc.service", True),  # a backslash is a plain character (FNM_NOESCAPE)
         ("sglang[*", "sglang[x.service", True),  # an unterminated bracket is a literal "["
         ("sglang[*", "sglangx.service", False),
+        ("a[[=b=]]", "ab", True),  # an equivalence class of one character
+        ("a[[.b.]]", "ab", True),  # a collating symbol
+        ("a[[.bc.]]", "ab", False),  # of several characters: matches nothing
+        ("a[[.b", "a[[.b", False),  # never closed: matches nothing
+        ("a[[:foo:]]", "af", False),  # an unknown class matches nothing
+        ("a[b-[:digit:]]", "ab", False),  # a range to a class matches nothing
+        ("a[[:digit:]", "a[[:digit:]", False),  # cut off after a class: matches nothing
+        ("a[[.b.]-d]", "ac", True),
+        ("a[b-", "ab", False),  # cut off in a range
+        ("a[[-", "a[[-", True),  # … but its first character still matches itself, then "[" is literal
     ],
 )
 def test_fnmatch_cases(pattern: str, name: str, matches: bool) -> None:
