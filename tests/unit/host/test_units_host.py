@@ -196,3 +196,11 @@ def test_oom_with_a_glob_matching_one_healthy_unit_is_refused() -> None:
         f"to act on, e.g. `remediate oom {HOST} --unit {CHAT}`"
     )
     assert _units_run(fake) == [CHAT]
+
+
+def test_rollback_with_a_glob_restores_each_matched_unit_in_turn() -> None:
+    fake = two_units()
+    fake.on(r"# remediate backups|\bbackups\b", "@@end\n")
+    result = api.rollback([HOST], unit="sglang-*", dry_run=True, transport_factory=lambda entry, ssh: fake)
+    assert [(r.host, r.unit) for r in result.results] == [(HOST, CHAT), (HOST, EMBED)]
+    assert _units_run(fake)[:1] == [CHAT] and EMBED in _units_run(fake)  # no crash check: a rollback is named
