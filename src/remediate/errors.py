@@ -5,6 +5,7 @@
     RemediateError
     ├─ ConfigError            exit 2   bad input: inventory, flags, unit-file content, templates
     │  ├─ OwnedElsewhereError          the value lives in another file (EnvironmentFile=, $VAR)
+    │  ├─ SeveralUnitsError            several units run sglang and none was named; carries their names
     │  └─ UnsafePathError              a file to write or restore is in a directory another user can change
     ├─ TransportError         exit 3
     │  ├─ ConnectError                 DNS / refused / timeout: retryable
@@ -64,6 +65,15 @@ class OwnedElsewhereError(ConfigError):
         super().__init__(f"{setting} comes from {where}", source=source)
         self.setting = setting
         self.where = where
+
+
+class SeveralUnitsError(ConfigError):
+    """Several units run sglang on the host and ``--unit`` named none: the fleet runs each (host/units.py);
+    ``units`` holds their names."""
+
+    def __init__(self, units: tuple[str, ...], *, source: str | None = None) -> None:
+        super().__init__(f"several units run sglang ({', '.join(units)}); pass --unit", source=source)
+        self.units = units
 
 
 class UnsafePathError(ConfigError):

@@ -70,6 +70,10 @@ class HostResult:
     exit_code: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
+    # Several sglang units on the host (host/units.py), neither in the JSON: the units detection found when
+    # none was named, and the host's one result per unit when it ran several (the fleet lists each).
+    several_units: tuple[str, ...] = ()
+    units: list[HostResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

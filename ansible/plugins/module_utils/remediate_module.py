@@ -17,7 +17,7 @@ from ansible.module_utils.basic import missing_required_lib
 try:
     from remediate import api
     from remediate.core.unitfile.report import mask_data
-    from remediate.errors import RemediateError
+    from remediate.errors import ConfigError, RemediateError
 
     HAS_REMEDIATE = True
     IMPORT_ERROR = None
@@ -78,6 +78,15 @@ def finish(module, result, *, read_only=False, facts=None):
     if not result.ok:
         module.fail_json(msg=mask_data(result.error or result.outcome), changed=changed, **doc)
     module.exit_json(changed=changed, **doc)
+
+
+def one_result(results):
+    """The host's one result. A host with several sglang units (the library ran each): a task reports one unit,
+    so it fails naming each unit and its outcome (give ``unit`` for one)."""
+    if len(results) == 1:
+        return results[0]
+    each = ", ".join(f"{r.unit or '?'}: {r.outcome}" for r in results)
+    raise ConfigError(f"several sglang units on this host ({each}): give unit= to report one per task")
 
 
 def guarded(module, call):

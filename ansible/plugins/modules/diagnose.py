@@ -72,6 +72,7 @@ from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module 
     finish,
     guarded,
     local,
+    one_result,
     require_library,
 )
 
@@ -93,7 +94,7 @@ def main():
     def run():
         targets, factory = local()
         named = {k: p[k] for k in ("unit", "since", "lines", "smi_timeout")}
-        return api.diagnose(targets, transport_factory=factory, **named)[0]
+        return one_result(api.diagnose(targets, transport_factory=factory, **named))
 
     finish(module, guarded(module, run), read_only=True)
 

@@ -175,6 +175,7 @@ from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module 
     finish,
     guarded,
     local,
+    one_result,
     require_library,
 )
 
@@ -229,7 +230,7 @@ def main():
             auto=p["auto"],
             allow_raise=p["allow_raise"],
         )
-        return api.remediate_oom(request, transport_factory=factory).results[0]
+        return one_result(api.remediate_oom(request, transport_factory=factory).results)
 
     result = guarded(module, run)
     if dry_run and not module.check_mode:  # mode=plan: reported as check mode would, never "changed"

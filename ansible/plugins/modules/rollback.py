@@ -82,6 +82,7 @@ from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module 
     finish,
     guarded,
     local,
+    one_result,
     require_library,
 )
 
@@ -111,7 +112,7 @@ def main():
             dry_run=module.check_mode,
             transport_factory=factory,
         )
-        return rollout.results[0]
+        return one_result(rollout.results)
 
     finish(module, guarded(module, run))
 

@@ -66,6 +66,7 @@ from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module 
     finish,
     guarded,
     local,
+    one_result,
     require_library,
 )
 
@@ -80,7 +81,7 @@ def main():
 
     def run():
         targets, factory = local()
-        return api.status(targets, unit=module.params["unit"], transport_factory=factory)[0]
+        return one_result(api.status(targets, unit=module.params["unit"], transport_factory=factory))
 
     result = guarded(module, run)
     facts = {

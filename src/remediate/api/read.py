@@ -36,9 +36,10 @@ def status(
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.runner import status_host
+        from remediate.host.units import each_unit
 
-        request = OomRequest(unit=unit)
-        return status_host(transport, run_options_for(entry, request), label=entry.name)
+        options = run_options_for(entry, OomRequest(unit=unit))
+        return each_unit(transport, options, lambda t, o: status_host(t, o, label=entry.name), label=entry.name)
 
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, forks=forks, transport_factory=transport_factory)
 
@@ -63,9 +64,14 @@ def diagnose(
     restarts, since_time = parse_since(since, count)  # bad input fails before any host is contacted
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
+        from remediate.host.units import each_unit
+
         options = run_options_for(entry, OomRequest(unit=unit, smi_timeout=smi_timeout))
-        return diagnose_host(
-            transport, options, lines=count, since=since_time, since_restarts=restarts, label=entry.name
+        return each_unit(
+            transport,
+            options,
+            lambda t, o: diagnose_host(t, o, lines=count, since=since_time, since_restarts=restarts, label=entry.name),
+            label=entry.name,
         )
 
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, forks=forks, transport_factory=transport_factory)
@@ -88,9 +94,15 @@ def backups(
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.restore import backups_host
+        from remediate.host.units import each_unit
 
         options = replace(run_options_for(entry, OomRequest(unit=unit, lock_timeout=lock_timeout)), dry_run=dry_run)
-        return backups_host(transport, options, label=entry.name, prune_keep=prune_keep)
+        return each_unit(
+            transport,
+            options,
+            lambda t, o: backups_host(t, o, label=entry.name, prune_keep=prune_keep),
+            label=entry.name,
+        )
 
     return for_each_host(targets, inventory, ssh or SSHOptions(), one, forks=forks, transport_factory=transport_factory)
 

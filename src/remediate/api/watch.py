@@ -14,6 +14,7 @@ from remediate.api.hosts import TransportFactory, transports
 from remediate.controller.state import ensure_dir, state_dir
 from remediate.controller.watch_audit import read_events
 from remediate.controller.watch_state import WatchState
+from remediate.core.units import single_unit
 from remediate.core.watch.policy import Policy
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
@@ -73,7 +74,7 @@ def watch(
             post_event(webhook, event)  # a webhook that stays down never stops the watcher
 
     _, hosts = resolve_hosts(request.targets, request.inventory)
-    base = OomRequest(unit=request.unit)
+    base = OomRequest(unit=single_unit(request.unit, "watch"))
     hosts = [replace(h, settings={**h.settings, "unit": run_options_for(h, base).unit}) for h in hosts]
     state = _state(request.state_dir)
     state.claim()

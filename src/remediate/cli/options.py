@@ -138,7 +138,12 @@ def connection_options(fn: F) -> F:
         click.option("--sudo", is_flag=True, help="Log in as a non-root user and run as root with `sudo -n`."),
         click.option("--local", is_flag=True,
                      help="This machine is the host (no SSH; run as root): no TARGET, no inventory or SSH option."),
-        click.option("--unit", help="The systemd unit (default: the unit whose ExecStart runs sglang)."),
+        click.option(
+            "--unit",
+            help="The systemd unit, or a glob ('sglang@*', as `systemctl list-units` matches) or names joined "
+            "by commas (default: every unit whose ExecStart runs sglang; `oom`: those whose latest run crashed; "
+            "`bench`, `watch`, --journal: one unit).",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout."),
     ]
     # fmt: on

@@ -13,6 +13,7 @@ from remediate.core.bench.sweep import DEFAULT_CONTEXTS as DEFAULT_CONTEXTS
 from remediate.core.bench.sweep import DEFAULT_GEN as DEFAULT_GEN
 from remediate.core.bench.sweep import BenchPoint, parse_contexts
 from remediate.core.bench.sweep import HostBench as HostBench
+from remediate.core.units import single_unit
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry
@@ -51,7 +52,9 @@ def request_from_cli(kw: dict[str, Any], ssh: SSHOptions) -> BenchRequest:
     is checked (and ``--plot``'s matplotlib) before any host is contacted. No seed → a fresh one."""
     seed = kw["seed"] if kw.get("seed") is not None else secrets.randbelow(2**31)
     args = RunArgs(parse_contexts(kw["contexts"]), kw["gen"], kw["runs"], kw["warmup"], seed)
-    options = BenchOptions(args.contexts, args.gen, args.runs, args.warmup, seed, unit=kw.get("unit"))
+    options = BenchOptions(
+        args.contexts, args.gen, args.runs, args.warmup, seed, unit=single_unit(kw.get("unit"), "bench")
+    )
     targets = tuple(kw.get("targets") or ())
     files: dict[str, str | None] = {k: kw.get(k) for k in ("output", "csv_path", "plot")}
     request = BenchRequest(args, options, ssh, targets, kw.get("inventory"), **files)

@@ -374,18 +374,20 @@ def _parse_ansible(data: Any, source: str) -> Inventory:
     return inv
 
 
-def dump_inventory(inv: Inventory, names: list[str]) -> str:
-    """An inventory in our schema holding only ``names`` (for retry files)."""
+def dump_inventory(inv: Inventory, names: list[str], *, overrides: dict[str, dict[str, Any]] | None = None) -> str:
+    """An inventory in our schema holding only ``names`` (for retry files); ``overrides``: host vars set per
+    host over its own (the failed units of a host that ran several)."""
     hosts: dict[str, Any] = {}
     for name in names:
         entry = inv.hosts.get(name)
         if entry is None:
-            hosts[name] = {"address": name}
+            hosts[name] = {"address": name, **(overrides or {}).get(name, {})}
             continue
         spec: dict[str, Any] = {"address": entry.address}
         for key, value in entry.settings.items():
             if inv.defaults.get(key) != value:
                 spec[key] = value
+        spec.update((overrides or {}).get(name, {}))
         hosts[name] = spec
     document: dict[str, Any] = {}
     if inv.defaults:

@@ -218,7 +218,7 @@ def roll_out(fleet: Fleet, job: Job, *, hooks: Hooks = Hooks(), retry: RetryTarg
             written = write_retry_file(fleet.inventory, results, retry.directory, path=retry.path)
         except ConfigError as exc:  # written after the hosts were changed: a warning, never a reason to lose them
             warnings.append(f"retry file not written: {exc}")
-    return RolloutResult(results, rollout.batches, rollout.halted, rollout.interrupted, written, warnings)
+    return RolloutResult(flatten(results), rollout.batches, rollout.halted, rollout.interrupted, written, warnings)
 
 
 def for_each_host(
@@ -245,31 +245,37 @@ def for_each_host(
         results, _ = run_on_hosts(hosts, connected(fn, ssh, ahead), strategy)
     finally:
         ahead.close()
-    return results
+    return flatten(results)
 
 
 # -- the jobs of `oom`, `rollback` and `plan` ----------------------------------------
 
 
-def observing(job: Job, command: str, log: Path) -> Job:
-    """After a host ends healthy, read what its server measured and append it to the calibration log."""
+def observed(transport: Transport, result: HostResult, command: str, log: Path) -> HostResult:
+    """After a unit ends healthy, read what its server measured and append it to the calibration log."""
     from remediate.host.observe import observe
 
-    def run(transport: Transport, entry: HostEntry) -> HostResult:
-        result = job(transport, entry)
-        if not result.ok or result.is_dry_run:
-            return result
-        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        try:
-            record = observe(transport, result, command=command, at=at)
-            if record is not None:
-                append_observation(log, record)
-                result.extra["observation"] = str(log)
-        except (RemediateError, OSError) as exc:
-            result.warnings.append(f"the observation was not recorded in {log}: {exc}")
+    if not result.ok or result.is_dry_run:
         return result
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        record = observe(transport, result, command=command, at=at)
+        if record is not None:
+            append_observation(log, record)
+            result.extra["observation"] = str(log)
+    except (RemediateError, OSError) as exc:
+        result.warnings.append(f"the observation was not recorded in {log}: {exc}")
+    return result
 
-    return run
+
+def observing(job: Job, command: str, log: Path) -> Job:
+    """A job whose healthy end is recorded in the calibration log (:func:`observed`)."""
+    return lambda transport, entry: observed(transport, job(transport, entry), command, log)
+
+
+def flatten(results: Sequence[HostResult]) -> list[HostResult]:
+    """One result per host and unit: a host that ran several units (host/units.py) gives one row each."""
+    return [one for result in results for one in (result.units or [result])]
 
 
 def plan_job(
@@ -287,6 +293,7 @@ def plan_job(
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.plan import plan_host  # on the first call: the handshakes are under way meanwhile
+        from remediate.host.units import each_unit
 
         options = run_options_for(entry, OomRequest(unit=unit, target_tokens=target_tokens))
         budget = BudgetOptions(
@@ -296,7 +303,7 @@ def plan_job(
             margin=margin,
             observations=records,
         )
-        return plan_host(transport, options, budget, label=entry.name)
+        return each_unit(transport, options, lambda t, o: plan_host(t, o, budget, label=entry.name), label=entry.name)
 
     return one
 
@@ -304,15 +311,32 @@ def plan_job(
 def oom_job(request: OomRequest, per_host: dict[str, RunOptions], progress: ProgressFn | None) -> Job:
     """`oom` on one host: with ``--auto`` each host plans from its own evidence; a healthy end is recorded."""
     from remediate.host.runner import remediate_host
+    from remediate.host.units import each_unit
 
     log = log_path(request.observations)
     options = with_auto(per_host, request, log)
-    return observing(lambda t, e: remediate_host(t, options[e.name], label=e.name, progress=progress), "oom", log)
+
+    def job(transport: Transport, entry: HostEntry) -> HostResult:
+        def one(t: Transport, o: RunOptions) -> HostResult:
+            return observed(t, remediate_host(t, o, label=entry.name, progress=progress), "oom", log)
+
+        return each_unit(transport, options[entry.name], one, label=entry.name, crashed_only=True)
+
+    return job
 
 
 def rollback_job(options: dict[str, RunOptions], to: str, progress: ProgressFn | None) -> Job:
     """`rollback` on one host; a healthy end is recorded in the calibration log."""
     from remediate.host.restore import rollback_host
+    from remediate.host.units import each_unit
 
-    job: Job = lambda t, e: rollback_host(t, options[e.name], to=to, label=e.name, progress=progress)  # noqa: E731
-    return observing(job, "rollback", log_path(None))
+    log = log_path(None)
+
+    def job(transport: Transport, entry: HostEntry) -> HostResult:
+        def one(t: Transport, o: RunOptions) -> HostResult:
+            return observed(t, rollback_host(t, o, to=to, label=entry.name, progress=progress), "rollback", log)
+
+        # No unit named and several found stays a refusal: a rollback restores what the user names.
+        return each_unit(transport, options[entry.name], one, label=entry.name, detect=False, command="rollback")
+
+    return job

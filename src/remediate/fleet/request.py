@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediate.core.unitfile.unitname import normalise_unit
+from remediate.core.units import normalise_unit_spec
 from remediate.transport.base import SSHOptions
 
 
@@ -36,4 +36,4 @@ class OomRequest:
 
     def __post_init__(self) -> None:
         if self.unit is not None:
-            object.__setattr__(self, "unit", normalise_unit(self.unit))
+            object.__setattr__(self, "unit", normalise_unit_spec(self.unit))  # a name, a glob, or several

@@ -31,11 +31,20 @@ def write_retry_file(
     path: str | None = None,
 ) -> str | None:
     """``remediate-retry-<UTC>.yaml`` (or ``path``) holding the failed and not-attempted hosts; None when every
-    host is ok or there is no inventory. ConfigError when it cannot be written (the rollout's warning)."""
+    host is ok or there is no inventory. ConfigError when it cannot be written (the rollout's warning).
+
+    A host that ran several units (``units``, host/units.py) is written with ``unit:`` naming exactly its
+    failed ones (``a.service,b.service``): the retry re-runs those host+unit pairs, not its healthy units."""
     names = [r.host for r in results if not r.ok]
     if not names or inventory is None:
         return None
+    units = {r.host: {"unit": failed_units(r)} for r in results if not r.ok and failed_units(r)}
     try:
-        return write_retry_text(dump_inventory(inventory, names), directory, path=path)
+        return write_retry_text(dump_inventory(inventory, names, overrides=units), directory, path=path)
     except OSError as exc:
         raise ConfigError(f"cannot write the retry file: {exc.strerror or exc}", source=path or directory) from None
+
+
+def failed_units(result: HostResult) -> str:
+    """The failed units of a host that ran several, as ``--unit`` takes them (comma-joined); "" otherwise."""
+    return ",".join(u.unit for u in result.units if not u.ok and u.unit)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from remediate.core.budget.observation import Observation
 from remediate.core.unitfile.edit import DesiredState
-from remediate.core.unitfile.unitname import normalise_unit
+from remediate.core.units import normalise_unit_spec
 
 LOCK_WAIT_S = 30
 """Seconds a run waits for another run's lock on the same unit before it fails with LockHeldError."""
@@ -46,4 +46,4 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         if self.unit is not None:  # an inventory's `unit:` too; `sglang` and `sglang.service` are one unit
-            object.__setattr__(self, "unit", normalise_unit(self.unit))
+            object.__setattr__(self, "unit", normalise_unit_spec(self.unit))  # or a selection (host/units.py)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from remediate.core.probe import ProbeResult, ServiceState
 from remediate.core.unitfile.edit import UnitSettings
 from remediate.core.unitfile.report import env_values, flag_values
-from remediate.errors import RemediateError, TransportError, UnhealthyError
+from remediate.errors import RemediateError, SeveralUnitsError, TransportError, UnhealthyError
 from remediate.models import HostResult, Phase, ProgressFn
 
 
@@ -35,6 +35,8 @@ def host_outcome(result: HostResult, now: Callable[[], float] = time.time) -> It
     except RemediateError as exc:
         result.error = str(exc)
         result.exit_code = exc.exit_code
+        if isinstance(exc, SeveralUnitsError):
+            result.several_units = exc.units  # host/units.py runs each of them
         if isinstance(exc, UnhealthyError) and exc.journal:
             result.journal = exc.journal
         if result.outcome == "not_attempted":

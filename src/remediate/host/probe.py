@@ -11,7 +11,7 @@ from remediate.core.unitfile.command import SglangCommand
 from remediate.core.unitfile.edit import SourceFile, UnitSources
 from remediate.core.unitfile.ports import host_endpoint
 from remediate.core.unitfile.sources import load_service, server_args
-from remediate.errors import ConfigError, TransportError
+from remediate.errors import ConfigError, SeveralUnitsError, TransportError
 from remediate.host import templates
 from remediate.host.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.outcome import host_outcome, new_result, record_unit
@@ -73,8 +73,7 @@ def resolve_unit(transport: Transport, found: ProbeResult, unit: str | None) -> 
     if not found.candidates:
         raise ConfigError("no systemd unit runs sglang; pass --unit", source=transport.host)
     if len(found.candidates) > 1:
-        names = ", ".join(found.candidates)
-        raise ConfigError(f"several units run sglang ({names}); pass --unit", source=transport.host)
+        raise SeveralUnitsError(found.candidates, source=transport.host)
     return found
 
 

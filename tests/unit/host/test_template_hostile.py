@@ -157,6 +157,7 @@ COVERED = {
     "_readfile.sh.j2",
     "listener.sh.j2",
     "environ.sh.j2",
+    "units.sh.j2",
 }  # macros via the others
 # systemd and the GPU tools as scripts that answer and touch nothing (the scratch host has neither).
 _TOOL_SHIMS = {
@@ -342,3 +343,14 @@ def test_environ_read_runs_a_hostile_unit_name_as_data(unit: str) -> None:
         code, out, _err = _scratch_bash(environ_script(unit), Path(tmp))
         assert code == 0
         assert out.splitlines() == ["@@main 0"]  # the shim knows no MainPID: nothing else is read
+
+
+@needs_tools
+@HYPOTHESIS
+@given(patterns=st.lists(HOSTILE, min_size=1, max_size=3))
+def test_units_listing_runs_hostile_patterns_as_data(patterns: list[str]) -> None:
+    """templates/units.sh.j2 (a --unit glob's listing): each pattern reaches systemctl as one word."""
+    with tempfile.TemporaryDirectory() as tmp:
+        code, out, _err = _scratch_bash(templates.render("units.sh.j2", patterns=patterns), Path(tmp))
+        assert code == 0
+        assert out.splitlines() == ["@@units", "@@files", "@@end"]

@@ -106,14 +106,22 @@ def _tokens(result: HostResult) -> str:
     return format_tokens(tokens, result.target_tokens)
 
 
+def several_units(results: Sequence[HostResult]) -> bool:
+    """A host listed more than once ran several units: the tables then name each row's unit too."""
+    hosts = [r.host for r in results]
+    return len(set(hosts)) < len(hosts)
+
+
 def recap(console: Console, results: Sequence[HostResult]) -> None:
     table = Table(title="recap", show_lines=False)
-    for column in ("host", "outcome", "tokens", "backup", "seconds", "error"):
+    with_unit = several_units(results)  # one unit per host: the recap as it always was
+    for column in ("host", *(("unit",) if with_unit else ()), "outcome", "tokens", "backup", "seconds", "error"):
         table.add_column(column)
     for r in results:
         style = _OUTCOME_STYLE.get(r.outcome, "")
         table.add_row(
             escape(r.host),
+            *((escape(r.unit or ""),) if with_unit else ()),
             f"[{style}]{r.outcome}[/{style}]",
             _tokens(r),
             escape(r.backup or ""),
