@@ -101,3 +101,17 @@ def test_serve_refuses_the_model_option_and_reads_a_config_file(start, tmp_path)
     srv.wait_healthy()
     started = parse_vllm_startup(srv.output().splitlines())
     assert (started.kv_tokens, started.max_model_len) == (63616, 40960)  # the command line wins over the file
+
+
+def test_the_sampler_warm_up_runs_out_of_memory_with_too_many_sequences(start) -> None:
+    srv = start([*FIX[:2], "--gpu-memory-utilization", "0.94", "--max-num-seqs", "65536"], module=CLI)
+    assert srv.wait_exit() == 1
+    out = srv.output()
+    assert "CUDA out of memory occurred when warming up sampler with 65536 dummy requests. Please try lowering " \
+           "`max_num_seqs` or `gpu_memory_utilization` when initializing the engine." in out  # fmt: skip
+    assert "Available KV cache memory" not in out  # the profile run died before the pool was sized
+    got = diagnose_vllm(out.splitlines())
+    assert got.cause is not None and got.cause.kind == f.SAMPLER_OOM and got.cause.numbers == {"num_seqs": 65536}
+    assert [x.kind for x in got.failures] == [f.SAMPLER_OOM, f.INIT_FAILED]
+    fits = start([*FIX[:2], "--gpu-memory-utilization", "0.94", "--max-num-seqs", "1024"], module=CLI)
+    fits.wait_healthy()

@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # core/diagnosis reads the unit (core/unitfile), which reads the engines: a type only here
+    from remediate.core.diagnosis.advice import Recommendation
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class Engine:
     health_path: str = "/health"
     info_paths: tuple[str, ...] = ()  # JSON documents holding the resolved args and the pool (none: journal only)
     verdict: Callable[[Sequence[str]], Verdict | None] | None = None  # None: sglang's own diagnosis pipeline
+    # (verdict, the unit's fraction as written, GPU processes outside the unit) → what diagnose recommends
+    advise: Callable[[Verdict, str | None, int], Recommendation] | None = None
     abbreviates: Callable[[str], bool] = lambda _name: False  # an option word abbreviating a knob: refused
 
     @property

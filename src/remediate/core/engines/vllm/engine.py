@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from remediate.core.engines.base import Engine, Verdict
 from remediate.core.engines.vllm.argv import BOOL_FLAGS, KNOBS, LIST_FLAGS, VALUE_FLAGS, canonical
@@ -24,6 +25,9 @@ from remediate.core.engines.vllm.failures import (
 )
 from remediate.core.engines.vllm.logline import vllm_message
 from remediate.core.engines.vllm.startup import TOKENS_RE, parse_vllm_startup
+
+if TYPE_CHECKING:
+    from remediate.core.diagnosis.advice import Recommendation
 
 # The failures the lowering recipe must not answer: at startup the pool was too small (lowering makes it
 # smaller), or another process holds the GPU (said first: no flag of this unit frees it).
@@ -72,6 +76,13 @@ def vllm_verdict(lines: Sequence[str]) -> Verdict | None:
                    dict(cause.numbers), tuple(evidence), stale)  # fmt: skip
 
 
+def _advise(verdict: Verdict, utilization: str | None, foreign: int) -> Recommendation:
+    # core/diagnosis reads the unit (core/unitfile), which reads this registry: imported when first asked
+    from remediate.core.engines.vllm.advice import vllm_recommendation
+
+    return vllm_recommendation(verdict, utilization, foreign)
+
+
 VLLM = Engine(
     name="vllm",
     label="vLLM",
@@ -86,5 +97,6 @@ VLLM = Engine(
     fraction_default=Decimal("0.9"),
     prefill_can_disable=False,
     verdict=vllm_verdict,
+    advise=_advise,
     abbreviates=abbreviates_vllm_knob,
 )
