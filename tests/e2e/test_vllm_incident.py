@@ -5,8 +5,6 @@ unit at 0.50 dies at startup and `oom` refuses it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from .conftest import Http, Node, poll
@@ -101,7 +99,6 @@ def test_vllm_incident_diagnose_oom_once_and_rollback(node: Node) -> None:
     assert back.result["outcome"] == "restored", back.result
     assert node.bytes(UNIT_PATH) == original
     assert back.result["max_total_num_tokens"] == 60720
-    print(json.dumps({"before_tokens": 60720, "after_tokens": 63616, "prompt_tokens": 32000}))
 
 
 def test_vllm_unit_at_half_utilization_dies_at_startup_and_oom_refuses(node: Node) -> None:
@@ -114,10 +111,10 @@ def test_vllm_unit_at_half_utilization_dies_at_startup_and_oom_refuses(node: Nod
     [finding] = why.result["findings"]
     assert finding["kind"] == "max-model-len" and finding["blocking"] is True
     assert finding["direction"] == "raise --gpu-memory-utilization or lower --max-model-len"
-    assert finding["numbers"]["estimated_max_len"] == 16624
+    assert finding["numbers"]["estimated_max_len"] == 14016
     assert finding["evidence"][-1].startswith("RuntimeError: Engine core initialization failed.")
     rec = why.result["recommendation"]
-    assert rec["blocking"] is True and rec["other_flags"] == {"--max-model-len": 16624} and rec["command"] is None
+    assert rec["blocking"] is True and rec["other_flags"] == {"--max-model-len": 14016} and rec["command"] is None
 
     original = node.bytes(UNIT_PATH)
     refused = node.cli("oom", "--unit", UNIT, "--wait-timeout", "30")
