@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
@@ -17,7 +17,7 @@ from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, alloc_value, plan_al
 from remediate.core.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
 from remediate.core.unitfile.envfile import EnvAssignment
 from remediate.core.unitfile.knobs import refuse_abbreviations, refuse_config_owned
-from remediate.core.unitfile.model import TextEdit, apply_edits
+from remediate.core.unitfile.model import TextEdit, apply_edits, removal
 from remediate.core.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
 from remediate.errors import ConfigError, OwnedElsewhereError
 
@@ -43,6 +43,19 @@ class DesiredState:
     chunked_prefill_size: int | None = 4096  # None = leave alone; -1 = disable
     chunk_is_ceiling: bool = True  # keep an existing smaller positive chunk
     alloc_conf: str | None = "expandable_segments:True"  # key:value options to ensure; None = leave alone
+    # (engine, fraction, prefill) from keys named for one engine (inventory gpu_memory_utilization): its units only
+    for_engine: tuple[tuple[str, Decimal | None, int | None], ...] = ()
+
+    def resolved_for(self, engine: str) -> DesiredState:
+        """The values for a unit of ``engine``: its own keys' over the neutral ones."""
+        for name, fraction, prefill in self.for_engine:
+            if name == engine:
+                fraction = self.mem_fraction_static if fraction is None else fraction
+                ceiling = self.chunk_is_ceiling if prefill is None else False
+                prefill = self.chunked_prefill_size if prefill is None else prefill
+                return replace(self, mem_fraction_static=fraction, chunked_prefill_size=prefill,
+                               chunk_is_ceiling=ceiling, for_engine=())  # fmt: skip
+        return replace(self, for_engine=())
 
 
 @dataclass(frozen=True)
@@ -143,22 +156,6 @@ def _last_hit(items: Sequence[ArgItem], hits: list[FlagHit], setting: str) -> Fl
     return hits[-1] if hits else None
 
 
-def _removal(text: str, start: int, end: int, prev_end: int | None) -> TextEdit:
-    """Delete ``[start, end)`` (a flag and its value) keeping the layout around it sane."""
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end < 0 else line_end
-    before = text[line_start:start]
-    after = text[end:line_end].rstrip("\r")
-    if not before.strip(" \t") and after.strip(" \t") == "\\":
-        return TextEdit(line_start, min(line_end + 1, len(text)), "")  # the words had their own line
-    if not before.strip(" \t") and not after.strip(" \t") and prev_end is not None:
-        return TextEdit(prev_end, end, "")  # last line of a continuation: join to the previous word
-    if after[:1] in (" ", "\t") and after.strip(" \t") not in ("", "\\"):
-        return TextEdit(start, end + len(after) - len(after.lstrip(" \t")), "")
-    return TextEdit(start - (len(before) - len(before.rstrip(" \t"))), end, "")
-
-
 def _set_flag(plan: _Plan, items: list[ArgItem], hits: list[FlagHit], hit: FlagHit, value: str) -> None:
     """Write ``value`` into the winning occurrence and drop earlier ones of the same source."""
     holder = items[hit.value if hit.value is not None else hit.flag]
@@ -180,7 +177,7 @@ def _drop_repeats(plan: _Plan, items: list[ArgItem], hits: list[FlagHit]) -> Non
         if flag.path != last.path or flag.where != last.where or flag.chars is None or end_item.chars is None:
             continue  # only tidy the source that holds the winning occurrence
         text = plan.text(flag.path)
-        plan.add(flag.path, _removal(text, flag.span[0], end_item.span[1], flag.prev_end))
+        plan.add(flag.path, removal(text, flag.span[0], end_item.span[1], flag.prev_end))
         plan.notes.append(f"removed an earlier --{hit.name} {hit.value_text} ({flag.where})")
 
 
@@ -379,8 +376,9 @@ def _apply(sources: UnitSources, edits: dict[str, list[TextEdit]]) -> UnitSource
 
 def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> UnitEdit:
     """Plan the edits that bring the service to ``desired`` (pure; raises ConfigError)."""
-    validate_desired(desired)
     service = load_service(sources)
+    desired = desired.resolved_for(service.engine.name)
+    validate_desired(desired)
     before = read_settings(sources)
     plan = _Plan(service)
     items = service.items()

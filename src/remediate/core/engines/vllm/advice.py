@@ -38,7 +38,7 @@ def vllm_recommendation(verdict: Verdict, utilization: str | None = None, foreig
 
     ``utilization``: the unit's ``--gpu-memory-utilization`` as written (None: vLLM's 0.9); ``foreign``: the
     number of GPU processes outside the unit (nvidia-smi), said before anything else."""
-    reasons = [f"{verdict.kind}: {verdict.direction}"]
+    reasons = [verdict.direction]
     other: dict[str, int | str] = {}
     kind = verdict.kind
     blocking = verdict.blocking and not verdict.is_stale
