@@ -25,7 +25,7 @@ from remediate.errors import ConfigError, RefusedError, RemediationError, Unheal
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_diagnosis_evidence, refusal
 from remediate.host.environ import ServerEnv, read_server_env
-from remediate.host.facts import fetch_json, fetch_server_info, fetch_tokens, journal_since
+from remediate.host.facts import fetch_json, fetch_server_info, fetch_tokens, startup_lines
 from remediate.host.health import Healthy, wait_healthy
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
@@ -159,7 +159,7 @@ def _already_healthy(
     if not engine.info_paths:
         # No document holds the pool (vLLM): /health, then the current start's capacity line in the journal.
         if transport.http_get(*endpoint, engine.health_path).status == 200:
-            tokens = engine.capacity(journal_since(transport, state.unit, None))
+            tokens = engine.capacity(startup_lines(transport, state.unit, engine.startup_lines_ere))
             drift = env_problems(_server_env(transport, state.unit, sources), wanted)
             return (None, drift) if drift or tokens is None else (tokens, [])
         return None, []
@@ -360,7 +360,9 @@ def status_host(
         result.extra["engine"] = engine.name
         if state.active_state == "active" and not engine.info_paths:
             # No endpoint reports the pool (vLLM): the current start's capacity line in the journal.
-            result.max_total_num_tokens = engine.capacity(journal_since(transport, state.unit, None))
+            result.max_total_num_tokens = engine.capacity(
+                startup_lines(transport, state.unit, engine.startup_lines_ere)
+            )
             result.target_tokens = options.target_tokens
             if not plan.is_changed and not state.needs_daemon_reload:
                 _status_drift(transport, state.unit, sources, None, plan, options, result)

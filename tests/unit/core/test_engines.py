@@ -133,3 +133,13 @@ def test_sampler_oom_says_fewer_sequences_without_blocking() -> None:
 
 def test_a_healthy_journal_has_no_verdict() -> None:
     assert vllm_verdict(START) is None
+
+
+def test_the_startup_grep_keeps_vllms_capacity_lines_and_drops_the_rest() -> None:
+    import subprocess
+
+    noise = [f"{P}INFO 12-04 03:30:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s"] * 3
+    text = "\n".join([*START, *noise]) + "\n"
+    kept = subprocess.run(["grep", "-E", VLLM.startup_lines_ere], input=text, capture_output=True, text=True)
+    assert kept.stdout.splitlines() == START
+    assert vllm_capacity(kept.stdout.splitlines()) == 60720

@@ -58,6 +58,7 @@ class Engine:
     capacity: Callable[[Sequence[str]], int | None]  # the journal since a start → the KV pool in tokens
     capacity_name: str  # what that number is called in the engine's own words
     process_entry: str  # an ERE for one argv word of the server process (the environ read)
+    startup_lines_ere: str  # ``grep -E`` for the startup lines in a whole journal (logged requests never crowd them)
     fraction_default: Decimal | None = None  # the engine's default when the unit sets none (None: refuse)
     prefill_can_disable: bool = True  # ``-1`` means "no bound" for this engine
     health_path: str = "/health"

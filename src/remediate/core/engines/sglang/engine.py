@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from remediate.core.engines.base import Engine
-from remediate.core.startup import parse_capacity_line
+from remediate.core.startup import STARTUP_LINES_ERE, parse_capacity_line
 from remediate.core.unitfile.argv import SGLANG_BOOL_FLAGS, resolve_flag
 
 
@@ -26,5 +26,6 @@ SGLANG = Engine(
     capacity=_capacity,
     capacity_name="max_total_num_tokens",
     process_entry="sglang[.]launch_server|(.*/)?sglang",
+    startup_lines_ere=STARTUP_LINES_ERE,
     info_paths=("/server_info", "/get_server_info"),
 )

@@ -24,7 +24,7 @@ from remediate.core.engines.vllm.failures import (
     diagnose_vllm,
 )
 from remediate.core.engines.vllm.logline import vllm_message
-from remediate.core.engines.vllm.startup import TOKENS_RE, parse_vllm_startup
+from remediate.core.engines.vllm.startup import STARTUP_LINES_ERE, TOKENS_RE, parse_vllm_startup
 
 if TYPE_CHECKING:
     from remediate.core.diagnosis.advice import Recommendation
@@ -94,6 +94,7 @@ VLLM = Engine(
     capacity=vllm_capacity,
     capacity_name="GPU KV cache size",
     process_entry="vllm[.]entrypoints[.].*|(.*/)?vllm",
+    startup_lines_ere=STARTUP_LINES_ERE,
     fraction_default=Decimal("0.9"),
     prefill_can_disable=False,
     verdict=vllm_verdict,
