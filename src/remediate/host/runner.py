@@ -256,7 +256,7 @@ def _remediate_locked(
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
             result.steps = []
-            if not options.dry_run:
+            if not options.dry_run and options.probe_tokens:
                 info, _ = fetch_server_info(transport, *endpoint_of(found, options))
                 run_probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
             return
