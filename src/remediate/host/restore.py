@@ -197,7 +197,10 @@ def _rollback_locked(
             record_settings(result, current, after)
             undo = "put the pre-rollback unit back"
         epoch = int(now())
-        result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
+        result.steps = planned_steps(
+            unit, writes, epoch, restart=True, lock_wait=options.lock_wait,
+            capacity=engine_of_probe(found).capacity_name,
+        )  # fmt: skip
     if not writes:
         result.outcome = "unchanged"
         result.notes.append("the unit already has the backup's bytes: nothing to restore")

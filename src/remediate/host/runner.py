@@ -246,7 +246,9 @@ def _remediate_locked(
         refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text, old_absent=f.created) for f in plan.files]
-        result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
+        result.steps = planned_steps(
+            unit, writes, epoch, restart=True, lock_wait=options.lock_wait, capacity=engine.capacity_name
+        )
         check_probe(transport, sources, endpoint_of(found, options), options)  # a typo stops here, unwritten
     drift: list[str] = []
     if not plan.is_changed:
