@@ -72,7 +72,7 @@ class SeveralUnitsError(ConfigError):
     ``units`` holds their names."""
 
     def __init__(self, units: tuple[str, ...], *, source: str | None = None) -> None:
-        super().__init__(f"several units run sglang ({', '.join(units)}); pass --unit", source=source)
+        super().__init__(f"several units run sglang or vLLM ({', '.join(units)}); pass --unit", source=source)
         self.units = units
 
 

@@ -117,3 +117,17 @@ def test_the_stream_carries_the_usage_on_every_chunk_and_dev_mode_resets_the_cac
     assert all(e["usage"]["prompt_tokens"] == 2048 for e in events) and events[-1]["choices"] == []
     metrics = measure_request(0.0, list(as_generate_chunks(decode_stream([(1.0, raw)]))))
     assert metrics.ok and (metrics.prompt_tokens, metrics.completion_tokens, metrics.finish) == (2048, 5, "length")
+
+
+def test_the_sampler_warm_up_runs_out_of_memory_with_too_many_sequences(start) -> None:
+    srv = start([*FIX[:2], "--gpu-memory-utilization", "0.94", "--max-num-seqs", "65536"], module=CLI)
+    assert srv.wait_exit() == 1
+    out = srv.output()
+    assert "CUDA out of memory occurred when warming up sampler with 65536 dummy requests. Please try lowering " \
+           "`max_num_seqs` or `gpu_memory_utilization` when initializing the engine." in out  # fmt: skip
+    assert "Available KV cache memory" not in out  # the profile run died before the pool was sized
+    got = diagnose_vllm(out.splitlines())
+    assert got.cause is not None and got.cause.kind == f.SAMPLER_OOM and got.cause.numbers == {"num_seqs": 65536}
+    assert [x.kind for x in got.failures] == [f.SAMPLER_OOM, f.INIT_FAILED]
+    fits = start([*FIX[:2], "--gpu-memory-utilization", "0.94", "--max-num-seqs", "1024"], module=CLI)
+    fits.wait_healthy()

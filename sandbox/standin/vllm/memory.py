@@ -30,11 +30,29 @@ class Profile:
     max_model_len: int = 40960
     attn_gib_per_tok2: float = 3.0 / (16384 * 32768)
     frag_gib: float = 1.5  # without expandable_segments
+    vocab_size: int = 152064
 
 
 def default_batched_tokens(total_gib: float, gpu_name: str = "NVIDIA H100 80GB HBM3") -> int:
     """EngineArgs._set_default_args (0.11): 8192 for the OpenAI server on >= 70 GiB non-A100 GPUs, else 2048."""
     return 8192 if total_gib >= 70 and "a100" not in gpu_name.lower() else 2048
+
+
+def default_max_num_seqs(total_gib: float, gpu_name: str = "NVIDIA H100 80GB HBM3") -> int:
+    """EngineArgs._set_default_args (0.11): 1024 for the OpenAI server on >= 70 GiB non-A100 GPUs, else 256."""
+    return 1024 if total_gib >= 70 and "a100" not in gpu_name.lower() else 256
+
+
+def sampler_need_gib(p: Profile, num_seqs: int) -> float:
+    """The profile run's sampler warm-up (gpu_model_runner.py _dummy_sampler_run): one row of float32 logits and
+    one of probabilities per dummy request."""
+    return num_seqs * p.vocab_size * 8 / GIB
+
+
+def profile_room_gib(p: Profile, free_gib: float, batched: int) -> float:
+    """What the GPU has left for the sampler during the profile run: free at init less the weights, the
+    activation peak and the non-torch memory (the KV cache is not allocated yet)."""
+    return free_gib - p.weights_gib - p.act_gib_per_token * batched - p.non_torch_gib
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,7 @@ def main(argv: list[str], serve: bool) -> int:
         str(opts.get("--max-num-batched-tokens", memory.default_batched_tokens(p.total_gib, str(knobs["gpu_name"]))))
     )
     mml = int(str(opts.get("--max-model-len", p.max_model_len)))
+    seqs = int(str(opts.get("--max-num-seqs", memory.default_max_num_seqs(p.total_gib, str(knobs["gpu_name"])))))
     block = int(str(opts.get("--block-size", "16")))
     expandable = "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get(
         "PYTORCH_ALLOC_CONF", ""
@@ -188,6 +189,12 @@ def main(argv: list[str], serve: bool) -> int:
         )
     time.sleep(float(str(knobs["load_s"])) * scale * 0.7)
     LOG("INFO", "gpu_model_runner.py:2653", f"Model loading took {p.weights_gib:.4f} GiB and 9.10 seconds", engine=True)
+    if memory.sampler_need_gib(p, seqs) > memory.profile_room_gib(p, free, batched):
+        # GPUModelRunner.profile_run ends with _dummy_sampler_run: torch's OOM there is re-raised with this text.
+        return _startup_failure(
+            f"RuntimeError: CUDA out of memory occurred when warming up sampler with {seqs} dummy requests. Please "
+            "try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine."
+        )
     sizing = memory.size(p, util, batched, block)
     if "--kv-cache-memory-bytes" in opts:
         fixed = int(str(opts["--kv-cache-memory-bytes"])) / memory.GIB

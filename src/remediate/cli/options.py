@@ -104,11 +104,16 @@ def desired_options(fn: F) -> F:
     """The desired-state options shared by `edit`, `oom` and `plan`."""
     # fmt: off
     decorators = [
-        click.option("--mem-fraction-static", metavar="F", help="Set --mem-fraction-static to F (0 < F < 1)."),
+        # One option means "the fraction" for every engine: sglang's --mem-fraction-static, vLLM's
+        # --gpu-memory-utilization (either spelling, on either engine's unit); the same for the prefill bound.
+        click.option("--mem-fraction-static", "--gpu-memory-utilization", "mem_fraction_static", metavar="F",
+                     help="Set the memory fraction to F (0 < F < 1): sglang --mem-fraction-static, "
+                          "vLLM --gpu-memory-utilization."),
         click.option("--mem-fraction-step", metavar="S",
-                     help="Without --mem-fraction-static: lower the current fraction by S (default 0.01), once."),
-        click.option("--chunked-prefill-size", metavar="N",
-                     help="Chunked prefill size (default 4096, kept if already smaller; -1 disables chunking)."),
+                     help="Without a fraction: lower the current one by S (default 0.01; vLLM unset: from 0.9), once."),
+        click.option("--chunked-prefill-size", "--max-num-batched-tokens", "chunked_prefill_size", metavar="N",
+                     help="The prefill bound (default 4096, kept if already smaller): sglang --chunked-prefill-size "
+                          "(-1 disables chunking), vLLM --max-num-batched-tokens."),
         click.option("--alloc-conf", metavar="OPTS",
                      help="PYTORCH_CUDA_ALLOC_CONF options to ensure (default expandable_segments:True)."),
     ]

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from remediate.core.engines import engine_named
 from remediate.core.unitfile.edit import SourceFile, UnitSettings, UnitSources, find_sglang_exec, read_settings
 from remediate.errors import ConfigError, RemediateError, UnsafePathError
 
@@ -155,9 +156,10 @@ def settings_diff(current: UnitSettings | None, restored: UnitSettings | None) -
     if current is None or restored is None:
         return ["(settings not readable)"]
     lines = []
+    engine = engine_named(current.engine)  # the flags named as the unit's engine names them
     for label, attr in (
-        ("mem-fraction-static", "mem_fraction_static"),
-        ("chunked-prefill-size", "chunked_prefill_size"),
+        (engine.fraction_flag, "mem_fraction_static"),
+        (engine.prefill_flag, "chunked_prefill_size"),
         ("PYTORCH_CUDA_ALLOC_CONF", "alloc_conf"),
     ):
         now, then = getattr(current, attr), getattr(restored, attr)

@@ -27,6 +27,8 @@ HOST_KEYS = (
     "server_port",
     "mem_fraction_static",
     "chunked_prefill_size",
+    "gpu_memory_utilization",  # vLLM units only (mem_fraction_static: every engine's fraction)
+    "max_num_batched_tokens",  # vLLM units only
     "alloc_conf",
     "min_tokens",
     "target_tokens",
@@ -43,6 +45,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "server_port": (int,),
     "mem_fraction_static": (float, int, str),
     "chunked_prefill_size": (int,),
+    "gpu_memory_utilization": (float, int, str),
+    "max_num_batched_tokens": (int,),
     "alloc_conf": (str,),
     "min_tokens": (int,),
     "target_tokens": (int,),
@@ -254,16 +258,16 @@ def _check_value(where: Any, key: str, value: Any, source: str, context: str) ->
 def _check_range(where: Any, key: str, value: Any, source: str) -> Any:
     if key in ("port", "server_port") and not 0 < int(value) < 65536:
         raise ConfigError(f"{_line(where, key)}: {key} {value} is not a TCP port", source=source)
-    if key == "mem_fraction_static":
+    if key in ("mem_fraction_static", "gpu_memory_utilization"):
         try:
             number = float(value)
         except ValueError:
             number = -1.0
         if not 0 < number < 1:
-            raise ConfigError(f"{_line(where, key)}: mem_fraction_static {value!r} must be in (0, 1)", source=source)
+            raise ConfigError(f"{_line(where, key)}: {key} {value!r} must be in (0, 1)", source=source)
     if key == "chunked_prefill_size" and value != -1 and value < 1:
         raise ConfigError(f"{_line(where, key)}: chunked_prefill_size must be ≥ 1 or -1", source=source)
-    if key in ("min_tokens", "target_tokens", "probe_tokens") and value < 1:
+    if key in ("min_tokens", "target_tokens", "probe_tokens", "max_num_batched_tokens") and value < 1:
         raise ConfigError(f"{_line(where, key)}: {key} must be ≥ 1", source=source)
     return value
 

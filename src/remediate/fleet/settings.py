@@ -147,10 +147,17 @@ def desired_state(cli_desired: dict[str, Any], settings: dict[str, Any] | None =
     conf = cli_desired.get("alloc_conf") or s.get("alloc_conf")
     if conf:
         kwargs["alloc_conf"] = str(conf)
+    # Keys named for vLLM apply to vLLM units only, over the neutral ones; the command line beats both.
+    vllm_fraction = s.get("gpu_memory_utilization") if cli_desired.get("mem_fraction_static") is None else None
+    vllm_prefill = s.get("max_num_batched_tokens") if cli_desired.get("chunked_prefill_size") is None else None
     if "mem_fraction_step" in kwargs:
         if cli_desired.get("mem_fraction_static") is not None:
             raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
         kwargs.pop("mem_fraction_static", None)  # a step on the command line beats an inventory fraction
+        vllm_fraction = None
+    if vllm_fraction is not None or vllm_prefill is not None:
+        as_decimal = None if vllm_fraction is None else Decimal(str(vllm_fraction))
+        kwargs["for_engine"] = (("vllm", as_decimal, None if vllm_prefill is None else int(vllm_prefill)),)
     desired = DesiredState(**kwargs)
     validate_desired(desired)
     return desired

@@ -357,8 +357,16 @@ def _detail(exc: RemediateError) -> str:
     return str(getattr(exc, "message", exc))
 
 
-def planned_steps(unit: str, writes: list[FileWrite], epoch: int, *, restart: bool, lock_wait: int) -> list[str]:
-    """What a real run does on the host, in order (``--dry-run`` prints it)."""
+def planned_steps(
+    unit: str,
+    writes: list[FileWrite],
+    epoch: int,
+    *,
+    restart: bool,
+    lock_wait: int,
+    capacity: str = "max_total_num_tokens",
+) -> list[str]:
+    """What a real run does on the host, in order (``--dry-run`` prints it); ``capacity``: the engine's pool line."""
     steps = [f"flock {lock_path(unit)} (wait ≤ {lock_wait} s), held until the run ends"]
     steps.append("claim this commit's token (a re-sent or late copy of the script touches nothing)")
     for w in writes:
@@ -384,6 +392,6 @@ def planned_steps(unit: str, writes: list[FileWrite], epoch: int, *, restart: bo
             "systemctl daemon-reload (then require NeedDaemonReload=no)",
             f"systemctl reset-failed {unit}",
             f"systemctl restart {unit}",
-            "wait for /health 200 and max_total_num_tokens",
+            f"wait for /health 200 and {capacity}",
         ]
     return steps

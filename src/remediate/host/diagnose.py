@@ -9,6 +9,7 @@ KV-pool exhaustion. A healthy server, or a failure older than the last good star
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,10 +24,12 @@ from remediate.core.diagnosis import (
     parse_journal,
 )
 from remediate.core.diagnosis.gpus import Gpu, GpuApp, foreign_apps, parse_apps, parse_gpus, process_tree
+from remediate.core.engines import SGLANG, Engine, Verdict
 from remediate.core.numbers import as_float
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import UnitSettings, UnitSources, read_settings
 from remediate.core.unitfile.report import MASK, mask_secrets
+from remediate.core.unitfile.sources import load_service
 from remediate.errors import ConfigError
 from remediate.host.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.outcome import host_outcome, new_result, record_unit
@@ -103,13 +106,27 @@ class DiagnosisEvidence:
     apps: tuple[GpuApp, ...]
     foreign: tuple[GpuApp, ...]
     notes: tuple[str, ...]
+    engine: str = "sglang"
+    verdict: Verdict | None = None  # an engine with its own failure reader (vLLM): its reading
+
+    @property
+    def is_stale(self) -> bool:
+        return self.verdict.is_stale if self.verdict is not None else self.diagnosis.is_stale
 
     def to_dict(self) -> dict[str, object]:
+        if self.verdict is not None or self.engine != "sglang":
+            found = [] if self.verdict is None else [_verdict_dict(self.verdict)]
+            head: dict[str, object] = {"findings": found, "all_findings": len(found), "is_stale": self.is_stale}
+        else:
+            head = {
+                "findings": [_finding_dict(f) for f in self.diagnosis.latest],
+                "all_findings": len(self.diagnosis.findings),
+                "is_stale": self.diagnosis.is_stale,
+                "runs": len(self.diagnosis.runs),
+            }
         return {
-            "findings": [_finding_dict(f) for f in self.diagnosis.latest],
-            "all_findings": len(self.diagnosis.findings),
-            "is_stale": self.diagnosis.is_stale,
-            "runs": len(self.diagnosis.runs),
+            "engine": self.engine,
+            **head,
             "recommendation": self.recommendation.to_dict(),
             "gpus": [g.to_dict() for g in self.gpus],
             "gpu_processes": [a.to_dict() for a in self.apps],
@@ -163,6 +180,29 @@ def journal_diagnosis(
     return diagnosis, notes
 
 
+def _verdict_dict(verdict: Verdict) -> dict[str, object]:
+    out = verdict.to_dict()
+    out["line"] = masked(verdict.line)
+    out["evidence"] = [masked(line) for line in verdict.evidence]
+    return out
+
+
+def recipe_command(target: str, unit: str | None, rec: Recommendation) -> str | None:
+    """An engine verdict's command: the plain ``remediate oom`` when its advice is the recipe (it carries the
+    alloc conf) and nothing blocks it; None when the fix is no knob of ``oom``'s."""
+    if rec.blocking or not rec.alloc_conf:
+        return None
+    return shlex.join(["remediate", "oom", target, *(["--unit", unit] if unit else [])])
+
+
+def engine_of_sources(sources: UnitSources) -> Engine:
+    """The engine the unit runs (sglang where the unit cannot be read: its diagnosis says why)."""
+    try:
+        return load_service(sources).engine
+    except ConfigError:
+        return SGLANG
+
+
 def read_diagnosis_evidence(
     found: ProbeResult, sources: UnitSources, since_restarts: int | None = None, smi_timeout: int = SMI_TIMEOUT_S
 ) -> DiagnosisEvidence:
@@ -195,6 +235,16 @@ def read_diagnosis_evidence(
     foreign = foreign_apps(apps, server)
     for app in foreign:
         notes.append(f"GPU process {app.pid} ({app.used_bytes >> 20} MiB) is not part of {state.unit}")
+    engine = engine_of_sources(sources)
+    if engine.verdict is not None and engine.advise is not None:
+        # An engine with its own failure reader (vLLM): its verdict, read past its wrappers, and its advice.
+        verdict = engine.verdict(lines)
+        try:
+            fraction = read_settings(sources).mem_fraction_static
+        except ConfigError:
+            fraction = None
+        rec = engine.advise(verdict, fraction, len(foreign)) if verdict is not None else Recommendation()
+        return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes), engine.name, verdict)
     rec = advise(diagnosis, unit_settings(sources, server, gpus, foreign))
     return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))
 
@@ -202,7 +252,7 @@ def read_diagnosis_evidence(
 def refusal(evidence: DiagnosisEvidence) -> str | None:
     """Why ``oom`` must not apply its recipe here (None: go ahead)."""
     rec = evidence.recommendation
-    if not rec.blocking or evidence.diagnosis.is_stale:
+    if not rec.blocking or evidence.is_stale:
         return None
     return f"the latest failure is {rec.kind}: {rec.reasons[0]}"
 
@@ -226,7 +276,11 @@ def diagnose_host(
         )
         state = record_unit(result, found)
         evidence = read_diagnosis_evidence(found, sources, since_restarts, options.smi_timeout)
-        command = oom_command(result.host, options.unit, evidence.recommendation)
+        command = (
+            oom_command(result.host, options.unit, evidence.recommendation)
+            if evidence.verdict is None
+            else recipe_command(result.host, options.unit, evidence.recommendation)
+        )
         result.outcome = "unchanged"  # read-only: nothing was changed
         result.notes = list(evidence.notes)
         result.extra = {

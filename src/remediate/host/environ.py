@@ -33,7 +33,7 @@ class ServerEnv:
     values: dict[str, str]
 
 
-def environ_script(unit: str) -> str:
+def environ_script(unit: str, entry: str = _ENTRY) -> str:
     """The read (``templates/environ.sh.j2``): MainPID, the nearest process under it that runs sglang, its
     allocator variables (``@@none`` where no process there runs it as its own argv: nothing is checked rather
     than the wrong process)."""
@@ -41,7 +41,7 @@ def environ_script(unit: str) -> str:
         "environ.sh.j2",
         unit=unit,
         pids_max=_PIDS_MAX,
-        entry=_ENTRY,
+        entry=entry,
         environ_max=_ENVIRON_MAX,
         names="^(" + "|".join(_NAMES) + ")=",
     )
@@ -78,7 +78,8 @@ def parse_environ(stdout: str) -> ServerEnv | None:
     return ServerEnv(int(pid_text), "systemctl show -p Environment", values)
 
 
-def read_server_env(transport: Transport, unit: str) -> ServerEnv | None:
-    """The running server's allocator variables (None: no main process, or nothing readable)."""
-    result = transport.run("bash -s", stdin=environ_script(unit), timeout=_TIMEOUT_S)
+def read_server_env(transport: Transport, unit: str, entry: str = _ENTRY) -> ServerEnv | None:
+    """The running server's allocator variables (None: no main process, or nothing readable); ``entry``: the
+    engine's argv word (its Engine's ``process_entry``; sglang's by default)."""
+    result = transport.run("bash -s", stdin=environ_script(unit, entry), timeout=_TIMEOUT_S)
     return parse_environ(result.stdout)

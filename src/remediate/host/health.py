@@ -23,10 +23,11 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_ty
 
 from remediate.core.diagnosis.explain import explain_crash
 from remediate.core.diagnosis.systemd import gave_up_restarting
+from remediate.core.engines import SGLANG, Engine
 from remediate.core.probe import ServiceState
-from remediate.core.startup import parse_capacity_line, tokens_from_info
+from remediate.core.startup import tokens_from_info
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
-from remediate.host.facts import fetch_server_info, journal_since, read_state
+from remediate.host.facts import fetch_json, journal_since, read_state
 from remediate.host.listener import listener_owner
 from remediate.transport.base import Transport
 
@@ -75,6 +76,7 @@ class HealthWait:
     invocation_id: str | None = None
     on_progress: Callable[[str, float, str], None] | None = None
     max_backoff: float = MAX_GAP_S
+    engine: Engine = SGLANG  # its info documents and its capacity line (vLLM: the journal's GPU KV cache size)
     start: float = field(default_factory=time.monotonic, init=False)
     baseline_restarts: int | None = field(default=None, init=False)  # NRestarts at the first state read
     baseline_pid: int | None = field(default=None, init=False)  # the first MainPID seen
@@ -183,10 +185,11 @@ class HealthWait:
         elif health.status != 200:
             phase = f"warming up (/health {health.status})"
         else:
-            info, source = fetch_server_info(transport, host, port)
+            engine = self.engine
+            info, source = fetch_json(transport, host, port, *engine.info_paths) if engine.info_paths else (None, "")
             tokens = tokens_from_info(info) if info is not None else None
             if tokens is None:
-                tokens = parse_capacity_line(journal_since(transport, unit, self.restart_epoch))
+                tokens = engine.capacity(journal_since(transport, unit, self.restart_epoch))
                 source = "journal"
             owner = listener_owner(transport, unit, endpoint) if tokens is not None else None
             if owner is not None and not owner.is_ours:
@@ -206,7 +209,7 @@ class HealthWait:
                     unchecked=skipped,
                 )
             else:
-                phase = "healthy, waiting for max_total_num_tokens"
+                phase = f"healthy, waiting for {self.engine.capacity_name}"
         if self.state_read_at is None or _state_due(self.waited - self.state_read_at, self.waited):
             self.check_state(elapsed)
         if self.on_progress:
@@ -231,6 +234,7 @@ def wait_healthy(
     on_progress: Callable[[str, float, str], None] | None = None,
     max_backoff: float = MAX_GAP_S,
     initial_state: ServiceState | None = None,
+    engine: Engine = SGLANG,
 ) -> Healthy:
     """Poll until healthy; raise UnhealthyError on failure, crash loop, or timeout.
 
@@ -250,5 +254,6 @@ def wait_healthy(
         invocation_id=invocation_id,
         on_progress=on_progress,
         max_backoff=max_backoff,
+        engine=engine,
     )
     return wait.run(initial_state)

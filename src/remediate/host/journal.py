@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 
 from remediate.core.budget.vllm import CacheConfig
-from remediate.core.diagnosis import advise, oom_command
+from remediate.core.diagnosis import Diagnosis, Recommendation, advise, oom_command
+from remediate.core.engines import ENGINES, engine_named
 from remediate.core.engines.vllm.argv import VllmArgs
 from remediate.core.engines.vllm.startup import parse_vllm_startup
 from remediate.core.journal import SavedJournal
@@ -25,7 +26,7 @@ from remediate.host.budget import evidence_from, plan_budget, plan_document
 from remediate.host.budget_vllm import JOURNAL_LINES as VLLM_JOURNAL_LINES
 from remediate.host.budget_vllm import evidence_from as vllm_evidence_from
 from remediate.host.budget_vllm import plan_vllm, vllm_plan_document
-from remediate.host.diagnose import DiagnosisEvidence, advisor_input, journal_diagnosis
+from remediate.host.diagnose import DiagnosisEvidence, advisor_input, journal_diagnosis, recipe_command
 from remediate.host.options import BudgetOptions
 from remediate.host.outcome import host_outcome, new_result
 from remediate.models import HostResult
@@ -104,8 +105,10 @@ def diagnose_journal(
     with host_outcome(result, now):
         read = list(saved.lines[-lines:] if lines else saved.lines)
         diagnosis, notes = journal_diagnosis(read, {}, since_restarts)
-        rec = advise(diagnosis, advisor_input(unit))
-        evidence = DiagnosisEvidence(diagnosis, rec, (), (), (), tuple(notes))
+        evidence = _engine_evidence(read, diagnosis, notes, unit) or DiagnosisEvidence(
+            diagnosis, advise(diagnosis, advisor_input(unit)), (), (), (), tuple(notes)
+        )
+        rec = evidence.recommendation
         result.unit = journal_unit(saved, unit_file, unit_name)
         result.unit_path = unit_file
         settings, said = _settings_note(unit, any(r.mem_fraction_static is not None for r in diagnosis.runs), unit_file)
@@ -118,8 +121,30 @@ def diagnose_journal(
             **evidence.to_dict(),
             "source": source_document(saved, path, unit_file, DIAGNOSE_ABSENT, settings),
         }
-        result.extra["recommendation"]["command"] = oom_command(result.host, result.unit, rec)
+        command = oom_command if evidence.verdict is None else recipe_command
+        result.extra["recommendation"]["command"] = command(result.host, result.unit, rec)
     return result
+
+
+def _engine_evidence(
+    read: list[str], diagnosis: Diagnosis, notes: list[str], unit: UnitSettings | None
+) -> DiagnosisEvidence | None:
+    """The evidence of an engine with its own failure reader (vLLM): the --unit-file's engine, or without one,
+    the engine whose reader recognises the journal where sglang's found nothing."""
+    if unit is not None:
+        candidates = [engine_named(unit.engine)]
+    else:
+        candidates = [] if diagnosis.findings else list(ENGINES.values())
+    for engine in candidates:
+        if engine.verdict is None or engine.advise is None:
+            continue
+        verdict = engine.verdict(read)
+        if verdict is None and unit is None:
+            continue
+        fraction = unit.mem_fraction_static if unit is not None else None
+        rec = engine.advise(verdict, fraction, 0) if verdict is not None else Recommendation()
+        return DiagnosisEvidence(diagnosis, rec, (), (), (), tuple(notes), engine.name, verdict)
+    return None
 
 
 def plan_journal(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from remediate.core.engines import SGLANG, Engine
 from remediate.core.probe import SHOW_PROPERTIES, ProbeResult, dropin_order, parse_probe
 from remediate.core.unitfile.argv import server_endpoint
 from remediate.core.unitfile.command import SglangCommand
@@ -64,14 +65,14 @@ def probe(
 
 
 def resolve_unit(transport: Transport, found: ProbeResult, unit: str | None) -> ProbeResult:
-    """The unit to work on: the one given, or the single unit whose ExecStart runs sglang."""
+    """The unit to work on: the one given, or the single unit whose ExecStart runs sglang or vLLM."""
     if unit:
         state = found.state
         if state is None or not state.fragment_path:
             raise ConfigError(f"unit {unit} not found", source=transport.host)
         return found
     if not found.candidates:
-        raise ConfigError("no systemd unit runs sglang; pass --unit", source=transport.host)
+        raise ConfigError("no systemd unit runs sglang or vLLM; pass --unit", source=transport.host)
     if len(found.candidates) > 1:
         raise SeveralUnitsError(found.candidates, source=transport.host)
     return found
@@ -134,9 +135,10 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
     server's port to (``--network host``: the same port); a container the host cannot reach is a ConfigError.
     """
     assert found.state is not None
-    fallback = options.server_port or 30000
+    engine = engine_of_probe(found)
+    fallback = options.server_port or engine.default_port
     for argv in found.state.exec_argvs:
-        if any("sglang" in word for word in argv):
+        if any(engine.name in word for word in argv):
             command = _command(found)
             if command is not None and command.ports is not None:
                 host, port = server_endpoint(server_args(sources_from_probe(found)), fallback)
@@ -147,7 +149,15 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
                 except ConfigError:
                     pass
             return server_endpoint(argv, fallback)
-    return server_endpoint((), fallback)  # no sglang ExecStart: sglang's own defaults
+    return server_endpoint((), fallback)  # no server ExecStart: the engine's own defaults
+
+
+def engine_of_probe(found: ProbeResult) -> Engine:
+    """The engine the unit on disk runs (sglang where it cannot be read: the plan says why)."""
+    try:
+        return load_service(sources_from_probe(found)).engine
+    except ConfigError:
+        return SGLANG
 
 
 def _command(found: ProbeResult) -> SglangCommand | None:

@@ -39,7 +39,7 @@ from remediate.host.health import Healthy
 from remediate.host.lock import LOCK_DIR, LOCK_HELD_EXIT, Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
-from remediate.host.probe import endpoint_of, read_unit, run_read_only
+from remediate.host.probe import endpoint_of, engine_of_probe, read_unit, run_read_only
 from remediate.host.transaction import Change, transact
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
@@ -197,7 +197,10 @@ def _rollback_locked(
             record_settings(result, current, after)
             undo = "put the pre-rollback unit back"
         epoch = int(now())
-        result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
+        result.steps = planned_steps(
+            unit, writes, epoch, restart=True, lock_wait=options.lock_wait,
+            capacity=engine_of_probe(found).capacity_name,
+        )  # fmt: skip
     if not writes:
         result.outcome = "unchanged"
         result.notes.append("the unit already has the backup's bytes: nothing to restore")
@@ -220,6 +223,7 @@ def _rollback_locked(
         verify=record,
         success="restored",
         undo_note=undo,
+        engine=engine_of_probe(found),
     )
     transact(transport, change, result, timer)
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from remediate.core.engines import SGLANG, Engine
 from remediate.core.probe import ProbeResult, refuse_unsafe
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
@@ -24,14 +25,14 @@ from remediate.errors import ConfigError, RefusedError, RemediationError, Unheal
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_diagnosis_evidence, refusal
 from remediate.host.environ import ServerEnv, read_server_env
-from remediate.host.facts import fetch_server_info, fetch_tokens
+from remediate.host.facts import fetch_json, fetch_server_info, fetch_tokens, startup_lines
 from remediate.host.health import Healthy, wait_healthy
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
 from remediate.host.plan import auto_step
 from remediate.host.prefill import check_probe, run_probe
-from remediate.host.probe import endpoint_of, read_unit, run_read_only
+from remediate.host.probe import endpoint_of, engine_of_probe, read_unit, run_read_only
 from remediate.host.transaction import Change, transact
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import Transport
@@ -99,14 +100,17 @@ def _server_env(transport: Transport, unit: str, sources: UnitSources) -> Server
     """The sglang process's environment — not for a container: its environment is the engine's to give
     (``-e``), and the host-side process (the docker client, conmon) never holds it."""
     try:
-        in_container = load_service(sources).command.in_container
+        service = load_service(sources)
     except ConfigError:
         return None
-    return None if in_container else read_server_env(transport, unit)
+    return None if service.command.in_container else read_server_env(transport, unit, service.engine.process_entry)
 
 
-def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> None:
+def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions, engine: Engine = SGLANG) -> None:
+    """The pool the server reports (sglang's max_total_num_tokens, vLLM's GPU KV cache size, both in the JSON's
+    ``max_total_num_tokens``) against --min-tokens and --target-tokens."""
     result.max_total_num_tokens = healthy.tokens
+    name = engine.capacity_name
     if healthy.unchecked and healthy.unchecked not in result.notes:
         result.notes.append(healthy.unchecked)  # the answer was taken as the unit's without proof: say so
     result.target_tokens = options.target_tokens
@@ -123,12 +127,12 @@ def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions) -> 
     if options.min_tokens is not None and healthy.tokens < options.min_tokens:
         raise RemediationError(
             result.host,
-            f"max_total_num_tokens={healthy.tokens:,} is below --min-tokens {options.min_tokens:,}",
+            f"{name}={healthy.tokens:,} is below --min-tokens {options.min_tokens:,}",
         )
     gap = result.token_gap
     if gap is not None and gap < 0:
         result.warnings.append(
-            f"max_total_num_tokens {healthy.tokens:,} is {abs(gap) * 100:.1f}% below the target "
+            f"{name} {healthy.tokens:,} is {abs(gap) * 100:.1f}% below the target "
             f"{options.target_tokens:,}: capacity traded for stability"
         )
 
@@ -150,7 +154,15 @@ def _already_healthy(
     if state.active_state not in ("active", "activating") or found.needs_daemon_reload:
         return None, []
     endpoint = endpoint_of(found, options)
-    info, _ = fetch_server_info(transport, *endpoint)
+    engine = engine_of_probe(found)
+    info, _ = fetch_json(transport, *endpoint, *engine.info_paths) if engine.info_paths else (None, "")
+    if not engine.info_paths:
+        # No document holds the pool (vLLM): /health, then the current start's capacity line in the journal.
+        if transport.http_get(*endpoint, engine.health_path).status == 200:
+            tokens = engine.capacity(startup_lines(transport, state.unit, engine.startup_lines_ere))
+            drift = env_problems(_server_env(transport, state.unit, sources), wanted)
+            return (None, drift) if drift or tokens is None else (tokens, [])
+        return None, []
     if info is None:
         # Still loading — e.g. a run killed during its wait left this server starting: wait for it (a real
         # load is minutes) instead of restarting it; a crash or a timeout means it needs the restart.
@@ -162,6 +174,7 @@ def _already_healthy(
                 timeout=options.timeout,
                 restart_epoch=None,
                 invocation_id=state.invocation_id or None,
+                engine=engine,
             ).info
         except UnhealthyError:
             return None, []
@@ -221,6 +234,9 @@ def _remediate_locked(
             transport, held.unit, held.found, journal_lines=GATE_LINES, smi_timeout=options.smi_timeout
         )
         unit = record_unit(result, found).unit
+        engine = engine_of_probe(found)
+        result.extra["engine"] = engine.name
+        _refuse_unsupported(engine, options, transport.host)
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
@@ -230,7 +246,9 @@ def _remediate_locked(
         refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text, old_absent=f.created) for f in plan.files]
-        result.steps = planned_steps(unit, writes, epoch, restart=True, lock_wait=options.lock_wait)
+        result.steps = planned_steps(
+            unit, writes, epoch, restart=True, lock_wait=options.lock_wait, capacity=engine.capacity_name
+        )
         check_probe(transport, sources, endpoint_of(found, options), options)  # a typo stops here, unwritten
     drift: list[str] = []
     if not plan.is_changed:
@@ -240,7 +258,7 @@ def _remediate_locked(
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
             result.steps = []
-            if not options.dry_run:
+            if not options.dry_run and options.probe_tokens:
                 info, _ = fetch_server_info(transport, *endpoint_of(found, options))
                 run_probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
             return
@@ -261,7 +279,7 @@ def _remediate_locked(
         verify_server_args(result.host, healthy.info, plan)
         if desired.alloc_conf:
             verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
-        verify_tokens(result, healthy, options)
+        verify_tokens(result, healthy, options, engine)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
     change = Change(
@@ -274,8 +292,20 @@ def _remediate_locked(
         verify=check,
         success="drift" if drift else "remediated",
         undo_note="rolled back to the previous unit",
+        engine=engine,
     )
     transact(transport, change, result, timer)
+
+
+def _refuse_unsupported(engine: Engine, options: RunOptions, host: str) -> None:
+    """What `oom` does for sglang alone yet: the budget plan (--auto) and the prefill probe (--probe)."""
+    if engine is SGLANG:
+        return
+    for asked, flag in ((options.auto is not None, "--auto"), (bool(options.probe_tokens), "--probe")):
+        if asked:
+            raise ConfigError(
+                f"{flag} is not available for a {engine.label} unit yet; nothing was changed", source=host
+            )
 
 
 def _status_drift(
@@ -328,7 +358,17 @@ def status_host(
         elif found.unloaded_dropins:
             listed = ", ".join(found.unloaded_dropins)
             result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
-        if state.active_state == "active":
+        engine = engine_of_probe(found)
+        result.extra["engine"] = engine.name
+        if state.active_state == "active" and not engine.info_paths:
+            # No endpoint reports the pool (vLLM): the current start's capacity line in the journal.
+            result.max_total_num_tokens = engine.capacity(
+                startup_lines(transport, state.unit, engine.startup_lines_ere)
+            )
+            result.target_tokens = options.target_tokens
+            if not plan.is_changed and not state.needs_daemon_reload:
+                _status_drift(transport, state.unit, sources, None, plan, options, result)
+        elif state.active_state == "active":
             info, _ = fetch_server_info(transport, *endpoint_of(found, options))
             tokens = tokens_from_info(info) if info else fetch_tokens(transport, *endpoint_of(found, options))[0]
             result.max_total_num_tokens = tokens

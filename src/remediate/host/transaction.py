@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from remediate.controller.transactions import record_transaction
+from remediate.core.engines import SGLANG, Engine
 from remediate.core.probe import ServiceState
 from remediate.core.unitfile.report import mask_data
 from remediate.errors import (
@@ -48,6 +49,7 @@ class Change:
     success: str  # the outcome when it holds: "remediated", "drift", "restored"
     undo_note: str  # appended to the error once the undo held
     analyze: bool = False  # systemd-analyze verify the new unit (when the host has it)
+    engine: Engine = SGLANG  # what the health wait reads the capacity from
 
     @property
     def verb(self) -> str:
@@ -191,6 +193,7 @@ def _wait(
         invocation_id=report.invocation_id,
         on_progress=on_progress,
         initial_state=ServiceState(unit=change.unit, properties=report.state) if report.state else None,
+        engine=change.engine,
     )
 
 

@@ -19,6 +19,13 @@ _WHAT = {
     "cuda_error_oom": "a CUDA error that means out of memory",
     "tp_memory_unbalanced": "GPU memory was unbalanced across TP ranks at startup",
     "crash_loop": "systemd kept restarting the unit",
+    # vLLM (core/engines/vllm/failures.py)
+    "other-process": "another process holds memory on the server's GPU (vLLM's startup check)",
+    "no-cache-memory": "vLLM found no memory left for the KV cache at startup",
+    "max-model-len": "vLLM's KV cache at startup cannot hold one request of its max_model_len",
+    "sampler-oom": "the sampler's warm-up (max_num_seqs dummy requests) ran out of GPU memory at startup",
+    "runtime-oom": "torch ran out of GPU memory in vLLM's engine while serving (a prefill)",
+    "init-failed": "vLLM's engine failed to start; its cause lies further back than the lines read",
 }
 
 

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from remediate.cli.render.console import format_tokens, safe
 from remediate.cli.render.plan import plan_table
+from remediate.core.engines import engine_named
 from remediate.core.unitfile.edit import UnitEdit
 from remediate.core.unitfile.report import display_text, plan_to_dict, summary_lines, unified_diff
 from remediate.models import HostResult
@@ -86,7 +87,8 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
     if result.extra.get("plan"):
         plan_table(console, result.extra["plan"], title=f"{result.host}: --auto plan")
     if result.max_total_num_tokens is not None:
-        console.print(f"  tokens    max_total_num_tokens={_tokens(result)}", highlight=False)
+        name = engine_named(result.extra.get("engine")).capacity_name  # vLLM: "GPU KV cache size"
+        console.print(f"  tokens    {name}={_tokens(result)}", highlight=False)
     for warning in result.warnings:
         console.print(f"  [yellow]warning[/yellow] {safe(warning)}", highlight=False)
     if result.error:
@@ -134,19 +136,25 @@ def recap(console: Console, results: Sequence[HostResult]) -> None:
 
 
 def status_table(console: Console, results: Sequence[HostResult]) -> None:
-    table = Table(title="sglang units")
-    for column in ("host", "unit", "state", "mem-fraction", "chunk", "PYTORCH_CUDA_ALLOC_CONF", "tokens", "remediated"):
+    # sglang alone: its own words; any other engine: an engine column, the fraction and the prefill bound
+    mixed = any(r.extra.get("engine", "sglang") != "sglang" for r in results)
+    table = Table(title="server units" if mixed else "sglang units")
+    knobs = ("engine", "fraction", "prefill") if mixed else ("mem-fraction", "chunk")
+    for column in ("host", "unit", "state", *knobs, "PYTORCH_CUDA_ALLOC_CONF", "tokens", "remediated"):
         table.add_column(column)
     for r in results:
         if r.error:
-            table.add_row(escape(r.host), "", "[red]error[/red]", "", "", "", "", safe(r.error))
+            table.add_row(escape(r.host), "", "[red]error[/red]", *[""] * (len(knobs) + 2), safe(r.error))
             continue
+        values = [*r.flags_before.values(), None, None][:2]  # the fraction, then the prefill bound
+        engine = [escape(str(r.extra.get("engine", "-")))] if mixed else []
         table.add_row(
             escape(r.host),
             escape(r.unit or ""),
             escape(f"{r.extra.get('active_state', '')} ({r.extra.get('sub_state', '')})"),
-            escape(str(r.flags_before.get("mem_fraction_static") or "-")),
-            escape(str(r.flags_before.get("chunked_prefill_size") or "-")),
+            *engine,
+            escape(str(values[0] or "-")),
+            escape(str(values[1] or "-")),
             escape(str(r.env_before.get("PYTORCH_CUDA_ALLOC_CONF") or "-")),
             _tokens(r),
             _remediated_cell(r),

@@ -1,1 +1,26 @@
-"""PURE: one folder per server engine (vllm/ today; sglang's readers still live in core/unitfile, core/startup)."""
+"""PURE: the engine seam — one folder per server family, each building one
+:class:`~remediate.core.engines.base.Engine`, registered here by name.
+
+sglang's readers still live where they grew (core/unitfile, core/startup.py, core/diagnosis/) and
+``sglang/engine.py`` wraps them; ``vllm/`` holds vLLM's own. Which engine a unit runs is read from its
+``ExecStart=`` (core/unitfile/command.py ``engine_of``); a third engine is a new folder and one line below
+(and its entry point in command.py's ``_ENTRIES``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from remediate.core.engines.base import Engine, Verdict
+from remediate.core.engines.sglang.engine import SGLANG
+from remediate.core.engines.vllm.engine import VLLM
+
+ENGINES: Mapping[str, Engine] = {engine.name: engine for engine in (SGLANG, VLLM)}
+DEFAULT = SGLANG
+
+__all__ = ["DEFAULT", "ENGINES", "SGLANG", "VLLM", "Engine", "Verdict", "engine_named"]
+
+
+def engine_named(name: str | None) -> Engine:
+    """The registered engine called ``name`` (None: sglang, the default)."""
+    return DEFAULT if name is None else ENGINES[name]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from remediate.core.unitfile.command import SglangCommand, basename, find_command, find_in_exec
@@ -94,8 +94,15 @@ class FlagHit:
     eq_point: int | None  # file offset after '=' in the '=' form
 
 
-def find_flags(items: Sequence[ArgItem], name: str) -> list[FlagHit]:
-    """Every occurrence of flag ``name`` (prefixes and ``=`` forms resolved) in an sglang argv."""
+def find_flags(
+    items: Sequence[ArgItem],
+    name: str,
+    *,
+    resolve: Callable[[str], str | None] = resolve_flag,
+    bool_flags: frozenset[str] = SGLANG_BOOL_FLAGS,
+) -> list[FlagHit]:
+    """Every occurrence of flag ``name`` (prefixes and ``=`` forms resolved) in a server's argv: sglang's
+    table by default, another engine's through ``resolve`` and ``bool_flags`` (its Engine's)."""
     hits: list[FlagHit] = []
     index = 0
     while index < len(items):
@@ -104,8 +111,8 @@ def find_flags(items: Sequence[ArgItem], name: str) -> list[FlagHit]:
             index += 1
             continue
         flag_name, eq, inline = text[2:].partition("=")
-        canonical = resolve_flag(flag_name)
-        takes_value = canonical not in SGLANG_BOOL_FLAGS
+        canonical = resolve(flag_name)
+        takes_value = canonical not in bool_flags
         if canonical == name:
             item = items[index]
             if eq:

@@ -403,3 +403,8 @@ def engine_of(value: MappedText | str) -> str | None:
     if named or refused:
         raise (named or [exc for _, exc in refused])[0]
     return None
+
+
+def mentions_engine(text: str, engine: str) -> bool:
+    """True when ``text`` names the engine's entry point (``vllm serve``, ``-m sglang.launch_server``)."""
+    return _ENTRIES[engine].mentions.search(text) is not None

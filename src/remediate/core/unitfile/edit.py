@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
+from remediate.core.engines import Engine
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, alloc_value, plan_alloc
 from remediate.core.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
 from remediate.core.unitfile.envfile import EnvAssignment
-from remediate.core.unitfile.model import TextEdit, apply_edits
+from remediate.core.unitfile.knobs import refuse_abbreviations, refuse_config_owned
+from remediate.core.unitfile.model import TextEdit, apply_edits, removal
 from remediate.core.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
 from remediate.errors import ConfigError, OwnedElsewhereError
 
@@ -24,28 +26,46 @@ __all__ = [
     "find_sglang_exec", "plan_edit", "read_settings", "runs_sglang", "validate_desired",
 ]  # fmt: skip
 
-FRACTION = "--mem-fraction-static"
+FRACTION = "--mem-fraction-static"  # sglang's; an engine's own: Engine.fraction_option
 CHUNK = "--chunked-prefill-size"
-MARKER = re.compile(r"^[ \t]*# remediate: oom (\S+) mem-fraction-static (\S+)->(\S+)[ \t]*(?=\r?$)", re.MULTILINE)
+# The marker names the engine's fraction flag: ``mem-fraction-static`` (sglang), ``gpu-memory-utilization`` (vLLM).
+MARKER = re.compile(r"^[ \t]*# remediate: oom (\S+) [a-z-]+ (\S+)->(\S+)[ \t]*(?=\r?$)", re.MULTILINE)
 _ALLOC_SYNTAX = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+)*$")
 
 
 @dataclass(frozen=True)
 class DesiredState:
+    """What ``oom`` sets, engine-neutral: the memory fraction (sglang --mem-fraction-static, vLLM
+    --gpu-memory-utilization), the prefill bound (--chunked-prefill-size, --max-num-batched-tokens), the alloc conf."""
+
     mem_fraction_static: Decimal | None = None  # absolute value to set, exclusive (0, 1)
     mem_fraction_step: Decimal = Decimal("0.01")  # used only when mem_fraction_static is None
     chunked_prefill_size: int | None = 4096  # None = leave alone; -1 = disable
     chunk_is_ceiling: bool = True  # keep an existing smaller positive chunk
     alloc_conf: str | None = "expandable_segments:True"  # key:value options to ensure; None = leave alone
+    # (engine, fraction, prefill) from keys named for one engine (inventory gpu_memory_utilization): its units only
+    for_engine: tuple[tuple[str, Decimal | None, int | None], ...] = ()
+
+    def resolved_for(self, engine: str) -> DesiredState:
+        """The values for a unit of ``engine``: its own keys' over the neutral ones."""
+        for name, fraction, prefill in self.for_engine:
+            if name == engine:
+                fraction = self.mem_fraction_static if fraction is None else fraction
+                ceiling = self.chunk_is_ceiling if prefill is None else False
+                prefill = self.chunked_prefill_size if prefill is None else prefill
+                return replace(self, mem_fraction_static=fraction, chunked_prefill_size=prefill,
+                               chunk_is_ceiling=ceiling, for_engine=())  # fmt: skip
+        return replace(self, for_engine=())
 
 
 @dataclass(frozen=True)
 class UnitSettings:
     """Effective values, as strings exactly as written (None = unset)."""
 
-    mem_fraction_static: str | None
-    chunked_prefill_size: str | None
+    mem_fraction_static: str | None  # the engine's fraction flag (vLLM: --gpu-memory-utilization)
+    chunked_prefill_size: str | None  # the engine's prefill bound (vLLM: --max-num-batched-tokens)
     alloc_conf: str | None
+    engine: str = "sglang"
 
 
 @dataclass(frozen=True)
@@ -94,7 +114,7 @@ def validate_desired(desired: DesiredState) -> None:
 
 
 def find_sglang_exec(sources: UnitSources) -> tuple[str, int, SglangCommand]:
-    """(path, line number, command) of the one effective ``ExecStart=`` that runs sglang."""
+    """(path, line number, command) of the one effective ``ExecStart=`` that runs the server."""
     service = load_service(sources)
     return service.exec_start.path, service.exec_start.directive.first_line.number, service.command
 
@@ -105,6 +125,13 @@ class _Plan:
     edits: dict[str, list[TextEdit]] = field(default_factory=dict)
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def engine(self) -> Engine:
+        return self.service.engine
+
+    def hits(self, items: Sequence[ArgItem], name: str) -> list[FlagHit]:
+        return find_flags(items, name, resolve=self.engine.resolve_flag, bool_flags=self.engine.bool_flags)
 
     def add(self, path: str, edit: TextEdit) -> None:
         self.edits.setdefault(path, []).append(edit)
@@ -129,22 +156,6 @@ def _last_hit(items: Sequence[ArgItem], hits: list[FlagHit], setting: str) -> Fl
     return hits[-1] if hits else None
 
 
-def _removal(text: str, start: int, end: int, prev_end: int | None) -> TextEdit:
-    """Delete ``[start, end)`` (a flag and its value) keeping the layout around it sane."""
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end < 0 else line_end
-    before = text[line_start:start]
-    after = text[end:line_end].rstrip("\r")
-    if not before.strip(" \t") and after.strip(" \t") == "\\":
-        return TextEdit(line_start, min(line_end + 1, len(text)), "")  # the words had their own line
-    if not before.strip(" \t") and not after.strip(" \t") and prev_end is not None:
-        return TextEdit(prev_end, end, "")  # last line of a continuation: join to the previous word
-    if after[:1] in (" ", "\t") and after.strip(" \t") not in ("", "\\"):
-        return TextEdit(start, end + len(after) - len(after.lstrip(" \t")), "")
-    return TextEdit(start - (len(before) - len(before.rstrip(" \t"))), end, "")
-
-
 def _set_flag(plan: _Plan, items: list[ArgItem], hits: list[FlagHit], hit: FlagHit, value: str) -> None:
     """Write ``value`` into the winning occurrence and drop earlier ones of the same source."""
     holder = items[hit.value if hit.value is not None else hit.flag]
@@ -166,7 +177,7 @@ def _drop_repeats(plan: _Plan, items: list[ArgItem], hits: list[FlagHit]) -> Non
         if flag.path != last.path or flag.where != last.where or flag.chars is None or end_item.chars is None:
             continue  # only tidy the source that holds the winning occurrence
         text = plan.text(flag.path)
-        plan.add(flag.path, _removal(text, flag.span[0], end_item.span[1], flag.prev_end))
+        plan.add(flag.path, removal(text, flag.span[0], end_item.span[1], flag.prev_end))
         plan.notes.append(f"removed an earlier --{hit.name} {hit.value_text} ({flag.where})")
 
 
@@ -179,50 +190,66 @@ def _markers(sources: UnitSources) -> list[tuple[str, re.Match[str]]]:
     return found
 
 
-def _decimal(text: str | None, where: str, path: str) -> Decimal:
+def _decimal(text: str | None, where: str, path: str, option: str = FRACTION) -> Decimal:
     try:
         value = Decimal(text or "")
     except InvalidOperation:
         value = Decimal("NaN")
     if not value.is_finite():
-        raise ConfigError(f"{FRACTION} {text!r} in {where} is not a number", source=path)
+        raise ConfigError(f"{option} {text!r} in {where} is not a number", source=path)
     return value
 
 
 def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now: datetime) -> None:
-    hits = find_flags(items, "mem-fraction-static")
-    hit = _last_hit(items, hits, FRACTION)
+    engine = plan.engine
+    option = engine.fraction_option
+    hits = plan.hits(items, engine.fraction_flag)
+    hit = _last_hit(items, hits, option)
     sources = plan.service.sources
     if hit is None or hit.value_text is None:
-        if desired.mem_fraction_static is None:
+        default = engine.fraction_default
+        if desired.mem_fraction_static is None and default is None:
             raise ConfigError(
-                f"no {FRACTION} in the unit: pass --mem-fraction-static to set one",
+                f"no {option} in the unit: pass --mem-fraction-static to set one",
                 source=plan.service.exec_start.path,
             )
-        _append_flag(plan, FRACTION, format(desired.mem_fraction_static, "f"))
+        refuse_config_owned(plan.service, plan.hits(items, "config"), engine.fraction_flag,
+                            explicit=desired.mem_fraction_static is not None)  # fmt: skip
+        markers = _markers(sources)
+        if desired.mem_fraction_static is not None:
+            target = desired.mem_fraction_static
+        else:
+            # The engine's own default (vLLM: 0.9) lowered by one step, written explicitly.
+            assert default is not None
+            target = _stepped(default, desired, f"{option} (default {default})", plan.service.exec_start.path)
+        new_text = format(target, "f")
+        _append_flag(plan, option, new_text)
         anchor = plan.service.exec_start.directive.first_line.start
         path = plan.service.exec_start.path
-        _write_marker(plan, path, anchor, "unset", format(desired.mem_fraction_static, "f"), _markers(sources), now)
+        _write_marker(plan, path, anchor, "unset", new_text, markers, now)
         return
     holder = items[hit.value if hit.value is not None else hit.flag]
-    current = _decimal(hit.value_text, holder.where, holder.path)
+    current = _decimal(hit.value_text, holder.where, holder.path, option)
     markers = _markers(sources)
     if desired.mem_fraction_static is not None:
         target = desired.mem_fraction_static
     elif any(_same(match.group(3), current) for _, match in markers):
         target = current  # an earlier run already lowered it: do not step again
     else:
-        target = current - desired.mem_fraction_step
-        if target <= 0:
-            raise ConfigError(
-                f"lowering {FRACTION} {hit.value_text} by {desired.mem_fraction_step} reaches 0", source=holder.path
-            )
+        target = _stepped(current, desired, f"{option} {hit.value_text}", holder.path)
     new_text = hit.value_text if target == current else format(target, "f")
     _set_flag(plan, items, hits, hit, new_text)
     if new_text == hit.value_text:
         return
-    plan.changes.append(Change(FRACTION, hit.value_text, new_text, holder.path, holder.where))
+    plan.changes.append(Change(option, hit.value_text, new_text, holder.path, holder.where))
     _write_marker(plan, holder.path, holder.anchor, hit.value_text, new_text, markers, now)
+
+
+def _stepped(current: Decimal, desired: DesiredState, what: str, path: str) -> Decimal:
+    target = current - desired.mem_fraction_step
+    if target <= 0:
+        raise ConfigError(f"lowering {what} by {desired.mem_fraction_step} reaches 0", source=path)
+    return target
 
 
 def _write_marker(
@@ -233,7 +260,7 @@ def _write_marker(
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = plan.text(holder_path)
     eol = "\r\n" if "\r\n" in text else "\n"
-    line = f"# remediate: oom {stamp} mem-fraction-static {old}->{new}"
+    line = f"# remediate: oom {stamp} {plan.engine.fraction_flag} {old}->{new}"
     above = text.rfind("\n", 0, max(anchor - 1, 0)) + 1 if anchor else 0
     replaced = False
     for marker_path, match in markers:
@@ -284,23 +311,28 @@ def _plan_chunk(plan: _Plan, desired: DesiredState, items: list[ArgItem]) -> Non
     wanted = desired.chunked_prefill_size
     if wanted is None:
         return
-    hits = find_flags(items, "chunked-prefill-size")
-    hit = _last_hit(items, hits, CHUNK)
+    engine = plan.engine
+    option = engine.prefill_option
+    if wanted < 1 and not engine.prefill_can_disable:
+        raise ConfigError(f"{option} must be >= 1 for a {engine.label} unit, got {wanted}")
+    hits = plan.hits(items, engine.prefill_flag)
+    hit = _last_hit(items, hits, option)
     if hit is None or hit.value_text is None:
-        _append_flag(plan, CHUNK, str(wanted))
+        refuse_config_owned(plan.service, plan.hits(items, "config"), engine.prefill_flag, explicit=False)
+        _append_flag(plan, option, str(wanted))
         return
     holder = items[hit.value if hit.value is not None else hit.flag]
     try:
         current = int(hit.value_text)
     except ValueError:
         raise ConfigError(
-            f"{CHUNK} {hit.value_text!r} in {holder.where} is not an integer", source=holder.path
+            f"{option} {hit.value_text!r} in {holder.where} is not an integer", source=holder.path
         ) from None
     keep = desired.chunk_is_ceiling and wanted > 0 and 0 < current <= wanted
     new_text = hit.value_text if keep or current == wanted else str(wanted)
     _set_flag(plan, items, hits, hit, new_text)
     if new_text != hit.value_text:
-        plan.changes.append(Change(CHUNK, hit.value_text, new_text, holder.path, holder.where))
+        plan.changes.append(Change(option, hit.value_text, new_text, holder.path, holder.where))
 
 
 def _plan_alloc(plan: _Plan, desired: DesiredState) -> None:
@@ -312,19 +344,23 @@ def _plan_alloc(plan: _Plan, desired: DesiredState) -> None:
     plan.changes += [Change(c.name, c.old, c.new, c.path, c.where) for c in changes]
 
 
-def _flag_value(items: list[ArgItem], name: str, setting: str) -> str | None:
-    hit = _last_hit(items, find_flags(items, name), setting)
+def _flag_value(items: list[ArgItem], name: str, engine: Engine) -> str | None:
+    hits = find_flags(items, name, resolve=engine.resolve_flag, bool_flags=engine.bool_flags)
+    hit = _last_hit(items, hits, f"--{name}")
     return hit.value_text if hit is not None else None
 
 
 def read_settings(sources: UnitSources) -> UnitSettings:
-    """Effective values sglang would see (raises like ``plan_edit`` when they cannot be known)."""
+    """Effective values the server would see (raises like ``plan_edit`` when they cannot be known)."""
     service = load_service(sources)
     items = service.items()
+    refuse_abbreviations(service, items)
+    engine = service.engine
     return UnitSettings(
-        _flag_value(items, "mem-fraction-static", FRACTION),
-        _flag_value(items, "chunked-prefill-size", CHUNK),
+        _flag_value(items, engine.fraction_flag, engine),
+        _flag_value(items, engine.prefill_flag, engine),
         alloc_value(service),
+        engine.name,
     )
 
 
@@ -340,8 +376,9 @@ def _apply(sources: UnitSources, edits: dict[str, list[TextEdit]]) -> UnitSource
 
 def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> UnitEdit:
     """Plan the edits that bring the service to ``desired`` (pure; raises ConfigError)."""
-    validate_desired(desired)
     service = load_service(sources)
+    desired = desired.resolved_for(service.engine.name)
+    validate_desired(desired)
     before = read_settings(sources)
     plan = _Plan(service)
     items = service.items()
@@ -350,9 +387,10 @@ def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> 
     _plan_alloc(plan, desired)
     _plan_fraction(plan, desired, items, now)
     _plan_chunk(plan, desired, items)
-    order = {FRACTION: 0, CHUNK: 1, ALLOC: 2, ALLOC_NEW: 3}
+    engine = service.engine
+    order = {engine.fraction_option: 0, engine.prefill_option: 1, ALLOC: 2, ALLOC_NEW: 3}
     plan.changes.sort(key=lambda change: order[change.setting])
-    for config in find_flags(items, "config"):
+    for config in plan.hits(items, "config"):
         for change in plan.changes:
             if change.setting.startswith("--"):
                 plan.notes.append(

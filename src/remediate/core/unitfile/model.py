@@ -243,3 +243,19 @@ def parse_unit(text: str) -> UnitFile:
 def render_unit(unit: UnitFile) -> str:
     """The unit's text, byte for byte."""
     return unit.text
+
+
+def removal(text: str, start: int, end: int, prev_end: int | None) -> TextEdit:
+    """Delete ``[start, end)`` (a flag and its value) keeping the layout around it sane."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    before = text[line_start:start]
+    after = text[end:line_end].rstrip("\r")
+    if not before.strip(" \t") and after.strip(" \t") == "\\":
+        return TextEdit(line_start, min(line_end + 1, len(text)), "")  # the words had their own line
+    if not before.strip(" \t") and not after.strip(" \t") and prev_end is not None:
+        return TextEdit(prev_end, end, "")  # last line of a continuation: join to the previous word
+    if after[:1] in (" ", "\t") and after.strip(" \t") not in ("", "\\"):
+        return TextEdit(start, end + len(after) - len(after.lstrip(" \t")), "")
+    return TextEdit(start - (len(before) - len(before.rstrip(" \t"))), end, "")

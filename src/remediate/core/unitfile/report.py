@@ -7,6 +7,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+from remediate.core.engines import engine_named
 from remediate.core.unitfile.edit import UnitEdit, UnitSettings
 from remediate.core.unitfile.secrets import MASK, mask_secrets
 
@@ -17,8 +18,11 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def flag_values(settings: UnitSettings) -> dict[str, str | None]:
-    """The server flags we manage, keyed by sglang's ServerArgs names (the JSON ``flags`` block)."""
-    return {"mem_fraction_static": settings.mem_fraction_static, "chunked_prefill_size": settings.chunked_prefill_size}
+    """The server flags we manage, keyed by the engine's own names (the JSON ``flags`` block): sglang's
+    ServerArgs ``mem_fraction_static``/``chunked_prefill_size``, vLLM's ``gpu_memory_utilization``/
+    ``max_num_batched_tokens``."""
+    engine = engine_named(settings.engine)
+    return {engine.fraction_key: settings.mem_fraction_static, engine.prefill_key: settings.chunked_prefill_size}
 
 
 def env_values(settings: UnitSettings) -> dict[str, str | None]:

@@ -1,7 +1,8 @@
 """The service as systemd assembles it from a fragment, drop-ins and environment files (pure).
 
-Resolves the effective ``ExecStart=`` that runs sglang, the effective environment, and expands the
-sglang argv (``$VAR`` references included) into items that know where each word is written.
+Resolves the effective ``ExecStart=`` that runs the server (sglang, or another engine of
+``core/engines``: the service knows which), the effective environment, and expands the server's argv
+(``$VAR`` references included) into items that know where each word is written.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from remediate.core.engines import ENGINES, SGLANG, Engine
 from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_in_exec, shell_var
+from remediate.core.unitfile.command import mentions_engine
 from remediate.core.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
 from remediate.core.unitfile.execline import Token, parse_exec, split_words
 from remediate.core.unitfile.model import Directive, MappedText, UnitFile, parse_unit
@@ -102,6 +105,7 @@ class Service:
     literal: bool = False  # ExecStart=:… (no variable substitution)
     env_files: dict[str, EnvFile] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    engine: Engine = SGLANG  # the engine the command runs
 
     def lookup(self, name: str) -> VarValue:
         """The effective value of ``name`` (systemd.exec(5)): EnvironmentFile= overrides Environment=,
@@ -220,28 +224,44 @@ def _describe(located: Located) -> str:
     return f"{located.path}:{number}"
 
 
-def load_service(sources: UnitSources) -> Service:
-    """Parse every source and find the one effective ``ExecStart=`` that runs sglang."""
-    units = {source.path: parse_unit(source.text) for source in sources.unit_files}
-    runners: list[tuple[Located, SglangCommand]] = []
-    for located in _service_directives(units, sources, "ExecStart"):
+def _runner(located: Located) -> tuple[Engine, SglangCommand] | None:
+    """The engine and its command run by one ``ExecStart=`` (sglang first, as before the seam), or None.
+    A wrapper that cannot be read in front of an engine is a ConfigError naming the line."""
+    for engine in ENGINES.values():
         try:
-            command = find_in_exec(located.directive.value)
+            command = find_in_exec(located.directive.value, engine.name)
         except ConfigError as exc:
+            if engine is not SGLANG and not _mentions(located.directive.value, engine):
+                continue
             raise ConfigError(f"ExecStart= at line {located.directive.first_line.number}: {exc.message}",
                               source=located.path) from None  # fmt: skip
         if command is not None:
-            runners.append((located, command))
+            return engine, command
+    return None
+
+
+def _mentions(value: MappedText, engine: Engine) -> bool:
+    return mentions_engine(value.text, engine.name)
+
+
+def load_service(sources: UnitSources) -> Service:
+    """Parse every source and find the one effective ``ExecStart=`` that runs a server engine."""
+    units = {source.path: parse_unit(source.text) for source in sources.unit_files}
+    runners: list[tuple[Located, tuple[Engine, SglangCommand]]] = []
+    for located in _service_directives(units, sources, "ExecStart"):
+        found = _runner(located)
+        if found is not None:
+            runners.append((located, found))
     if not runners:
-        vllm = any(_runs_vllm(located.directive.value) for located in _service_directives(units, sources, "ExecStart"))
-        hint = " (it runs vLLM, which remediate reads but does not remediate yet: docs/VLLM.md)" if vllm else ""
-        raise ConfigError(f"no ExecStart= runs sglang{hint}", source=sources.fragment.path)
+        names = " or ".join(engine.label for engine in ENGINES.values())
+        raise ConfigError(f"no ExecStart= runs {names}", source=sources.fragment.path)
     if len(runners) > 1:
         listed = ", ".join(_describe(located) for located, _ in runners)
         raise ConfigError(
-            f"several ExecStart= lines run sglang ({listed}); edit one by hand", source=sources.fragment.path
+            f"several ExecStart= lines run {runners[0][1][0].label} ({listed}); edit one by hand",
+            source=sources.fragment.path,
         )
-    located, command = runners[0]
+    located, (engine, command) = runners[0]
     environment = [
         (env, assignment)
         for env in _service_directives(units, sources, "Environment")
@@ -257,7 +277,7 @@ def load_service(sources: UnitSources) -> Service:
         for word in _words_or_nothing(env.directive.value)
     ]
     literal = ":" in parse_exec(located.directive.value).prefix
-    service = Service(sources, units, located, command, environment, paths, unset, literal)
+    service = Service(sources, units, located, command, environment, paths, unset, literal, engine=engine)
     if sources.env_files is not None:
         for path, optional in paths:
             text = sources.env_files.get(path)
@@ -273,13 +293,6 @@ def _words_or_nothing(value: MappedText) -> list[Token]:
         return split_words(value)
     except ConfigError:
         return []  # systemd ignores a line it cannot split
-
-
-def _runs_vllm(value: MappedText) -> bool:
-    try:
-        return find_in_exec(value, "vllm") is not None
-    except ConfigError:
-        return False
 
 
 def _readable_sglang(value: MappedText) -> bool:

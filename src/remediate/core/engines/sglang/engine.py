@@ -1,0 +1,31 @@
+"""PURE: sglang's description for the engine seam, built from the readers in core/unitfile and core/startup."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from remediate.core.engines.base import Engine
+from remediate.core.startup import STARTUP_LINES_ERE, parse_capacity_line
+from remediate.core.unitfile.argv import SGLANG_BOOL_FLAGS, resolve_flag
+
+
+def _capacity(lines: Sequence[str]) -> int | None:
+    return parse_capacity_line(lines)
+
+
+# sglang server_args.py: --mem-fraction-static (no default worth writing: sglang derives it from the GPU),
+# --chunked-prefill-size (-1 disables chunking), --port 30000; /server_info (≥ 0.5.6) or /get_server_info.
+SGLANG = Engine(
+    name="sglang",
+    label="sglang",
+    fraction_flag="mem-fraction-static",
+    prefill_flag="chunked-prefill-size",
+    default_port=30000,
+    resolve_flag=resolve_flag,
+    bool_flags=SGLANG_BOOL_FLAGS,
+    capacity=_capacity,
+    capacity_name="max_total_num_tokens",
+    process_entry="sglang[.]launch_server|(.*/)?sglang",
+    startup_lines_ere=STARTUP_LINES_ERE,
+    info_paths=("/server_info", "/get_server_info"),
+)

@@ -1,0 +1,103 @@
+"""PURE: vLLM's description for the engine seam: its flags as FlexibleArgumentParser reads them, port 8000,
+``/health``, the ``GPU KV cache size`` line as the pool, and its failures with the direction of each fix.
+
+vllm/engine/arg_utils.py ``EngineArgs``: ``--gpu-memory-utilization`` (default 0.9, vllm/config/cache.py
+``CacheConfig``), ``--max-num-batched-tokens`` (the per-step token budget, the profile run's size);
+vllm/entrypoints/openai/cli_args.py: ``--port`` 8000. No endpoint reports the pool in tokens (the startup line
+of vllm/v1/core/kv_cache_utils.py is the source), so ``info_paths`` is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from remediate.core.engines.base import Engine, Verdict
+from remediate.core.engines.vllm.argv import BOOL_FLAGS, KNOBS, LIST_FLAGS, VALUE_FLAGS, canonical
+from remediate.core.engines.vllm.failures import (
+    DIRECTIONS,
+    INIT_FAILED,
+    MAX_MODEL_LEN,
+    NO_CACHE_MEMORY,
+    OTHER_PROCESS,
+    diagnose_vllm,
+)
+from remediate.core.engines.vllm.logline import vllm_message
+from remediate.core.engines.vllm.startup import STARTUP_LINES_ERE, TOKENS_RE, parse_vllm_startup
+
+if TYPE_CHECKING:
+    from remediate.core.diagnosis.advice import Recommendation
+
+# The failures the lowering recipe must not answer: at startup the pool was too small (lowering makes it
+# smaller), or another process holds the GPU (said first: no flag of this unit frees it).
+BLOCKING = frozenset({OTHER_PROCESS, NO_CACHE_MEMORY, MAX_MODEL_LEN})
+_STARTUP = BLOCKING
+_KNOWN = VALUE_FLAGS | BOOL_FLAGS | LIST_FLAGS
+_BOOL_WORDS = BOOL_FLAGS | frozenset(f"no-{name}" for name in BOOL_FLAGS)
+
+
+def resolve_vllm_flag(name: str) -> str | None:
+    """``gpu_memory_utilization`` → ``gpu-memory-utilization`` (FlexibleArgumentParser's underscores); a flag
+    remediate does not know is None (never guessed)."""
+    flag = canonical(name)
+    return flag if flag in _KNOWN or flag in _BOOL_WORDS else None
+
+
+def abbreviates_vllm_knob(name: str) -> bool:
+    """argparse would take ``--gpu-mem`` for ``--gpu-memory-utilization``: reported, never edited around."""
+    flag = canonical(name)
+    bare = flag[3:] if flag.startswith("no-") else flag
+    return bool(bare) and bare not in _KNOWN and any(knob.startswith(bare) for knob in KNOBS)
+
+
+def vllm_capacity(lines: Sequence[str]) -> int | None:
+    """``GPU KV cache size: N tokens`` of the last start in ``lines`` (V1)."""
+    return parse_vllm_startup(lines).kv_tokens
+
+
+def vllm_verdict(lines: Sequence[str]) -> Verdict | None:
+    """The latest failure in ``lines`` (oldest first) with its direction; None when none is there. A startup
+    failure followed by a good start (its ``GPU KV cache size`` line) is stale."""
+    diagnosis = diagnose_vllm(lines)
+    cause = diagnosis.cause
+    messages = [vllm_message(str(line))[0] for line in lines]
+    if cause is None:
+        if not diagnosis.only_wrapper:
+            return None
+        wrapper = [f for f in diagnosis.failures if f.kind == INIT_FAILED][-1]
+        return Verdict(INIT_FAILED, DIRECTIONS[INIT_FAILED] + " (read more lines: --lines)", False,
+                       wrapper.evidence, wrapper.index, {}, (wrapper.evidence,))  # fmt: skip
+    later = messages[cause.index + 1 :]
+    stale = cause.kind in _STARTUP and any(TOKENS_RE.match(text) for text in later)
+    evidence = [cause.evidence]
+    evidence += [f.evidence for f in diagnosis.failures if f.kind == INIT_FAILED and f.index > cause.index][-1:]
+    return Verdict(cause.kind, cause.direction, cause.kind in BLOCKING, cause.evidence, cause.index,
+                   dict(cause.numbers), tuple(evidence), stale)  # fmt: skip
+
+
+def _advise(verdict: Verdict, utilization: str | None, foreign: int) -> Recommendation:
+    # core/diagnosis reads the unit (core/unitfile), which reads this registry: imported when first asked
+    from remediate.core.engines.vllm.advice import vllm_recommendation
+
+    return vllm_recommendation(verdict, utilization, foreign)
+
+
+VLLM = Engine(
+    name="vllm",
+    label="vLLM",
+    fraction_flag="gpu-memory-utilization",
+    prefill_flag="max-num-batched-tokens",
+    default_port=8000,
+    resolve_flag=resolve_vllm_flag,
+    bool_flags=_BOOL_WORDS,
+    capacity=vllm_capacity,
+    capacity_name="GPU KV cache size",
+    process_entry="vllm[.]entrypoints[.].*|(.*/)?vllm",
+    startup_lines_ere=STARTUP_LINES_ERE,
+    fraction_default=Decimal("0.9"),
+    prefill_can_disable=False,
+    verdict=vllm_verdict,
+    advise=_advise,
+    abbreviates=abbreviates_vllm_knob,
+)

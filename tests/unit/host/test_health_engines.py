@@ -1,0 +1,49 @@
+"""The health wait through the engine seam: vLLM has no document with its pool, so after /health 200 the wait
+reads this start's journal for ``GPU KV cache size`` (and never asks for sglang's /server_info)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import tenacity.nap
+from fake_transport import FakeTransport, state_output
+
+from remediate.core.engines import VLLM
+from remediate.host.health import wait_healthy
+
+UNIT = "vllm.service"
+POLL = r"\Asystemctl show"
+STARTED = (
+    "(EngineCore_DP0 pid=41) INFO 12-04 03:20:01 [gpu_worker.py:298] Available KV cache memory: 48.54 GiB\n"
+    "(EngineCore_DP0 pid=41) INFO 12-04 03:20:01 [kv_cache_utils.py:1087] GPU KV cache size: 63,616 tokens\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def naps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    taken: list[float] = []
+    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=taken.append))
+    return taken
+
+
+def test_vllm_capacity_comes_from_the_journal_after_health() -> None:
+    host = FakeTransport("gpu-01")
+    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
+    host.on(r"\Ajournalctl", STARTED)
+    host.http("/health", None, 503, 200)
+    healthy = wait_healthy(
+        host, UNIT, ("127.0.0.1", 8000), timeout=60, restart_epoch=1764800000, invocation_id="inv-2", engine=VLLM
+    )
+    assert (healthy.tokens, healthy.source, healthy.info) == (63616, "journal", None)
+    assert {c.path for c in host.http_calls} == {"/health"}  # no /server_info, /get_server_info
+    assert any("--since @1764800000" in c.command for c in host.ran(r"\Ajournalctl"))
+
+
+def test_vllm_healthy_without_the_line_keeps_waiting_for_it() -> None:
+    host = FakeTransport("gpu-01")
+    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
+    host.on(r"\Ajournalctl", "INFO 12-04 03:20:00 [api_server.py:1839] vLLM API server version 0.11.0\n", STARTED)
+    host.http("/health", 200, 200)
+    healthy = wait_healthy(host, UNIT, ("127.0.0.1", 8000), timeout=60, restart_epoch=None, engine=VLLM)
+    assert healthy.tokens == 63616 and healthy.polls == 2
