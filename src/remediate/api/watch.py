@@ -107,7 +107,7 @@ def watch(
             if should_stop():
                 return 0
     finally:
-        watcher.close()
+        watcher.close(wait_s=request.wait_timeout)  # a fix running in parallel ends (bounded) and is recorded
         state.close()
 
 
