@@ -4,13 +4,18 @@ across a restart, the fleet-wide concurrency of fixes, and a reported incident d
 from __future__ import annotations
 
 import json
+import queue
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from remediate.controller.watch_audit import read_events
 from remediate.controller.watch_state import WatchState
+from remediate.core.watch.follow import FOLLOWING
 from remediate.core.watch.policy import Policy
+from remediate.errors import ConnectionLost
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.loop import Watcher
 from remediate.models import CommandResult, HostResult
@@ -268,3 +273,83 @@ def test_needs_human_is_not_decided_again(tmp_path: Path) -> None:
     assert [e["event"] for e in read_events(tmp_path)][-1] == "folded"
     watcher.close()
     watcher.state.close()
+
+
+# -- the followed journal wakes the poll ------------------------------------------------------------------
+class Channel:
+    """A followed channel the test writes to: ``say(line)``; ``cut()`` kills it (ConnectionLost)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.queue: queue.Queue[bytes | None] = queue.Queue()
+
+    def lines(self, timeout: float) -> list[bytes]:
+        try:
+            line = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return []
+        if line is None:
+            raise ConnectionLost(self.host, "the followed command ended")
+        return [line]
+
+
+class FollowedFleet(Fleet):
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(names)
+        self.channels: dict[str, Channel] = {}
+        self.follows: dict[str, int] = dict.fromkeys(names, 0)
+
+    def connect(self, entry: HostEntry) -> FakeTransport:
+        transport = super().connect(entry)
+        fleet = self
+
+        @contextmanager
+        def follow(command: str) -> Iterator[Channel]:
+            assert "journalctl -u sglang.service -f -n 0 -o json" in command
+            fleet.follows[entry.name] += 1
+            channel = fleet.channels[entry.name] = Channel(entry.name)
+            channel.queue.put(FOLLOWING.encode())
+            yield channel
+
+        transport.follow = follow  # type: ignore[method-assign]
+        return transport
+
+
+def _systemd(message: str) -> bytes:
+    return json.dumps({"__CURSOR": "x", "_PID": "1", "MESSAGE": message}).encode()
+
+
+def test_a_followed_host_is_polled_when_systemd_speaks_and_polled_again_when_its_channel_dies(
+    tmp_path: Path,
+) -> None:
+    fleet = FollowedFleet(["h1", "h2", "h3"])
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fleet, Policy(breaker_percentage=None), _fixed(fixes, fleet))
+    watcher.follow = True
+    try:
+        watcher.round(NOW)  # polled, then followed
+        assert watcher.wait(30, settle=0), "a follow that starts wakes its host (the poll covers the gap)"
+        watcher.round(NOW + 1)
+        polls = {n: u.polls for n, u in fleet.units.items()}
+        watcher.round(NOW + 10)
+        watcher.round(NOW + 20)
+        assert {n: u.polls for n, u in fleet.units.items()} == polls, "followed and quiet: no round trip"
+
+        fleet.channels["h1"].queue.put(b'{"__CURSOR": "y", "_PID": "77", "MESSAGE": "Decode batch. #running-req: 3"}')
+        assert not watcher.wait(1, settle=0), "the server's own lines wake nothing"
+        fleet.units["h1"].crash()
+        fleet.channels["h1"].queue.put(_systemd("sglang.service: Main process exited, code=exited, status=1/FAILURE"))
+        assert watcher.wait(30, settle=0)
+        watcher.round(NOW + 21)
+        assert fixes == ["h1"] and fleet.units["h2"].polls == polls["h2"], "only the host that spoke is polled"
+
+        fleet.channels["h2"].queue.put(None)  # h2's channel dies: woken, then polled every round (the fallback)
+        assert watcher.wait(30, settle=0)
+        watcher.round(NOW + 22)
+        watcher.round(NOW + 23)
+        assert fleet.units["h2"].polls == polls["h2"] + 2
+        assert fleet.units["h3"].polls == polls["h3"]
+    finally:
+        watcher.close()
+        watcher.state.close()
+    assert all(h.follower is None for h in watcher._hosts.values()), "every follower stopped"

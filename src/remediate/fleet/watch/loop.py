@@ -6,6 +6,7 @@ in the audit log."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from remediate.core.watch.incident import (
 from remediate.core.watch.policy import Policy
 from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
+from remediate.fleet.watch.follow import Follower
 from remediate.fleet.watch.metrics import WatchMetrics
 from remediate.fleet.watch.recover import recover
 from remediate.host.watch import poll_unit
@@ -38,6 +40,7 @@ from remediate.transport.base import Transport
 
 DEFAULT_UNIT = "sglang.service"
 MAX_BACKOFF_S = 300.0
+FOLLOWED_POLL_S = 300.0  # a followed host's safety poll (its journal wakes it at once otherwise)
 REDECIDED = ("report", "wait")  # an open incident in these is decided again when a crash folds into it
 
 Diagnose = Callable[[Transport, HostEntry], HostResult]
@@ -54,6 +57,8 @@ class _Host:
     state: str = "unknown"
     retry_at: float = 0.0
     failures: int = 0
+    follower: Follower | None = None
+    polled_at: float = float("-inf")
 
 
 @dataclass
@@ -73,6 +78,9 @@ class Watcher:
     _hosts: dict[str, _Host] = field(default_factory=dict)
     _running: dict[str, tuple[Future[HostResult], str]] = field(default_factory=dict)  # host → (fix, incident)
     _pool: ThreadPoolExecutor | None = None
+    follow: bool = False  # follow each host's journal (fleet/watch/follow.py); the poll stays the fallback
+    _woken: set[str] = field(default_factory=set)
+    _wake: threading.Condition = field(default_factory=threading.Condition)
 
     def __post_init__(self) -> None:
         for entry in self.hosts:
@@ -89,9 +97,30 @@ class Watcher:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         for h in self._hosts.values():
+            self._unfollow(h)
             if h.transport is not None:
                 h.transport.close()
                 h.transport = None
+
+    def woken(self, host: str) -> None:
+        """A host's follower saw systemd say something of its unit: poll it now (any thread)."""
+        with self._wake:
+            self._woken.add(host)
+            self._wake.notify_all()
+
+    def wait(self, timeout: float, settle: float = 0.25) -> bool:
+        """Sleep until ``timeout`` or a follower's wake-up (then ``settle`` more, so systemd's lines of one
+        crash — exited, failed, restart scheduled — are read by one poll); True when woken."""
+        with self._wake:
+            if not self._wake.wait_for(lambda: bool(self._woken), timeout):
+                return False
+        time.sleep(settle)
+        return True
+
+    def _unfollow(self, h: _Host) -> None:
+        if h.follower is not None:
+            h.follower.stop()
+            h.follower = None
 
     def event(self, kind: str, now: float, **data: Any) -> None:
         # ``at``: when the event was written (the audit's clock); ``round_at``: the round's time, which the
@@ -137,6 +166,13 @@ class Watcher:
         """The host's poll; the reason of a new crash, else None."""
         if now < h.retry_at or h.entry.name in self._running:  # a host being fixed is not polled meanwhile
             return None
+        with self._wake:
+            is_woken = h.entry.name in self._woken
+            self._woken.discard(h.entry.name)
+        # A followed host is polled when its journal says something, else only as a safety net.
+        if h.follower is not None and h.follower.is_following and not is_woken and now - h.polled_at < FOLLOWED_POLL_S:
+            return None
+        h.polled_at = now
         if h.transport is None:
             h.transport = self.connect(h.entry)
         cursor = self.state.cursor(h.entry.name, h.unit)
@@ -145,6 +181,7 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.poll.observe(time.monotonic() - started)
         if poll is None:  # unreachable: never a crash; reconnect later, backing off (capped)
+            self._unfollow(h)
             h.transport.close()
             h.transport = None
             h.failures += 1
@@ -154,6 +191,9 @@ class Watcher:
             h.state = "unreachable"
             return None
         h.failures = 0
+        if self.follow and h.follower is None:
+            h.follower = Follower(h.transport, h.unit, h.entry.name, self.woken)
+            h.follower.start()
         reason = crash_reason(h.previous, poll)
         h.previous = poll.observation
         with self.state.transaction():
