@@ -19,7 +19,7 @@ from remediate.errors import TransportError
 from remediate.transport.base import Transport
 
 MAX_FOLLOW_BACKOFF_S = 60.0
-READ_S = 0.5  # how often the thread looks at its stop flag while the channel is silent
+READ_S = 2.0  # how often the thread looks at its stop flag while the channel is silent
 
 
 class Follower:
@@ -35,6 +35,10 @@ class Follower:
 
     def start(self) -> None:
         self._thread.start()
+
+    def ask_stop(self) -> None:
+        """Stop at the next line or read timeout (``READ_S``), or at once when the connection is closed."""
+        self._stop.set()
 
     def stop(self, within: float = 5.0) -> None:
         self._stop.set()

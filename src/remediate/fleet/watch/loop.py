@@ -96,11 +96,14 @@ class Watcher:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        for h in self._hosts.values():  # every follower told first: they end together, not one after another
+            if h.follower is not None:
+                h.follower.ask_stop()
         for h in self._hosts.values():
-            self._unfollow(h)
             if h.transport is not None:
                 h.transport.close()
-                h.transport = None
+            self._unfollow(h)
+            h.transport = None
 
     def woken(self, host: str) -> None:
         """A host's follower saw systemd say something of its unit: poll it now (any thread)."""
