@@ -114,8 +114,12 @@ class Watcher:
     def wait(self, timeout: float, settle: float = 0.25) -> bool:
         """Sleep until ``timeout`` or a follower's wake-up (then ``settle`` more, so systemd's lines of one
         crash — exited, failed, restart scheduled — are read by one poll); True when woken."""
+
+        def due() -> bool:  # a woken host being fixed or backing off waits for its turn: no spinning rounds
+            return any(n not in self._running and self._hosts[n].retry_at <= time.time() for n in self._woken)
+
         with self._wake:
-            if not self._wake.wait_for(lambda: bool(self._woken), timeout):
+            if not self._wake.wait_for(due, timeout):
                 return False
         time.sleep(settle)
         return True
@@ -184,8 +188,10 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.poll.observe(time.monotonic() - started)
         if poll is None:  # unreachable: never a crash; reconnect later, backing off (capped)
-            self._unfollow(h)
+            if h.follower is not None:
+                h.follower.ask_stop()
             h.transport.close()
+            self._unfollow(h)
             h.transport = None
             h.failures += 1
             h.retry_at = now + min(MAX_BACKOFF_S, 2.0**h.failures)
