@@ -230,7 +230,8 @@ def sandbox_runs(args: argparse.Namespace, work: Path) -> tuple[list[dict[str, A
                 gaps = [b - a for a, b in zip(rounds.times, rounds.times[1:], strict=False)]
                 cost.update(hosts=args.hosts, mode=mode, interval_s=interval, mean_round_gap_s=statistics.mean(gaps))
                 idle.append(cost)
-                print(json.dumps({"idle": {k: round(v, 4) for k, v in cost.items()}}), flush=True)
+                shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in cost.items()}
+                print(json.dumps({"idle": shown}), flush=True)
                 for _ in range(args.reps):
                     node = nodes[victim % len(nodes)]
                     victim += 1
