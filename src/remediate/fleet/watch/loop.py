@@ -128,6 +128,8 @@ class Watcher:
         if h.follower is not None:
             h.follower.stop()
             h.follower = None
+            if h.transport is not None:  # a follower stopped while it reconnected: its connection goes too
+                h.transport.close()
 
     def event(self, kind: str, now: float, **data: Any) -> None:
         # ``at``: when the event was written (the audit's clock); ``round_at``: the round's time, which the
