@@ -7,19 +7,23 @@
    holds the ``detected`` and the ``decided`` record for that host (the bench tails the file every 20 ms; the
    records' own ``at`` is the round's start, so it is not used). Each crash comes after a random wait of up to
    one interval (``--seed``), so it lands anywhere in the poll cycle. ``--dry-run``: nothing is fixed.
+   ``--modes``: ``follow`` (the default watcher: each host's journal followed, systemd's line wakes the poll;
+   the interval is then only the fallback's) and ``poll`` (``--no-follow``: one round trip per interval).
 2. **Idle cost, N sandbox hosts**: the watcher process's CPU (utime+stime from /proc/PID/stat over a window,
    as a fraction of one core), RSS and PSS (smaps_rollup), threads and sockets, healthy fleet, each interval.
 3. **Idle cost, many endpoints** (``--endpoints``, default 500): one Python process of ours serves a lightweight
    SSH endpoint (paramiko server, publickey auth, its own host key, verified by the watcher through
    known_hosts) on each of M loopback addresses 127.45.x.y:2222; every exec answers the poll with a canned
-   healthy ``systemctl show`` and an empty journal. The watcher holds one SSH connection per address; measured
+   healthy ``systemctl show`` and an empty journal, and a followed journal (``--endpoint-mode follow``) with
+   its marker line and then silence, the channel kept open. The watcher holds one SSH connection per address; measured
    as in 2 at ``--endpoint-interval`` (15 s); then the floor: the same connections held open by a process
    (remediate's SSHTransport) that never polls them.
 
 The watcher learns nothing of the bench: it is the CLI in a subprocess; its rounds are counted through
 ``NOTIFY_SOCKET`` (the sd_notify READY/WATCHDOG it sends each round). Every process started is stopped by PID.
 
-    .venv/bin/python bench/watch_cost.py [--hosts 20] [--intervals 1,5,15] [--reps 3] [--endpoints 500]
+    .venv/bin/python bench/watch_cost.py [--hosts 20] [--modes follow,poll] [--intervals 1,5,15] [--reps 3]
+        [--endpoints 500] [--endpoint-mode follow]
 """
 
 from __future__ import annotations
@@ -97,12 +101,13 @@ class Rounds:
 
 
 def start_watcher(
-    targets: list[str], ssh_config: Path, work: Path, interval: float, rounds: Rounds
+    targets: list[str], ssh_config: Path, work: Path, interval: float, rounds: Rounds, mode: str = "follow"
 ) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
     env.update(NOTIFY_SOCKET=rounds.path, REMEDIATE_STATE_DIR=str(work / "controller-state"))
     argv = [sys.executable, "-m", "remediate", "watch", "run", *targets, "--ssh-config", str(ssh_config)]
     argv += ["--interval", f"{interval:g}s", "--dry-run", "--state-dir", str(work / "watch-state")]
+    argv += ["--no-follow"] if mode == "poll" else []
     return subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
 
@@ -213,18 +218,20 @@ def sandbox_runs(args: argparse.Namespace, work: Path) -> tuple[list[dict[str, A
         fleet.wait_idle()
         victim = 0
         phase = random.Random(args.seed)
-        for interval in [float(i) for i in args.intervals.split(",")]:
-            run_dir = work / f"watch-{interval:g}"
+        runs = [(m, float(i)) for m in args.modes.split(",") for i in args.intervals.split(",")]
+        for mode, interval in runs:
+            run_dir = work / f"watch-{mode}-{interval:g}"
             run_dir.mkdir()
             rounds = Rounds(run_dir / "notify")
-            proc = start_watcher([n.host.name for n in nodes], fleet.ssh_config, run_dir, interval, rounds)
+            proc = start_watcher([n.host.name for n in nodes], fleet.ssh_config, run_dir, interval, rounds, mode)
             try:
                 rounds.wait(2, 120 + 2 * interval, proc)
                 cost = idle_cost(proc.pid, max(args.idle_window, 3 * interval))
                 gaps = [b - a for a, b in zip(rounds.times, rounds.times[1:], strict=False)]
-                cost.update(hosts=args.hosts, interval_s=interval, mean_round_gap_s=statistics.mean(gaps))
+                cost.update(hosts=args.hosts, mode=mode, interval_s=interval, mean_round_gap_s=statistics.mean(gaps))
                 idle.append(cost)
-                print(json.dumps({"idle": {k: round(v, 4) for k, v in cost.items()}}), flush=True)
+                shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in cost.items()}
+                print(json.dumps({"idle": shown}), flush=True)
                 for _ in range(args.reps):
                     node = nodes[victim % len(nodes)]
                     victim += 1
@@ -239,6 +246,7 @@ def sandbox_runs(args: argparse.Namespace, work: Path) -> tuple[list[dict[str, A
                                 time.monotonic() + 3 * interval + 60)  # fmt: skip
                     exited, oom = _exit_line_at(node, before)
                     row = {
+                        "mode": mode,
                         "interval_s": interval,
                         "host": node.host.name,
                         "detected_s": seen["detected"] - exited,
@@ -293,8 +301,19 @@ def serve_endpoints(n: int, host_key: Path, client_pub: Path, ready: Path) -> No
             return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
         def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
-            threading.Thread(target=answer, args=(channel,), daemon=True).start()
+            followed = b"journalctl" in command and b" -f " in command
+            threading.Thread(target=follow if followed else answer, args=(channel,), daemon=True).start()
             return True
+
+    def follow(channel: paramiko.Channel) -> None:
+        """A followed journal that stays quiet (a healthy unit): the marker, then nothing until the close."""
+        try:
+            time.sleep(0.05)  # after the exec request's success reply (see answer)
+            channel.sendall(b"@@following\n")
+            while not channel.closed:
+                channel.status_event.wait(5)
+        finally:
+            channel.close()
 
     def answer(channel: paramiko.Channel) -> None:
         # The client closes the channel once it has the exit status; a close from here could overtake the
@@ -362,7 +381,8 @@ def endpoint_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             time.sleep(0.05)
         interval = args.endpoint_interval
         started = time.time()
-        proc = start_watcher([endpoint_address(i) for i in range(n)], work / "ssh_config", work, interval, rounds)
+        targets = [endpoint_address(i) for i in range(n)]
+        proc = start_watcher(targets, work / "ssh_config", work, interval, rounds, args.endpoint_mode)
         rounds.wait(1, 900, proc)
         first_round_s = rounds.times[0] - started
         rounds.wait(2, 120 + 2 * interval, proc)
@@ -371,7 +391,8 @@ def endpoint_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         cost["mean_round_gap_s"] = statistics.mean(gaps) if gaps else float("nan")
         audit = work / "watch-state" / "watch-audit.jsonl"
         unreachable = audit.read_text().count('"unreachable"') if audit.exists() else 0
-        cost.update(endpoints=n, interval_s=interval, first_round_s=first_round_s, unreachable_events=unreachable,
+        cost.update(endpoints=n, mode=args.endpoint_mode, interval_s=interval, first_round_s=first_round_s,
+                    unreachable_events=unreachable,
                     rss_kib_per_connection=cost["rss_mib"] * 1024 / n, server_alive=server.poll() is None)  # fmt: skip
         stop_watcher(proc)
         cost["held_only"] = held_only(n, work, max(args.idle_window, 4 * interval))
@@ -424,21 +445,24 @@ def held_only(n: int, work: Path, window: float) -> dict[str, float]:
 
 # -- the table ----------------------------------------------------------------------------------------------
 def report(idle: list[dict[str, Any]], detections: list[dict[str, Any]], endpoints: dict[str, Any] | None) -> list[str]:
-    lines = [f"{'hosts':>5} {'interval s':>10} {'CPU core':>8} {'RSS MiB':>7} {'PSS MiB':>7} {'threads':>7} "
-             f"{'sockets':>7} {'detect med s':>12} {'detect max s':>12} {'decide max s':>12} {'≤2 s':>4}"]  # fmt: skip
+    head = ("mode", "hosts", "interval s", "CPU core", "RSS MiB", "PSS MiB", "threads", "sockets", "detect med s",
+            "detect max s", "decide max s", "≤2 s")  # fmt: skip
+    widths = (6, 5, 10, 8, 7, 7, 7, 7, 12, 12, 12, 4)
+    lines = [" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True))]
     for cost in idle:
-        rows = [d for d in detections if d["interval_s"] == cost["interval_s"]]
+        rows = [d for d in detections if (d["mode"], d["interval_s"]) == (cost["mode"], cost["interval_s"])]
         med = statistics.median(d["detected_s"] for d in rows) if rows else float("nan")
         top = max((d["detected_s"] for d in rows), default=float("nan"))
         decide = max((d["decided_s"] for d in rows), default=float("nan"))
         meets = "yes" if rows and decide <= GOAL_DETECT_S else "no"
-        lines.append(f"{cost['hosts']:>5} {cost['interval_s']:>10g} {cost['cpu_core']:>8.4f} {cost['rss_mib']:>7.1f} "
-                     f"{cost['pss_mib']:>7.1f} {cost['threads']:>7} {cost['sockets']:>7} {med:>12.2f} {top:>12.2f} "
-                     f"{decide:>12.2f} {meets:>4}")  # fmt: skip
+        cells = (cost["mode"], cost["hosts"], f"{cost['interval_s']:g}", f"{cost['cpu_core']:.4f}",
+                 f"{cost['rss_mib']:.1f}", f"{cost['pss_mib']:.1f}", cost["threads"], cost["sockets"], f"{med:.2f}",
+                 f"{top:.2f}", f"{decide:.2f}", meets)  # fmt: skip
+        lines.append(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
     if endpoints is not None:
         e = endpoints
         lines.append(
-            f"{e['endpoints']:>5} {e['interval_s']:>10g} {e['cpu_core']:>8.4f} {e['rss_mib']:>7.1f} "
+            f"{e['mode']:>6} {e['endpoints']:>5} {e['interval_s']:>10g} {e['cpu_core']:>8.4f} {e['rss_mib']:>7.1f} "
             f"{e['pss_mib']:>7.1f} {e['threads']:>7} {e['sockets']:>7} {'-':>12} {'-':>12} {'-':>12} {'-':>4}"
         )
         lines.append(f"endpoints: first round (connect all) {e['first_round_s']:.1f} s, "
@@ -458,6 +482,8 @@ def main() -> int:
     parser.add_argument("--idle-window", type=float, default=30.0, help="seconds (at least 3 intervals)")
     parser.add_argument("--endpoints", type=int, default=500, help="0: skip part 3")
     parser.add_argument("--endpoint-interval", type=float, default=15.0)
+    parser.add_argument("--modes", default="follow,poll", help="follow (the default watcher), poll (--no-follow)")
+    parser.add_argument("--endpoint-mode", default="follow", choices=("follow", "poll"))
     parser.add_argument("--seed", type=int, default=22, help="of the random wait before each crash")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--serve-endpoints", type=int, help=argparse.SUPPRESS)

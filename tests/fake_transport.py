@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remediate.errors import CommandError, TransportError
+from remediate.errors import CommandError, ConnectionLost, TransportError
 from remediate.models import CommandResult
 from remediate.transport.base import HttpResponse, Retake
 from remediate.transport.http1 import HttpStream
@@ -111,6 +111,9 @@ class FakeTransport:
     _rules: list[_Rule] = field(default_factory=list)
     _http: dict[str, deque[HttpReply]] = field(default_factory=dict)
     _streams: dict[str, deque[StreamReply]] = field(default_factory=dict)
+    followed: list[str] = field(default_factory=list)
+    # what a followed command prints: one list of lines per lines() call; [] a silent call; then it ends
+    follow_script: deque[list[bytes]] = field(default_factory=deque)
 
     # -- scripting ---------------------------------------------------------------------------
 
@@ -202,6 +205,12 @@ class FakeTransport:
                 return result.stdout
         return ""
 
+    @contextmanager
+    def follow(self, command: str) -> Iterator[_ScriptedLines]:
+        """A followed command prints ``follow_script``'s pieces, one per ``lines()``, then ends."""
+        self.followed.append(command)
+        yield _ScriptedLines(self.host, self.follow_script)
+
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
         self.http_calls.append(HttpCall(host, port, path))
         replies = self._http.get(path)
@@ -277,6 +286,17 @@ class FakeTransport:
 
     def fetched(self, path: str) -> list[HttpCall]:
         return [call for call in self.http_calls if call.path == path]
+
+
+@dataclass
+class _ScriptedLines:
+    host: str
+    script: deque[list[bytes]]
+
+    def lines(self, timeout: float) -> list[bytes]:
+        if not self.script:
+            raise ConnectionLost(self.host, "the followed command ended")
+        return self.script.popleft()
 
 
 def _head(text: str | None) -> str | None:

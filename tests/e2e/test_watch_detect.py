@@ -8,6 +8,7 @@ import time
 import pytest
 
 from remediate.core.watch.detect import crash_reason
+from remediate.core.watch.follow import FOLLOWING, follow_command, is_told
 from remediate.host.watch import poll_unit
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
@@ -52,5 +53,31 @@ def test_unreadable_host_is_unreachable(incident: Node) -> None:
         bad = SSHTransport("127.42.255.254", SSHOptions(ssh_config=str(incident.fleet.ssh_config), connect_timeout=2))
         assert poll_unit(bad, UNIT, None, None) is None
         bad.close()
+    finally:
+        ssh.close()
+
+
+def test_the_followed_journal_tells_the_crash_and_ends_with_its_channel(incident: Node) -> None:
+    """``journalctl -f`` on one channel of the kept SSH connection: the 32k prefill's crash comes as systemd's
+    line (is_told), the server's own lines do not; leaving the context ends journalctl on the host."""
+    node = incident
+    ssh = SSHTransport(node.host.name, SSHOptions(ssh_config=str(node.fleet.ssh_config)))
+    following = "pgrep -xc journalctl || true"
+    try:
+        with ssh.follow(follow_command(UNIT)) as followed:
+            assert poll(lambda: followed.lines(1) or None, deadline=30, what="the marker") == [FOLLOWING.encode()]
+            assert ssh.run(following).stdout.strip() == "1"
+            assert node.generate(2000, 1).status == 200
+            assert node.generate(32768, 3).status is None, "the 32k prefill should kill the stand-in"
+            seen: list[bytes] = []
+
+            def told() -> object:
+                seen.extend(followed.lines(1))
+                return [line for line in seen if is_told(line)] or None
+
+            lines = poll(told, deadline=30, what="systemd's line about the crash")
+            assert any(b"Main process exited" in line or b"Failed with result" in line for line in lines)
+            assert any(not is_told(line) for line in seen), "the server's own lines came too, and woke nothing"
+        assert poll(lambda: ssh.run(following).stdout.strip() == "0" or None, deadline=30, what="journalctl gone")
     finally:
         ssh.close()

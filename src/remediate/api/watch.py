@@ -45,6 +45,7 @@ class WatchRequest:
     wait_timeout: float = 900.0
     webhook: str | None = None
     metrics_listen: str | None = None
+    follow: bool = True  # follow each host's journal (one channel); the poll stays the fallback
 
 
 def _state(directory: str | None) -> WatchState:
@@ -96,6 +97,7 @@ def watch(
         notify=notify,
         metrics=metrics,
         undo=_undo(request, transport_factory),
+        follow=request.follow and not request.once,
     )
     try:
         while True:
@@ -104,11 +106,17 @@ def watch(
                 on_round(watcher)
             if request.once or should_stop():
                 return 0
-            sleep(request.interval_s * random.uniform(0.8, 1.2))  # noqa: S311 - jitter, not a secret
+            pause = request.interval_s * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
+            if watcher.follow:  # a followed host's journal cuts the pause short (should_stop seen each second)
+                until = time.monotonic() + pause
+                while not should_stop() and (left := until - time.monotonic()) > 0 and not watcher.wait(min(left, 1)):
+                    pass
+            else:
+                sleep(pause)
             if should_stop():
                 return 0
     finally:
-        watcher.close()
+        watcher.close(wait_s=request.wait_timeout)  # a fix running in parallel ends (bounded) and is recorded
         state.close()
 
 

@@ -65,6 +65,7 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False),
     "--webhook", metavar="URL", help="POST decisions, outcomes and the breaker here (JSON with Slack's text)."
 )
 @click.option("--metrics-listen", metavar="HOST:PORT", help="Serve Prometheus /metrics here (e.g. 127.0.0.1:9464).")
+@click.option("--no-follow", is_flag=True, help="Poll only: do not follow each host's journal.")
 @click.option("--resume", is_flag=True, allow_from_autoenv=False, help="Re-arm a tripped breaker before watching.")
 @state_dir_option
 @handle_errors
@@ -93,6 +94,7 @@ def run(**kw: Any) -> None:
         wait_timeout=kw["wait_timeout"],
         webhook=kw["webhook"],
         metrics_listen=kw["metrics_listen"],
+        follow=not kw["no_follow"],
     )
     if kw["resume"]:
         api_watch.set_breaker(None, kw["state_dir"])

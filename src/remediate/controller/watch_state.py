@@ -1,5 +1,6 @@
 """The watcher's state in SQLite in the state directory (``watch.db``, WAL): cursors, hosts' histories,
-incidents, pending approvals, the breaker and the pause switch.
+incidents, pending approvals, the breaker, the breaker's window (every crash seen within it: a watcher
+restarted inside the window still counts the crashes its predecessor saw) and the pause switch.
 
 One transaction per decision (``with state.transaction():``); ``approve``/``deny``/``pause``/``resume``
 from another process are plain short transactions, safe while the watcher runs (WAL, a busy timeout).
@@ -29,6 +30,8 @@ CREATE TABLE IF NOT EXISTS hosts (host TEXT PRIMARY KEY, fixes TEXT NOT NULL DEF
     count_from REAL NOT NULL DEFAULT 0, healthy_since REAL, needs_human INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS incidents (id TEXT PRIMARY KEY, host TEXT, unit TEXT, opened_at REAL, last_at REAL,
     crashes INTEGER, kinds TEXT, closed INTEGER NOT NULL DEFAULT 0, outcome TEXT);
+CREATE TABLE IF NOT EXISTS crashes (host TEXT, at REAL);
+CREATE INDEX IF NOT EXISTS crashes_at ON crashes (at);
 CREATE TABLE IF NOT EXISTS approvals (id TEXT PRIMARY KEY, incident TEXT, host TEXT, created_at REAL,
     status TEXT NOT NULL DEFAULT 'pending', who TEXT);
 """
@@ -147,6 +150,17 @@ class WatchState:
             ),
         )
 
+    # the breaker's window --------------------------------------------------------------------------------
+    def note_crashes(self, seen: list[tuple[str, float]], keep_s: float) -> None:
+        """Record crashes (host, when) and forget those older than ``keep_s`` before the newest."""
+        self._db.executemany("INSERT INTO crashes VALUES (?, ?)", seen)
+        if seen:
+            self._db.execute("DELETE FROM crashes WHERE at < ?", (max(t for _, t in seen) - keep_s,))
+
+    def recent_crashes(self, since: float) -> tuple[tuple[str, float], ...]:
+        rows = self._db.execute("SELECT host, at FROM crashes WHERE at >= ? ORDER BY at", (since,)).fetchall()
+        return tuple((str(h), float(t)) for h, t in rows)
+
     # incidents and approvals -----------------------------------------------------------------------------
     def open_incident(self, host: str, unit: str) -> Incident | None:
         row = self._db.execute(
@@ -176,6 +190,10 @@ class WatchState:
                 outcome,
             ),
         )
+
+    def outcome(self, incident: str) -> str | None:
+        row = self._db.execute("SELECT outcome FROM incidents WHERE id = ?", (incident,)).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
 
     def save_incident_outcome(self, incident: str, outcome: str) -> None:
         self._db.execute("UPDATE incidents SET outcome = ? WHERE id = ?", (outcome, incident))

@@ -13,7 +13,7 @@ from remediate.transport.http1 import HttpResponse, HttpStream
 if TYPE_CHECKING:  # the name only: the protocol is read by every layer, the socket code loads where it is used
     from remediate.transport.preconnect import Preconnect
 
-__all__ = ["CommandResult", "HttpResponse", "Retake", "SSHOptions", "Transport", "parse_http"]
+__all__ = ["CommandResult", "Followed", "HttpResponse", "Retake", "SSHOptions", "Transport", "parse_http"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Retake:
 
 # Every answer read from a host is bounded (the host, the network and the server's output are not trusted):
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024  # a command's stdout plus stderr (transport.run): past it, CommandError
+MAX_FOLLOW_LINE_BYTES = 64 * 1024  # a followed command's line: longer ones are cut there (the rest dropped)
+MAX_FOLLOW_LINES = 1000  # lines one Followed.lines() call returns at most; the rest wait in the channel
 # HTTP answers: transport/http1.py (MAX_HEAD_BYTES, MAX_DOCUMENT_BYTES, MAX_STREAM_BYTES, the total deadline).
 
 
@@ -45,6 +47,16 @@ class SSHOptions:
     connect_attempts: int = 3
     user: str | None = None
     port: int | None = None
+
+
+class Followed(Protocol):
+    """A followed command's output (:meth:`Transport.follow`), read line by line as it arrives."""
+
+    def lines(self, timeout: float) -> list[bytes]:
+        """The complete lines that arrived within ``timeout`` seconds (returns once some did; [] when none):
+        each cut at :data:`MAX_FOLLOW_LINE_BYTES`, at most :data:`MAX_FOLLOW_LINES` per call. ConnectionLost
+        once the command's output ended (it exited, or the connection died)."""
+        ...
 
 
 class Transport(Protocol):
@@ -79,6 +91,12 @@ class Transport(Protocol):
         and keeps while its stdin stays open); the context's value is its stdout up to that line, included.
         If it exits first: CommandError with its result. ``again(first output)``: what :meth:`reconnect`
         runs to take it back (default: ``command`` again)."""
+        ...
+
+    def follow(self, command: str) -> AbstractContextManager[Followed]:
+        """Run a long-lived command (e.g. ``journalctl -f``) on its own channel of the connection, its output
+        read as it arrives, bounded in memory whatever it prints; leaving the context ends it (its stdin is
+        closed, then the channel or process group). Every byte is the host's: untrusted."""
         ...
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:

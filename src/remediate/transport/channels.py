@@ -1,5 +1,5 @@
 """Session-channel helpers of transport/ssh.py that need no paramiko import: a held command's record and
-the drain of a command's output. ``chan`` is a paramiko Channel."""
+the drain of a command's output, a followed command's bounded lines. ``chan`` is a paramiko Channel."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from remediate.errors import CommandError, ConnectionLost, TransportError
 from remediate.models import CommandResult
-from remediate.transport.base import MAX_OUTPUT_BYTES, Retake
+from remediate.transport.base import MAX_FOLLOW_LINE_BYTES, MAX_FOLLOW_LINES, MAX_OUTPUT_BYTES, Retake
 
 
 @dataclass
@@ -142,3 +142,57 @@ def drain(
         if not got:
             chan.status_event.wait(0.01)
     return b"".join(out), b"".join(err)
+
+
+class Lines:
+    """Bytes as they arrive → complete lines, bounded: a line past ``max_line`` bytes is cut there and the
+    rest of it dropped up to its newline, so the buffer never holds more than ``max_line`` bytes."""
+
+    def __init__(self, max_line: int) -> None:
+        self.max_line = max_line
+        self._part = bytearray()
+        self._dropping = False
+        self.ready: list[bytes] = []
+
+    def feed(self, data: bytes) -> None:
+        while data:
+            end = data.find(b"\n")
+            piece, data = (data, b"") if end < 0 else (data[:end], data[end + 1 :])
+            if not self._dropping:
+                room = self.max_line - len(self._part)
+                self._part += piece[:room]
+                if len(piece) > room:
+                    self.ready.append(bytes(self._part))
+                    self._part.clear()
+                    self._dropping = True
+            if end >= 0:
+                if not self._dropping:
+                    self.ready.append(bytes(self._part))
+                self._part.clear()
+                self._dropping = False
+
+    def take(self, most: int) -> list[bytes]:
+        taken, self.ready = self.ready[:most], self.ready[most:]
+        return taken
+
+
+class ChannelLines:
+    """A followed command's SSH session channel as :class:`~remediate.transport.base.Followed` (ssh.py)."""
+
+    def __init__(self, chan: Any, host: str) -> None:
+        self.chan, self.host = chan, host
+        self._lines = Lines(MAX_FOLLOW_LINE_BYTES)
+
+    def lines(self, timeout: float) -> list[bytes]:
+        if not self._lines.ready:
+            self.chan.settimeout(max(timeout, 0.001))
+            try:
+                data = self.chan.recv(65536)
+            except TimeoutError:
+                return []
+            except OSError as exc:
+                raise ConnectionLost(self.host, f"the followed command's channel: {exc}") from exc
+            if not data:
+                raise ConnectionLost(self.host, "the followed command ended")
+            self._lines.feed(data)
+        return self._lines.take(MAX_FOLLOW_LINES)

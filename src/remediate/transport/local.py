@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -30,8 +31,8 @@ from typing import IO, TYPE_CHECKING
 
 from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
-from remediate.transport.base import MAX_OUTPUT_BYTES, HttpResponse
-from remediate.transport.channels import Heartbeat, Hold, Holds
+from remediate.transport.base import MAX_FOLLOW_LINE_BYTES, MAX_FOLLOW_LINES, MAX_OUTPUT_BYTES, Followed, HttpResponse
+from remediate.transport.channels import Heartbeat, Hold, Holds, Lines
 from remediate.transport.http1 import MAX_DOCUMENT_BYTES, MAX_STREAM_BYTES, HttpStream, exchange, request_bytes
 
 if TYPE_CHECKING:
@@ -126,6 +127,26 @@ class _Held:
             self.proc.wait(_STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             _kill(self.proc)
+
+
+class _PipeLines:
+    """A followed process's stdout as :class:`~remediate.transport.base.Followed` (select on the pipe)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], host: str) -> None:
+        assert proc.stdout is not None  # noqa: S101 - Popen(stdout=PIPE)
+        self.fd, self.host = proc.stdout.fileno(), host
+        self._lines = Lines(MAX_FOLLOW_LINE_BYTES)
+
+    def lines(self, timeout: float) -> list[bytes]:
+        if not self._lines.ready:
+            readable, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
+            if not readable:
+                return []
+            data = os.read(self.fd, 65536)
+            if not data:
+                raise ConnectionLost(self.host, "the followed command ended")
+            self._lines.feed(data)
+        return self._lines.take(MAX_FOLLOW_LINES)
 
 
 class LocalTransport(Holds):
@@ -244,6 +265,20 @@ class LocalTransport(Holds):
             if chan is not None:
                 chan.close()
             self._take_back(held, deadline)
+
+    @contextmanager
+    def follow(self, command: str) -> Iterator[Followed]:
+        """Run ``command`` with ``bash -c`` (its own process group), its stdout read line by line as it
+        arrives (bounded: channels.py ``Lines``); leaving the context closes its stdin and kills the group."""
+        proc = self._spawn(command)
+        try:
+            yield _PipeLines(proc, self.host)
+        finally:
+            _kill(proc)
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
         """GET http://host:port/path from this machine; ``status=None`` while the port refuses connections, and

@@ -32,8 +32,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 from remediate.errors import AuthError, CommandError, ConnectError, ConnectionLost, TransportError
 from remediate.models import CommandResult
 from remediate.transport.ahead import Ahead
-from remediate.transport.base import MAX_OUTPUT_BYTES, HttpResponse, SSHOptions
-from remediate.transport.channels import Heartbeat, Hold, Holds, drain
+from remediate.transport.base import MAX_OUTPUT_BYTES, Followed, HttpResponse, SSHOptions
+from remediate.transport.channels import ChannelLines, Heartbeat, Hold, Holds, drain
 from remediate.transport.http1 import (
     MAX_DOCUMENT_BYTES,
     MAX_STREAM_BYTES,
@@ -301,6 +301,19 @@ class SSHTransport(Holds):
         except BaseException:
             chan.close()
             raise
+
+    @contextmanager
+    def follow(self, command: str) -> Iterator[Followed]:
+        """Run ``command`` on its own session channel of the kept connection, its output read line by line
+        (bounded: transport/channels.py ``Lines``); leaving the context closes the channel."""
+        with translate_errors(self.host):
+            chan = self._active().open_session(timeout=self.options.connect_timeout)
+        try:
+            with translate_errors(self.host):
+                chan.exec_command(self._wrap(command))
+            yield ChannelLines(chan, self.host)
+        finally:
+            chan.close()
 
     def http_get(self, host: str, port: int, path: str, *, timeout: float = 5.0) -> HttpResponse:
         """GET through a direct-tcpip channel; ``status=None`` while the port refuses connections, and when the

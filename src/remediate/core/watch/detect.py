@@ -97,7 +97,7 @@ def parse_observation(props: Mapping[str, str]) -> Observation | None:
     )
 
 
-def _message(value: object) -> str:
+def message_text(value: object) -> str:
     if isinstance(value, str):
         return value[:MAX_LINE_CHARS]
     if isinstance(value, list) and all(isinstance(b, int) and 0 <= b < 256 for b in value):
@@ -123,7 +123,7 @@ def parse_poll(text: str) -> Poll:
         stamp = str(doc.get("__REALTIME_TIMESTAMP", "0"))
         at = int(stamp) / 1e6 if stamp.isdigit() else 0.0
         invocation = doc.get("_SYSTEMD_INVOCATION_ID") or doc.get("INVOCATION_ID") or ""
-        entries.append(JournalEntry(doc["__CURSOR"], at, _message(doc.get("MESSAGE")), str(invocation)))
+        entries.append(JournalEntry(doc["__CURSOR"], at, message_text(doc.get("MESSAGE")), str(invocation)))
     return Poll(parse_observation(parse_show(show)), tuple(entries))
 
 

@@ -6,37 +6,42 @@ in the audit log."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from remediate.controller.transactions import read_transactions
 from remediate.controller.watch_audit import append_event
 from remediate.controller.watch_state import WatchState
-from remediate.core.watch.decide import FleetView, decide
+from remediate.core.watch.decide import Decision, FleetView, decide
 from remediate.core.watch.detect import Observation, crash_reason
 from remediate.core.watch.incident import (
     Crash,
-    backup_to_restore,
+    Incident,
     fold,
     note_crash,
     note_fix,
     note_healthy,
     recovered_outcome,
-    recovery,
 )
 from remediate.core.watch.policy import Policy
 from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
+from remediate.fleet.watch.follow import Follower
 from remediate.fleet.watch.metrics import WatchMetrics
+from remediate.fleet.watch.recover import recover
 from remediate.host.watch import poll_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
 DEFAULT_UNIT = "sglang.service"
 MAX_BACKOFF_S = 300.0
+FOLLOWED_POLL_S = 300.0  # a followed host's safety poll (its journal wakes it at once otherwise)
+REDECIDED = ("report", "wait")  # an open incident in these is decided again when a crash folds into it
 
 Diagnose = Callable[[Transport, HostEntry], HostResult]
 Fix = Callable[[HostEntry], HostResult]
@@ -52,6 +57,8 @@ class _Host:
     state: str = "unknown"
     retry_at: float = 0.0
     failures: int = 0
+    follower: Follower | None = None
+    polled_at: float = float("-inf")
 
 
 @dataclass
@@ -68,8 +75,12 @@ class Watcher:
     notify: Callable[[dict[str, Any]], None] | None = None
     metrics: WatchMetrics | None = None
     undo: Undo | None = None
-    crashes: list[tuple[str, float]] = field(default_factory=list)
     _hosts: dict[str, _Host] = field(default_factory=dict)
+    _running: dict[str, tuple[Future[HostResult], str]] = field(default_factory=dict)  # host → (fix, incident)
+    _pool: ThreadPoolExecutor | None = None
+    follow: bool = False  # follow each host's journal (fleet/watch/follow.py); the poll stays the fallback
+    _woken: set[str] = field(default_factory=set)
+    _wake: threading.Condition = field(default_factory=threading.Condition)
 
     def __post_init__(self) -> None:
         for entry in self.hosts:
@@ -78,11 +89,47 @@ class Watcher:
     def host_states(self) -> dict[str, str]:
         return {name: h.state for name, h in self._hosts.items()}
 
-    def close(self) -> None:
+    def close(self, *, wait_s: float = 0.0) -> None:
+        """Wait up to ``wait_s`` for the fixes running in parallel and record them (SIGTERM: an in-flight
+        transaction finishes, none starts), then close every connection."""
+        self._reap(time.time(), wait=wait_s, every=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        for h in self._hosts.values():  # every follower told first: they end together, not one after another
+            if h.follower is not None:
+                h.follower.ask_stop()
         for h in self._hosts.values():
             if h.transport is not None:
                 h.transport.close()
-                h.transport = None
+            self._unfollow(h)
+            h.transport = None
+
+    def woken(self, host: str) -> None:
+        """A host's follower saw systemd say something of its unit: poll it now (any thread)."""
+        with self._wake:
+            self._woken.add(host)
+            self._wake.notify_all()
+
+    def wait(self, timeout: float, settle: float = 0.25) -> bool:
+        """Sleep until ``timeout`` or a follower's wake-up (then ``settle`` more, so systemd's lines of one
+        crash — exited, failed, restart scheduled — are read by one poll); True when woken."""
+
+        def due() -> bool:  # a woken host being fixed or backing off waits for its turn: no spinning rounds
+            return any(n not in self._running and self._hosts[n].retry_at <= time.time() for n in self._woken)
+
+        with self._wake:
+            if not self._wake.wait_for(due, timeout):
+                return False
+        time.sleep(settle)
+        return True
+
+    def _unfollow(self, h: _Host) -> None:
+        if h.follower is not None:
+            h.follower.stop()
+            h.follower = None
+            if h.transport is not None:  # a follower stopped while it reconnected: its connection goes too
+                h.transport.close()
 
     def event(self, kind: str, now: float, **data: Any) -> None:
         # ``at``: when the event was written (the audit's clock); ``round_at``: the round's time, which the
@@ -96,22 +143,45 @@ class Watcher:
 
     def round(self, now: float) -> None:
         """One poll of every host, then the decisions; pending approvals answered since are acted on.
-        First, a fix a dead watcher left ``remediating`` is resolved (read back, re-checked, never redone)."""
+        First, a fix a dead watcher left ``remediating`` is resolved (read back, re-checked, never redone),
+        and the fixes running in parallel that ended since are recorded."""
         self._recover(now)
+        self._reap(now)
         crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
-        # Every crash of the round is counted before any is decided: the breaker sees them all at once.
-        self.crashes.extend((h.entry.name, now) for h, _ in crashed)
+        # Every crash of the round is counted before any is decided: the breaker sees them all at once. The
+        # window lives in watch.db: a watcher restarted inside it still counts its predecessor's crashes.
+        if crashed:
+            with self.state.transaction():
+                self.state.note_crashes([(h.entry.name, now) for h, _ in crashed], self.policy.breaker_window_s)
         for h, reason in crashed:
             self._crashed(h, now, reason)
+        self._waiting(now)
         self._answered(now)
         if self.metrics is not None:
             self.metrics.observe_round(self.host_states(), self.state.breaker_reason() is not None)
 
+    def fleet_view(self, now: float) -> FleetView:
+        """The fleet as the rails see it at ``now``: the breaker's window read back from watch.db."""
+        return FleetView(
+            len(self._hosts),
+            self.state.recent_crashes(now - self.policy.breaker_window_s),
+            len(self._running),
+            self.state.breaker_reason(),
+            self.state.is_paused(),
+        )
+
     # -- one host ------------------------------------------------------------------------------------
     def _poll(self, h: _Host, now: float) -> str | None:
         """The host's poll; the reason of a new crash, else None."""
-        if now < h.retry_at:
+        if now < h.retry_at or h.entry.name in self._running:  # a host being fixed is not polled meanwhile
             return None
+        with self._wake:
+            is_woken = h.entry.name in self._woken
+            self._woken.discard(h.entry.name)
+        # A followed host is polled when its journal says something, else only as a safety net.
+        if h.follower is not None and h.follower.is_following and not is_woken and now - h.polled_at < FOLLOWED_POLL_S:
+            return None
+        h.polled_at = now
         if h.transport is None:
             h.transport = self.connect(h.entry)
         cursor = self.state.cursor(h.entry.name, h.unit)
@@ -120,7 +190,10 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.poll.observe(time.monotonic() - started)
         if poll is None:  # unreachable: never a crash; reconnect later, backing off (capped)
+            if h.follower is not None:
+                h.follower.ask_stop()
             h.transport.close()
+            self._unfollow(h)
             h.transport = None
             h.failures += 1
             h.retry_at = now + min(MAX_BACKOFF_S, 2.0**h.failures)
@@ -129,6 +202,9 @@ class Watcher:
             h.state = "unreachable"
             return None
         h.failures = 0
+        if self.follow and h.follower is None:
+            h.follower = Follower(h.transport, h.unit, h.entry.name, self.woken)
+            h.follower.start()
         reason = crash_reason(h.previous, poll)
         h.previous = poll.observation
         with self.state.transaction():
@@ -159,39 +235,71 @@ class Watcher:
             )
             history = note_crash(self.state.history(name), now, self.policy)
             self.state.save_history(name, history)
-            if not is_new:  # one crash loop is one incident: folded, decided once
+            # One crash loop is one incident, decided once — unless it was only reported or waiting: a crash
+            # folded into it is decided again (its findings merged, the policy and the rails as they are now:
+            # a cooldown that ended, a watcher restarted with a policy that fixes this kind).
+            before = None if is_new else self.state.outcome(incident.id)
+            if before is not None and before not in REDECIDED:
                 self.state.save_incident(incident)
-                folded = True
+                decision = None
             else:
-                folded = False
-                breaker = self.state.breaker_reason()
-                fleet = FleetView(len(self._hosts), tuple(self.crashes), 0, breaker, self.state.is_paused())
-                decision = decide(kinds, history, fleet, self.policy, now)
-                if decision.verdict == "breaker_open" and breaker is None:
-                    self.state.trip_breaker(decision.reason.removeprefix("breaker tripped: "))
-                if decision.verdict == "needs_human":
-                    self.state.save_history(name, replace(history, is_needs_human=True))
-                    h.state = "needs_human"
-                if decision.verdict == "wait_approval":
-                    self.state.request_approval(incident.id, incident.id, name, now)
-                self.state.save_incident(incident, "remediating" if decision.verdict == "act" else decision.verdict)
-        if folded:
+                decision = self._decide(h, incident, now, before)
+        if decision is None:
             self.event("folded", now, host=name, unit=h.unit, incident=incident.id, crashes=incident.crashes)
             return
+        self._decided(h, incident.id, decision, now, redecided=before)
+
+    def _decide(self, h: _Host, incident: Incident, now: float, before: str | None) -> Decision | None:
+        """Inside the caller's transaction: the rails' decision for the incident, and its state saved. A
+        re-decision (``before``: the outcome it had) that changes nothing is None (the crash just folds)."""
+        name = h.entry.name
+        history = self.state.history(name)
+        fleet = self.fleet_view(now)
+        decision = decide(incident.kinds, history, fleet, self.policy, now)
+        if before is not None and decision.verdict in ("report", "wait"):
+            self.state.save_incident(incident)
+            return None
+        if decision.verdict == "breaker_open" and fleet.breaker_reason is None:
+            self.state.trip_breaker(decision.reason.removeprefix("breaker tripped: "))
+        if decision.verdict == "needs_human":
+            self.state.save_history(name, replace(history, is_needs_human=True))
+            h.state = "needs_human"
+        if decision.verdict == "wait_approval":
+            self.state.request_approval(incident.id, incident.id, name, now)
+        self.state.save_incident(incident, "remediating" if decision.verdict == "act" else decision.verdict)
+        return decision
+
+    def _decided(self, h: _Host, incident_id: str, decision: Decision, now: float, redecided: str | None) -> None:
         self.event(
             "decided",
             now,
-            host=name,
+            host=h.entry.name,
             unit=h.unit,
-            incident=incident.id,
+            incident=incident_id,
             verdict=decision.verdict,
             reason=decision.reason,
             dry_run=self.dry_run,
+            **({} if redecided is None else {"redecided_from": redecided}),
         )
-        if decision.verdict == "breaker_open" and breaker is None:
+        if decision.reason.startswith("breaker tripped: "):
             self.event("breaker", now, reason=decision.reason)
         if decision.verdict == "act":
-            self._act(h, incident.id, now, approved_by=None)
+            self._act(h, incident_id, now, approved_by=None)
+
+    def _waiting(self, now: float) -> None:
+        """Incidents that waited for a free slot (the fleet-wide concurrency) decided again, oldest first."""
+        rows = [r for r in self.state.incidents(limit=50) if r["outcome"] == "wait" and not r["closed"]]
+        for row in reversed(rows):
+            h = self._hosts.get(str(row["host"]))
+            if h is None or h.entry.name in self._running or len(self._running) >= self.policy.concurrency:
+                continue
+            with self.state.transaction():
+                incident = self.state.open_incident(h.entry.name, h.unit)
+                if incident is None or incident.id != row["id"]:
+                    continue
+                decision = self._decide(h, incident, now, "wait")
+            if decision is not None:
+                self._decided(h, incident.id, decision, now, redecided="wait")
 
     def _act(self, h: _Host, incident_id: str, now: float, approved_by: str | None) -> None:
         name = h.entry.name
@@ -205,22 +313,32 @@ class Watcher:
             self.state.set_acting(incident_id, os.getpid())  # a watcher restarted after this one died reads it
             self.state.save_incident_outcome(incident_id, "remediating")
         self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by, pid=os.getpid())
-        self._finish(h, incident_id, now, self._run_fix(h))
+        if self.policy.concurrency == 1:  # kured's one-at-a-time: the round waits for the fix
+            self._finish(h, incident_id, now, self._run_fix(h))
+            return
+        # Fixes on different hosts run in parallel (each its own one-host `oom` transaction, its own
+        # connections); the loop keeps polling the others and records each end in a later round (_reap).
+        # Only the fix runs on the pool's thread: every state write and event stays on the loop's.
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.policy.concurrency, thread_name_prefix="watch-fix")
+        self._running[name] = (self._pool.submit(self._run_fix, h), incident_id)
+
+    def _reap(self, now: float, *, wait: float = 0.0, every: bool = False) -> None:
+        """Record the parallel fixes that ended; ``wait``: seconds to wait for one (``every``: for all)."""
+        if not self._running:
+            return
+        futures = {future: name for name, (future, _) in self._running.items()}
+        done, _ = futures_wait(futures, timeout=wait, return_when=ALL_COMPLETED if every else FIRST_COMPLETED)
+        for future in done:
+            name = futures[future]
+            _, incident_id = self._running.pop(name)
+            self._finish(self._hosts[name], incident_id, now, future.result())
 
     def _run_fix(self, h: _Host) -> HostResult:
         try:
             return self.fix(h.entry)
         except RemediateError as exc:
             return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
-
-    def _run_undo(self, h: _Host, backup: str) -> HostResult:
-        """The killed fix's undo, as its transaction would have made it: its own backup restored, verified."""
-        assert self.undo is not None
-        try:
-            result = self.undo(h.entry, backup)
-        except RemediateError as exc:
-            return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
-        return replace(result, outcome="rolled_back") if result.outcome == "restored" else result
 
     def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
         """The incident's outcome event and close; ``recheck``: what a recovery's re-run found."""
@@ -242,45 +360,8 @@ class Watcher:
         h.previous = None  # the fix restarted the unit: the next poll starts afresh
 
     def _recover(self, now: float) -> None:
-        """Resolve the incidents a dead watcher left ``remediating`` (the state's flock says it is gone):
-        the attempt's end as the transaction log has it, else the same one-host `oom` run again. The
-        original fix was counted against the cap when it started: this counts nothing more. A ``--dry-run``
-        watcher never acts: it leaves them for a real one."""
-        if self.dry_run:
-            return
-        for row in self.state.incidents(limit=50):
-            if row["outcome"] != "remediating" or row["closed"]:
-                continue
-            h = self._hosts.get(str(row["host"]))
-            if h is None:  # not among this watcher's targets: left for the watcher that has it
-                continue
-            incident_id = str(row["id"])
-            acting = self.state.acting(incident_id)
-            since = float(row["last_at"])  # type: ignore[arg-type]
-            records = read_transactions(h.entry.name, since)
-            logged = tuple(str(r.get("event")) for r in records)
-            step = recovery(acting, os.getpid(), logged)
-            if step == "none":
-                continue
-            self.event("recovered", now, host=h.entry.name, unit=h.unit, incident=incident_id, pid=acting,
-                       logged=list(logged), step=step)  # fmt: skip
-            if step == "recheck":
-                h.state = "remediating"
-                if acting is None:  # died between decided and acted: its fix was never counted; this one is
-                    with self.state.transaction():
-                        self.state.save_history(h.entry.name, note_fix(self.state.history(h.entry.name), now))
-                result = self._run_fix(h)
-                recheck = result.outcome
-                made = tuple((str(r.get("event")), tuple(map(str, r.get("backups") or ()))) for r in records)
-                backup = backup_to_restore(result.outcome, made)
-                if backup is not None and self.undo is not None:
-                    self.event("undo", now, host=h.entry.name, unit=h.unit, incident=incident_id, backup=backup,
-                               recheck=result.outcome, error=result.error)  # fmt: skip
-                    result = self._run_undo(h, backup)
-            else:
-                result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")
-                recheck = "none"
-            self._finish(h, incident_id, now, result, recheck)
+        """Resolve the incidents a dead watcher left ``remediating`` (fleet/watch/recover.py)."""
+        recover(self, now)
 
     def _close(self, incident_id: str, host: str, unit: str, outcome: str) -> None:
         with self.state.transaction():
@@ -297,7 +378,8 @@ class Watcher:
             if answer is None or answer[0] == "pending":
                 continue
             h = self._hosts.get(str(row["host"]))
-            if h is None:
+            busy = len(self._running) >= self.policy.concurrency
+            if h is None or h.entry.name in self._running or busy:  # never two fixes on one host; a free slot
                 continue
             if answer[0] == "denied":
                 self.event("outcome", now, host=h.entry.name, incident=row["id"], outcome="denied", by=answer[1])

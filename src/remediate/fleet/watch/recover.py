@@ -1,0 +1,68 @@
+"""A restarted watcher resolves the incidents a dead one left ``remediating``: by the transaction log, else
+by the same one-host `oom` run again (idempotent), never a second fix counted."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from remediate.controller.transactions import read_transactions
+from remediate.core.watch.incident import backup_to_restore, note_fix, recovery
+from remediate.errors import RemediateError
+from remediate.models import HostResult
+
+if TYPE_CHECKING:
+    from remediate.fleet.watch.loop import Watcher, _Host
+
+
+def recover(w: Watcher, now: float) -> None:
+    """Resolve the incidents a dead watcher left ``remediating`` (the state's flock says it is gone):
+    the attempt's end as the transaction log has it, else the same one-host `oom` run again. The
+    original fix was counted against the cap when it started: this counts nothing more. A ``--dry-run``
+    watcher never acts: it leaves them for a real one."""
+    if w.dry_run:
+        return
+    for row in w.state.incidents(limit=50):
+        if row["outcome"] != "remediating" or row["closed"]:
+            continue
+        h = w._hosts.get(str(row["host"]))
+        if h is None:  # not among this watcher's targets: left for the watcher that has it
+            continue
+        incident_id = str(row["id"])
+        acting = w.state.acting(incident_id)
+        since = float(row["last_at"])  # type: ignore[arg-type]
+        records = read_transactions(h.entry.name, since)
+        logged = tuple(str(r.get("event")) for r in records)
+        step = recovery(acting, os.getpid(), logged)
+        if step == "none":
+            continue
+        w.event("recovered", now, host=h.entry.name, unit=h.unit, incident=incident_id, pid=acting,
+               logged=list(logged), step=step)  # fmt: skip
+        if step == "recheck":
+            h.state = "remediating"
+            if acting is None:  # died between decided and acted: its fix was never counted; this one is
+                with w.state.transaction():
+                    w.state.save_history(h.entry.name, note_fix(w.state.history(h.entry.name), now))
+            result = w._run_fix(h)
+            recheck = result.outcome
+            made = tuple((str(r.get("event")), tuple(map(str, r.get("backups") or ()))) for r in records)
+            backup = backup_to_restore(result.outcome, made)
+            if backup is not None and w.undo is not None:
+                w.event("undo", now, host=h.entry.name, unit=h.unit, incident=incident_id, backup=backup,
+                       recheck=result.outcome, error=result.error)  # fmt: skip
+                result = _run_undo(w, h, backup)
+        else:
+            result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")
+            recheck = "none"
+        w._finish(h, incident_id, now, result, recheck)
+
+
+def _run_undo(w: Watcher, h: _Host, backup: str) -> HostResult:
+    """The killed fix's undo, as its transaction would have made it: its own backup restored, verified."""
+    assert w.undo is not None
+    try:
+        result = w.undo(h.entry, backup)
+    except RemediateError as exc:
+        return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
+    return replace(result, outcome="rolled_back") if result.outcome == "restored" else result

@@ -1,0 +1,355 @@
+"""The watcher's real loop (fleet/watch/loop.py) over scripted hosts: the breaker's window kept in watch.db
+across a restart, the fleet-wide concurrency of fixes, and a reported incident decided again."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from remediate.controller.watch_audit import read_events
+from remediate.controller.watch_state import WatchState
+from remediate.core.watch.follow import FOLLOWING
+from remediate.core.watch.policy import Policy
+from remediate.errors import ConnectionLost
+from remediate.fleet.inventory import HostEntry
+from remediate.fleet.watch.loop import Watcher
+from remediate.models import CommandResult, HostResult
+from tests.fake_transport import FakeTransport, show_output
+
+NOW = 1_800_000_000.0
+OOM = ("cuda_oom_runtime",)
+
+
+@dataclass
+class Unit:
+    """One host's sglang unit as ``systemctl show`` and its journal tell it; ``crash()`` kills it."""
+
+    name: str
+    n_restarts: int = 0
+    is_failed: bool = False
+    journal: list[dict[str, str]] = field(default_factory=list)
+    polls: int = 0
+
+    def crash(self) -> None:
+        self.is_failed = True
+        stamp = str(int(NOW * 1e6) + len(self.journal))
+        line = "sglang.service: Main process exited, code=exited, status=1/FAILURE"
+        self.journal.append({"__CURSOR": f"c{len(self.journal)}", "__REALTIME_TIMESTAMP": stamp, "MESSAGE": line})
+
+    def restarted(self) -> None:
+        self.is_failed = False
+
+    def answer(self, command: str, stdin: str | None) -> CommandResult:
+        self.polls += 1
+        state = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"} if self.is_failed else {
+            "ActiveState": "active", "SubState": "running", "Result": "success"}  # fmt: skip
+        show = show_output({**state, "NRestarts": self.n_restarts, "InvocationID": "i1", "ExecMainStatus": 0})
+        after = command.split("--after-cursor ")[1].split()[0].strip("'") if "--after-cursor" in command else None
+        seen = [e["__CURSOR"] for e in self.journal]
+        entries = self.journal[seen.index(after) + 1 :] if after in seen else self.journal
+        return CommandResult(command, 0, show + "@@journal\n" + "".join(json.dumps(e) + "\n" for e in entries), "")
+
+
+class Fleet:
+    def __init__(self, names: list[str]) -> None:
+        self.units = {n: Unit(n) for n in names}
+        self.entries = [HostEntry(name=n, address="127.0.0.1") for n in names]
+
+    def connect(self, entry: HostEntry) -> FakeTransport:
+        return FakeTransport(host=entry.name).on("systemctl show", self.units[entry.name].answer)
+
+
+def _watcher(directory: Path, fleet: Fleet, policy: Policy, fix: object, kinds: tuple[str, ...] = OOM) -> Watcher:
+    def diagnose(transport: object, entry: HostEntry) -> HostResult:
+        return HostResult(host=entry.name, outcome="diagnosed", extra={"findings": [{"kind": k} for k in kinds]})
+
+    return Watcher(fleet.entries, fleet.connect, diagnose, fix, WatchState(directory), policy)  # type: ignore[arg-type]
+
+
+def _fixed(names: list[str], fleet: Fleet | None = None) -> object:
+    def fix(entry: HostEntry) -> HostResult:
+        names.append(entry.name)
+        if fleet is not None:
+            fleet.units[entry.name].restarted()
+        return HostResult(host=entry.name, outcome="remediated")
+
+    return fix
+
+
+def _verdicts(directory: Path) -> list[tuple[str, str]]:
+    return [(e["host"], e["verdict"]) for e in read_events(directory) if e["event"] == "decided"]
+
+
+# -- the breaker's window survives a restart of the watcher -----------------------------------------------
+def test_a_restarted_watcher_still_counts_the_crashes_inside_the_window(tmp_path: Path) -> None:
+    fleet = Fleet(["h1", "h2", "h3", "h4"])
+    policy = Policy(breaker_count=1, breaker_percentage=None, breaker_window_s=300.0)
+    fixes: list[str] = []
+    first = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet))
+    first.round(NOW)
+    fleet.units["h1"].crash()
+    first.round(NOW + 10)
+    assert fixes == ["h1"], "one crashed host is within the breaker's count"
+    first.close()
+    first.state.close()
+
+    fleet.units["h2"].crash()
+    second = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet))
+    second.round(NOW + 60)  # h1's crash (the first watcher's) and h2's: 2 > 1 within 300 s
+    assert fixes == ["h1"], "the breaker tripped: nothing more is fixed"
+    assert second.state.breaker_reason() == "2 hosts crashed within 300s (more than 1)"
+    assert _verdicts(tmp_path)[-1] == ("h2", "breaker_open")
+    second.close()
+    second.state.close()
+
+    # A watcher restarted after the window: the old crashes are out of it (and pruned), the breaker
+    # stays open (only a person closes it) — reset here as `--resume` would.
+    state = WatchState(tmp_path)
+    state.reset_breaker()
+    state.close()
+    fleet.units["h2"].restarted()
+    fleet.units["h3"].crash()
+    third = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet))
+    third.round(NOW + 60 + 301)
+    assert fixes == ["h1", "h3"]
+    assert [h for h, _ in third.state.recent_crashes(0.0)] == ["h3"], "crashes older than the window are pruned"
+    third.close()
+    third.state.close()
+
+
+# -- the fleet-wide concurrency of fixes ----------------------------------------------------------------
+class Gate:
+    """A fix that waits to be let go; records how many ran at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: list[str] = []
+        self.running = 0
+        self.most = 0
+        self.go: dict[str, threading.Event] = {}
+        self.began = threading.Condition(self.lock)
+
+    def fix(self, entry: HostEntry) -> HostResult:
+        with self.lock:
+            self.started.append(entry.name)
+            self.running += 1
+            self.most = max(self.most, self.running)
+            go = self.go.setdefault(entry.name, threading.Event())
+            self.began.notify_all()
+        assert go.wait(30), f"{entry.name} was never let go"
+        with self.lock:
+            self.running -= 1
+        return HostResult(host=entry.name, outcome="remediated")
+
+    def wait_started(self, n: int) -> None:
+        with self.lock:
+            assert self.began.wait_for(lambda: len(self.started) >= n, 30), self.started
+
+    def release(self, name: str) -> None:
+        with self.lock:
+            self.go.setdefault(name, threading.Event()).set()
+
+
+def test_fixes_on_different_hosts_run_in_parallel_up_to_the_limit(tmp_path: Path) -> None:
+    fleet = Fleet(["h1", "h2", "h3", "h4"])
+    gate = Gate()
+    watcher = _watcher(tmp_path, fleet, Policy(concurrency=2, breaker_percentage=None), gate.fix)
+    try:
+        watcher.round(NOW)
+        for name in ("h1", "h2", "h3"):
+            fleet.units[name].crash()
+        watcher.round(NOW + 10)
+        gate.wait_started(2)
+        assert sorted(gate.started) == ["h1", "h2"]
+        assert ("h3", "wait") in _verdicts(tmp_path), "the third waits for a free slot"
+        polls = fleet.units["h1"].polls
+        watcher.round(NOW + 20)  # both still running: h3 waits on, the hosts being fixed are not polled
+        assert sorted(gate.started) == ["h1", "h2"] and fleet.units["h1"].polls == polls
+
+        gate.release("h1")
+        fleet.units["h1"].restarted()
+        watcher._reap(NOW + 25, wait=30)  # what the next round does first, waited for here
+        watcher.round(NOW + 30)  # h1's slot is free: h3 is decided again and started
+        gate.wait_started(3)
+        assert gate.started[2] == "h3" and gate.most == 2
+        assert ("h3", "act") in _verdicts(tmp_path)
+        outcomes = [(e["host"], e["outcome"]) for e in read_events(tmp_path) if e["event"] == "outcome"]
+        assert outcomes == [("h1", "remediated")]
+    finally:
+        for name in ("h1", "h2", "h3"):
+            gate.release(name)
+        watcher.close(wait_s=30)  # SIGTERM's path: the fixes in flight end and are recorded
+        watcher.state.close()
+    outcomes = sorted(e["host"] for e in read_events(tmp_path) if e["event"] == "outcome")
+    assert outcomes == ["h1", "h2", "h3"]
+    assert all(r["closed"] for r in WatchState(tmp_path).incidents())
+
+
+def test_never_two_fixes_on_one_host(tmp_path: Path) -> None:
+    """h1 crashes again (a second incident past the fold window) while its fix runs: not polled, not fixed
+    twice; an approval answered for it waits until its fix ended."""
+    fleet = Fleet(["h1", "h2"])
+    gate = Gate()
+    watcher = _watcher(tmp_path, fleet, Policy(concurrency=2, breaker_percentage=None, cooldown_s=1.0), gate.fix)
+    try:
+        watcher.round(NOW)
+        fleet.units["h1"].crash()
+        watcher.round(NOW + 10)
+        gate.wait_started(1)
+        fleet.units["h1"].crash()
+        for t in (NOW + 700, NOW + 710):
+            watcher.round(t)
+        assert gate.started == ["h1"]
+        assert [h for h, _ in _verdicts(tmp_path)] == ["h1"]
+    finally:
+        gate.release("h1")
+        watcher.close(wait_s=30)
+        watcher.state.close()
+
+
+# -- a reported incident decided again ------------------------------------------------------------------
+def test_a_crash_folded_into_a_reported_incident_is_decided_again(tmp_path: Path) -> None:
+    """Paused: the crash is reported; resumed, the next crash of the same loop folds into the incident and
+    is decided again — now fixed. A crash folded while nothing changed stays folded (decided once)."""
+    fleet = Fleet(["h1", "h2", "h3"])
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fleet, Policy(breaker_percentage=None), _fixed(fixes))
+    watcher.state.set_paused(True)
+    watcher.round(NOW)
+    fleet.units["h1"].crash()
+    watcher.round(NOW + 10)
+    fleet.units["h1"].crash()
+    watcher.round(NOW + 20)  # still paused: folded, not decided again
+    assert fixes == [] and [e["event"] for e in read_events(tmp_path)][-1] == "folded"
+    watcher.state.set_paused(False)
+    fleet.units["h1"].crash()
+    watcher.round(NOW + 30)
+    assert fixes == ["h1"]
+    decided = [e for e in read_events(tmp_path) if e["event"] == "decided"]
+    assert [d["verdict"] for d in decided] == ["report", "act"]
+    assert decided[1]["redecided_from"] == "report" and decided[1]["incident"] == decided[0]["incident"]
+    row = watcher.state.incidents()[0]
+    assert row["crashes"] == 3 and row["outcome"] == "remediated" and row["closed"] == 1
+    watcher.close()
+    watcher.state.close()
+
+
+def test_a_restart_with_a_policy_that_fixes_the_kind_decides_the_incident_again(tmp_path: Path) -> None:
+    fleet = Fleet(["h1", "h2", "h3"])
+    fixes: list[str] = []
+    kinds = ("cuda_oom_graph_capture",)
+    first = _watcher(tmp_path, fleet, Policy(breaker_percentage=None), _fixed(fixes), kinds)
+    first.round(NOW)
+    fleet.units["h1"].crash()
+    first.round(NOW + 10)
+    assert _verdicts(tmp_path) == [("h1", "report")]
+    first.close()
+    first.state.close()
+
+    policy = Policy(fixed_kinds=frozenset({"cuda_oom_runtime", "cuda_oom_graph_capture"}), breaker_percentage=None)
+    second = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet), kinds)
+    second.round(NOW + 20)  # the unit is still down: a crash of the same loop, folded, decided again
+    second.round(NOW + 30)
+    assert fixes == ["h1"] and _verdicts(tmp_path) == [("h1", "report"), ("h1", "act")]
+    second.close()
+    second.state.close()
+
+
+def test_needs_human_is_not_decided_again(tmp_path: Path) -> None:
+    fleet = Fleet(["h1", "h2", "h3"])
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fleet, Policy(breaker_percentage=None, cap_per_day=1, cooldown_s=1.0), _fixed(fixes))
+    watcher.round(NOW)
+    for t in (NOW + 10, NOW + 20, NOW + 30):
+        fleet.units["h1"].crash()
+        watcher.round(t)
+    assert fixes == ["h1"]
+    assert [v for _, v in _verdicts(tmp_path)] == ["act", "needs_human"]
+    assert [e["event"] for e in read_events(tmp_path)][-1] == "folded"
+    watcher.close()
+    watcher.state.close()
+
+
+# -- the followed journal wakes the poll ------------------------------------------------------------------
+class Channel:
+    """A followed channel the test writes to: ``say(line)``; ``cut()`` kills it (ConnectionLost)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.queue: queue.Queue[bytes | None] = queue.Queue()
+
+    def lines(self, timeout: float) -> list[bytes]:
+        try:
+            line = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return []
+        if line is None:
+            raise ConnectionLost(self.host, "the followed command ended")
+        return [line]
+
+
+class FollowedFleet(Fleet):
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(names)
+        self.channels: dict[str, Channel] = {}
+        self.follows: dict[str, int] = dict.fromkeys(names, 0)
+
+    def connect(self, entry: HostEntry) -> FakeTransport:
+        transport = super().connect(entry)
+        fleet = self
+
+        @contextmanager
+        def follow(command: str) -> Iterator[Channel]:
+            assert "journalctl -u sglang.service -f -n 0 -o json" in command
+            fleet.follows[entry.name] += 1
+            channel = fleet.channels[entry.name] = Channel(entry.name)
+            channel.queue.put(FOLLOWING.encode())
+            yield channel
+
+        transport.follow = follow  # type: ignore[method-assign]
+        return transport
+
+
+def _systemd(message: str) -> bytes:
+    return json.dumps({"__CURSOR": "x", "_PID": "1", "MESSAGE": message}).encode()
+
+
+def test_a_followed_host_is_polled_when_systemd_speaks_and_polled_again_when_its_channel_dies(
+    tmp_path: Path,
+) -> None:
+    fleet = FollowedFleet(["h1", "h2", "h3"])
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fleet, Policy(breaker_percentage=None), _fixed(fixes, fleet))
+    watcher.follow = True
+    try:
+        watcher.round(NOW)  # polled, then followed
+        assert watcher.wait(30, settle=0), "a follow that starts wakes its host (the poll covers the gap)"
+        watcher.round(NOW + 1)
+        polls = {n: u.polls for n, u in fleet.units.items()}
+        watcher.round(NOW + 10)
+        watcher.round(NOW + 20)
+        assert {n: u.polls for n, u in fleet.units.items()} == polls, "followed and quiet: no round trip"
+
+        fleet.channels["h1"].queue.put(b'{"__CURSOR": "y", "_PID": "77", "MESSAGE": "Decode batch. #running-req: 3"}')
+        assert not watcher.wait(1, settle=0), "the server's own lines wake nothing"
+        fleet.units["h1"].crash()
+        fleet.channels["h1"].queue.put(_systemd("sglang.service: Main process exited, code=exited, status=1/FAILURE"))
+        assert watcher.wait(30, settle=0)
+        watcher.round(NOW + 21)
+        assert fixes == ["h1"] and fleet.units["h2"].polls == polls["h2"], "only the host that spoke is polled"
+
+        fleet.channels["h2"].queue.put(None)  # h2's channel dies: woken, then polled every round (the fallback)
+        assert watcher.wait(30, settle=0)
+        watcher.round(NOW + 22)
+        watcher.round(NOW + 23)
+        assert fleet.units["h2"].polls == polls["h2"] + 2
+        assert fleet.units["h3"].polls == polls["h3"]
+    finally:
+        watcher.close()
+        watcher.state.close()
+    assert all(h.follower is None for h in watcher._hosts.values()), "every follower stopped"
