@@ -130,11 +130,13 @@ def diagnose_journal(
     """`remediate diagnose --journal FILE`: the diagnosis of a saved journal, as one result (``lines``: its
     last lines read, like the live ``--lines``; ``since``: a number of restarts only, a time needs a host)."""
     from remediate.core.journal import parse_saved_journal
+    from remediate.core.units import single_unit
     from remediate.errors import ConfigError
     from remediate.host.diagnose import DEFAULT_LINES, parse_since
     from remediate.host.journal import diagnose_journal as diagnose_saved
 
     check_journal_flags(journal, unit_file, targets, inventory)
+    unit = single_unit(unit, "diagnose --journal")  # a saved journal is one unit's: a glob is bad input
     count = DEFAULT_LINES if lines is None else lines
     restarts, since_time = parse_since(since, count)
     if since_time is not None:
@@ -166,11 +168,13 @@ def plan_journal(
     ``/server_info``); the calibration log is read as for a host (the journal's host name matches)."""
     from remediate.controller.observations import log_path, read_observations
     from remediate.core.journal import parse_saved_journal
+    from remediate.core.units import single_unit
     from remediate.errors import ConfigError
     from remediate.host.journal import plan_journal as plan_saved
     from remediate.host.options import BudgetOptions
 
     check_journal_flags(journal, unit_file, targets, inventory)
+    unit = single_unit(unit, "plan --journal")
     if not 0 <= margin < 10:
         raise ConfigError(f"--margin {margin} must be between 0 and 10 (a share: 0.10 = 10%)")
     settings, vllm = _plan_unit(unit_file)

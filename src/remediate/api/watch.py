@@ -76,7 +76,7 @@ def watch(
 
     _, hosts = resolve_hosts(request.targets, request.inventory)
     base = OomRequest(unit=single_unit(request.unit, "watch"))
-    hosts = [replace(h, settings={**h.settings, "unit": run_options_for(h, base).unit}) for h in hosts]
+    hosts = [replace(h, settings={**h.settings, "unit": _one_unit(h, base)}) for h in hosts]
     state = _state(request.state_dir)
     state.claim()
     metrics = None
@@ -225,3 +225,17 @@ def set_breaker(reason: str | None, directory: str | None = None) -> None:
             state.trip_breaker(reason)
     finally:
         state.close()
+
+
+def _one_unit(host: HostEntry, base: OomRequest) -> str | None:
+    """The one unit the watcher follows on ``host``: an inventory's ``unit:`` glob or list is bad input there
+    too (the watcher follows one unit per host), named with its host."""
+    from remediate.errors import ConfigError
+
+    unit = run_options_for(host, base).unit
+    try:
+        return single_unit(unit, "watch")
+    except ConfigError:
+        where = "--unit" if base.unit is not None else "the inventory's unit"
+        message = f"{where} {unit!r}: `remediate watch` follows one unit per host: name it exactly"
+        raise ConfigError(message, source=host.name) from None

@@ -49,6 +49,13 @@ def test_unit_file_without_journal_is_bad_input(command: str) -> None:
 
 
 @pytest.mark.parametrize("command", ["diagnose", "plan"])
+@pytest.mark.parametrize("unit", ["sglang@*", "sglang-chat,sglang-embed"])
+def test_a_glob_or_several_units_with_journal_is_bad_input(command: str, unit: str) -> None:
+    # a saved journal is one unit's: `--unit` names it exactly
+    assert_bad_input(invoke(command, "--journal", INCIDENT, "--unit", unit), "--unit", unit, "--journal")
+
+
+@pytest.mark.parametrize("command", ["diagnose", "plan"])
 def test_a_missing_or_unreadable_journal_is_bad_input_naming_it(command: str, tmp_path: Path) -> None:
     missing = tmp_path / "nope.journal"
     assert_bad_input(invoke(command, "--journal", missing), str(missing), "no such file")
