@@ -17,15 +17,16 @@ from remediate.core.probe import ProbeResult, refuse_unsafe
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.dropin import plan_instance_edit
-from remediate.core.unitfile.edit import UnitEdit, UnitSources
+from remediate.core.unitfile.edit import UnitEdit, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
-from remediate.core.unitfile.sources import load_service, refuse_template_edit
+from remediate.core.unitfile.sources import load_service, refuse_template_edit, shared_with_instances
 from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_diagnosis_evidence, refusal
 from remediate.host.environ import ServerEnv, read_server_env
 from remediate.host.facts import fetch_server_info, fetch_tokens
 from remediate.host.health import Healthy, wait_healthy
+from remediate.host.instances import roll_instances
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
@@ -224,9 +225,15 @@ def _remediate_locked(
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
-        plan = plan_instance_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        # --all-instances: the change goes where the values are, the template included (host/instances.py).
+        planner = plan_edit if options.all_instances else plan_instance_edit
+        plan = planner(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
-        refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
+        shared = shared_with_instances(unit, [f.path for f in plan.files]) if options.all_instances else []
+        if not shared:
+            refuse_template_edit(unit, [f.path for f in plan.files], flag="--all-instances")  # before any change
+        elif options.dry_run:
+            result.notes.append(f"--all-instances: {unit} is restarted first, then each other running instance")
         refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text, old_absent=f.created) for f in plan.files]
@@ -264,6 +271,13 @@ def _remediate_locked(
         verify_tokens(result, healthy, options)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
+    def check_instance(instance: str, _found: ProbeResult, healthy: Healthy) -> None:
+        verify_server_args(result.host, healthy.info, plan)
+        if desired.alloc_conf:
+            verify_server_env(result.host, _server_env(transport, instance, sources), desired.alloc_conf)
+        if options.min_tokens is not None and healthy.tokens < options.min_tokens:
+            raise RemediationError(result.host, f"max_total_num_tokens={healthy.tokens:,} is below --min-tokens")
+
     change = Change(
         unit=unit,
         writes=tuple(writes),
@@ -275,7 +289,10 @@ def _remediate_locked(
         success="drift" if drift else "remediated",
         undo_note="rolled back to the previous unit",
     )
-    transact(transport, change, result, timer)
+    if shared:
+        roll_instances(transport, change, found, result, timer, check_instance)
+    else:
+        transact(transport, change, result, timer)
 
 
 def _status_drift(
