@@ -142,7 +142,9 @@ def test_plan_and_bench_read_the_named_instance_on_its_own_port(node: Node) -> N
     planned = node.cli("plan", "--unit", instance)
     assert planned.returncode == 0, planned
     assert planned.result["unit"] == instance and planned.result["max_total_num_tokens"] == 209007, planned.result
-    assert any(r["current"] and r["mem_fraction_static"] == 0.94 for r in planned.result["plan"]["rows"]), planned.result
+    assert any(r["current"] and r["mem_fraction_static"] == 0.94 for r in planned.result["plan"]["rows"]), (
+        planned.result
+    )
 
     benched = node.cli("bench", "--unit", instance, "--contexts", "1k", "--gen", "4")
     assert benched.returncode == 0, benched

@@ -169,6 +169,7 @@ def _roll_back(
     """``failed`` did not come up on the new bytes: put the old ones back (restarting it), then restart the
     instances already restarted on them, each waited for. Unless --no-rollback."""
     why = f"{failed.unit} did not come up on the new {template}: {failed.error}"
+    result.outcome = "failed"  # until the old bytes are back and every instance restarted came up on them
     if not change.options.rollback:
         _record(result, change, "failed", why)
         restarted = ", ".join(m.unit for m in done)
@@ -200,7 +201,6 @@ def _roll_back(
     if broken:
         message += f"; did not come up on the old bytes either: {', '.join(broken)}"
         _record(result, change, "failed", message)
-        result.outcome = "failed"
         raise RemediationError(result.host, message)
     result.outcome, result.error, result.exit_code = "rolled_back", message, 1
     result.max_total_num_tokens = done[0].tokens if done else None
