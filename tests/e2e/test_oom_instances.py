@@ -222,6 +222,13 @@ def test_all_instances_rolls_back_when_the_second_fails_then_rolls_through_all_t
     after = node.show("MainPID", "InvocationID", unit=third)
     assert after["MainPID"] != before["MainPID"] and after["InvocationID"] != before["InvocationID"]
 
+    # rollback --all-instances: the template's backup restored once, the three restarted on it in turn.
+    back = node.cli("rollback", "--unit", canary, "--wait-timeout", "60", "--all-instances")
+    assert back.returncode == 0 and back.result["outcome"] == "restored", back
+    assert [i["outcome"] for i in back.result["instances"]] == ["restored"] * 3, back.result
+    assert node.sha(TEMPLATE_PATH) == template_sha
+    assert [_fraction(node, unit) for unit in (canary, second, third)] == ["0.94"] * 3
+
 
 def test_an_instance_not_running_is_not_started(node: Node) -> None:
     """--all-instances restarts the running instances only: a stopped one stays stopped."""

@@ -136,6 +136,9 @@ def oom(**kw: Any) -> None:
     "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be restored; change nothing.")
+@click.option("--all-instances", is_flag=True, allow_from_autoenv=False,
+              help="The backup is of a template shared by its instances: restore it once and restart every "
+                   "running instance in turn, this one first.")  # fmt: skip
 @handle_errors
 def rollback(**kw: Any) -> None:
     """Restore a unit from its backup as a verified transaction (backup, atomic write, restart, wait).
@@ -159,6 +162,7 @@ def rollback(**kw: Any) -> None:
             retry_file=kw["retry_file"],
             lock_timeout=kw["lock_timeout"],
             dry_run=kw["dry_run"],
+            all_instances=kw["all_instances"],
             strategy=flags.strategy_from_cli(kw),
             progress=progress,
             confirm=confirm,

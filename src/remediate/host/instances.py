@@ -45,7 +45,7 @@ class Member:
 
     unit: str
     found: ProbeResult
-    outcome: str = "not_restarted"  # remediated | rolled_back | failed | not_running | not_restarted
+    outcome: str = "not_restarted"  # remediated (restored) | rolled_back | failed | not_running | not_restarted
     tokens: int | None = None
     error: str | None = None
 
@@ -120,7 +120,7 @@ def _roll(
             continue
         try:
             with timer.phase(f"restart {member.unit}"):
-                note = f"remediate oom --all-instances: {member.unit} restarted on the new {template}"
+                note = f"remediate {change.verb} --all-instances: {member.unit} restarted on the new {template}"
                 healthy = _restart(transport, change, member, [], note, timer)
                 verify(member.unit, member.found, healthy)
         except RemediateError as exc:
