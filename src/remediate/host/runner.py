@@ -232,6 +232,8 @@ def _remediate_locked(
         shared = shared_with_instances(unit, [f.path for f in plan.files]) if options.all_instances else []
         if not shared:
             refuse_template_edit(unit, [f.path for f in plan.files], flag="--all-instances")  # before any change
+            if options.all_instances and plan.is_changed:
+                result.notes.append(f"--all-instances: the change is {unit}'s own; no other unit is restarted")
         elif options.dry_run:
             result.notes.append(f"--all-instances: {unit} is restarted first, then each other running instance")
         refuse_unsafe(found, [f.path for f in plan.files], transport.host)

@@ -20,6 +20,7 @@ from unit.host.test_runner_remediate import (
     POLL,
     commit_ok,
     info,
+    make_host,
     no_sleep,  # noqa: F401 - autouse: the health waits nap without sleeping
     run,
     written_texts,
@@ -211,3 +212,16 @@ def test_the_report_and_the_json_list_every_instance() -> None:
     document = json.loads(shown[shown.index("{") :])
     [host] = document["results"] if "results" in document else document["hosts"]
     assert [i["outcome"] for i in host["instances"]] == ["remediated"] * 3 + ["not_running"]
+
+
+def test_a_change_of_the_units_own_files_restarts_it_alone() -> None:
+    """--all-instances on a plain unit (or an instance whose own files hold the flags): the one-host run."""
+    host = make_host()
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output(invocation_id="inv-2"))
+    host.http("/health", 200)
+    host.http("/server_info", info(195011))
+    result = run(host, all_instances=True)
+    assert result.outcome == "remediated" and "instances" not in result.extra
+    assert "--all-instances: the change is sglang.service's own; no other unit is restarted" in result.notes
+    assert not any("# remediate oom --all-instances" in h for h in host.held)
