@@ -187,6 +187,7 @@ def test_all_instances_rolls_back_when_the_second_fails_then_rolls_through_all_t
 
     dry = node.cli("oom", "--unit", canary, "--dry-run", "--all-instances")
     assert dry.returncode == 0 and f"+++ b{TEMPLATE_PATH}" in dry.result["diff"], dry
+    assert f"--all-instances: a real run restarts, in turn: {canary}, {second}, {third}" in dry.result["notes"], dry
 
     # Deterministic: only the second instance's new command line (its port, then the new fraction) fails.
     match = f"--port {second_port} --mem-fraction-static 0.93"

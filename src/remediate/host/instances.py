@@ -77,6 +77,21 @@ def _lock_template(transport: Transport, template: str, wait: int, locks: ExitSt
         raise RemediationError(transport.host, f"cannot take the lock of {template}: exit {exc.result.exited}") from exc
 
 
+def planned_roll(transport: Transport, unit: str) -> str:
+    """--dry-run: the order a real run restarts the instances in (read-only: no lock taken)."""
+    template = template_of(unit)
+    if template is None:
+        return ""
+    script = templates.render("instances.sh.j2", template=template, pattern=instances_pattern(template))
+    listed = parse_instances(transport.run("bash -c " + shlex.quote(script), timeout=READ_TIMEOUT_S).stdout, template)
+    states = {i.unit: i for i in listed}
+    order = roll_order(listed, unit)
+    running = [u for u in order if u == unit or (u in states and states[u].is_running)]
+    idle = [u for u in order if u not in running]
+    note = f"--all-instances: a real run restarts, in turn: {', '.join(running)}"
+    return note + (f"; not running, never started: {', '.join(idle)}" if idle else "")
+
+
 def roll_instances(
     transport: Transport, change: Change, canary: ProbeResult, result: HostResult, timer: Timer, verify: VerifyFn
 ) -> None:

@@ -36,7 +36,7 @@ from remediate.errors import LockHeldError, RemediationError, TransportError
 from remediate.host import templates
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.health import Healthy
-from remediate.host.instances import roll_instances
+from remediate.host.instances import planned_roll, roll_instances
 from remediate.host.lock import LOCK_DIR, LOCK_HELD_EXIT, Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
@@ -207,6 +207,8 @@ def _rollback_locked(
     if options.dry_run:
         result.outcome = "unchanged"
         result.is_dry_run = True
+        if options.all_instances and shared_with_instances(unit, [w.path for w in writes]):
+            result.notes.append(planned_roll(transport, unit))
         return
 
     def record(healthy: Healthy) -> None:

@@ -26,7 +26,7 @@ from remediate.host.diagnose import GATE_LINES, read_diagnosis_evidence, refusal
 from remediate.host.environ import ServerEnv, read_server_env
 from remediate.host.facts import fetch_server_info, fetch_tokens
 from remediate.host.health import Healthy, wait_healthy
-from remediate.host.instances import roll_instances
+from remediate.host.instances import planned_roll, roll_instances
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
@@ -235,7 +235,7 @@ def _remediate_locked(
             if options.all_instances and plan.is_changed:
                 result.notes.append(f"--all-instances: the change is {unit}'s own; no other unit is restarted")
         elif options.dry_run:
-            result.notes.append(f"--all-instances: {unit} is restarted first, then each other running instance")
+            result.notes.append(planned_roll(transport, unit))
         refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text, old_absent=f.created) for f in plan.files]

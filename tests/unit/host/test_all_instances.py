@@ -177,7 +177,12 @@ def test_dry_run_shows_the_template_diff_only_with_the_flag(flag: bool) -> None:
     assert result.error is None
     dropin = f"/etc/systemd/system/{CANARY}.d/90-remediate-oom.conf"
     assert (f"+++ b{TEMPLATE}" in result.diff) is flag and (f"+++ b{dropin}" in result.diff) is not flag
-    assert any("--all-instances" in n for n in result.notes) is flag
+    roll = (
+        f"--all-instances: a real run restarts, in turn: {CANARY}, {SECOND}, {THIRD}; "
+        f"not running, never started: {STOPPED}"
+    )
+    assert (roll in result.notes) is flag, result.notes
+    assert not any("oom --all-instances" in h for h in host.held)  # the dry run's listing takes no lock
     assert not host.scripts("# remediate commit")
 
 
@@ -193,6 +198,7 @@ def test_a_shared_environment_file_is_refused_naming_it_and_the_flag_then_planne
         fake = incident_host(text=text, unit=CANARY, path=TEMPLATE, argv=argv, active="active", MainPID=42,
                              files={"/etc/default/sglang": env})  # fmt: skip
         fake.http("/server_info", (200, '{"max_total_num_tokens": 1000}'))
+        fake.on("# remediate oom --all-instances", "@@end\n")  # the dry run's listing: no instance loaded
         return fake
 
     refused = run(host(), unit=CANARY)
@@ -202,6 +208,7 @@ def test_a_shared_environment_file_is_refused_naming_it_and_the_flag_then_planne
     assert "pass --all-instances to change it once and restart every running instance in turn" in refused.error
     planned = run(host(), unit=CANARY, all_instances=True, dry_run=True)
     assert planned.error is None and "+++ b/etc/default/sglang" in planned.diff, planned.diff
+    assert f"--all-instances: a real run restarts, in turn: {CANARY}" in planned.notes
 
 
 def test_the_report_and_the_json_list_every_instance() -> None:
