@@ -23,7 +23,16 @@ from typing import Any
 
 from remediate.controller.transactions import record_transaction
 from remediate.core.probe import ProbeResult, ServiceState
-from remediate.core.unitfile.instances import RUNNING, instances_pattern, parse_instances, roll_order, template_of
+from remediate.core.unitfile.edit import UnitSettings
+from remediate.core.unitfile.instances import (
+    RUNNING,
+    instances_pattern,
+    is_reached,
+    parse_instances,
+    roll_order,
+    settings_after,
+    template_of,
+)
 from remediate.core.unitfile.report import mask_data
 from remediate.errors import CommandError, ConfigError, LockHeldError, RemediateError, RemediationError
 from remediate.host import templates
@@ -31,12 +40,13 @@ from remediate.host.commit import CommitReport, FileWrite, commit
 from remediate.host.health import Healthy, wait_healthy
 from remediate.host.lock import HEARTBEAT_TIMEOUT_S, LOCK_DIR, LOCK_HELD_EXIT, READ_TIMEOUT_S, locked_read
 from remediate.host.outcome import Timer
-from remediate.host.probe import endpoint_of
+from remediate.host.probe import endpoint_of, sources_from_probe
 from remediate.host.transaction import Change, transact
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
-VerifyFn = Callable[[str, ProbeResult, Healthy], object]  # (instance, its read, its healthy server); raises
+# (instance, its healthy server, the settings it must now run: None when unreadable); raises RemediationError
+VerifyFn = Callable[[str, Healthy, UnitSettings | None], object]
 
 
 @dataclass
@@ -45,7 +55,10 @@ class Member:
 
     unit: str
     found: ProbeResult
-    outcome: str = "not_restarted"  # remediated (restored) | rolled_back | failed | not_running | not_restarted
+    after: UnitSettings | None = None  # what it runs once restarted on the new bytes
+    is_reached: bool = True  # the change reaches it (its own drop-in may set the values instead)
+    # remediated (restored) | unchanged | rolled_back | failed | not_running | not_restarted
+    outcome: str = "not_restarted"
     tokens: int | None = None
     error: str | None = None
 
@@ -104,10 +117,11 @@ def roll_instances(
         with timer.phase("lock"):
             listed = parse_instances(_lock_template(transport, template, change.options.lock_wait, locks), template)
             members = [Member(change.unit, canary)]
+            new_texts = {w.path: w.new_text for w in change.writes if not w.new_absent}
             for unit in roll_order(listed, change.unit)[1:]:
-                members.append(
-                    Member(unit, locks.enter_context(locked_read(transport, unit, change.options.lock_wait)))
-                )
+                found = locks.enter_context(locked_read(transport, unit, change.options.lock_wait))
+                before, after = settings_after(sources_from_probe(found), new_texts)
+                members.append(Member(unit, found, after, is_reached(before, after)))
         try:
             _roll(transport, change, template, members, result, timer, verify)
         finally:
@@ -133,11 +147,14 @@ def _roll(
         if not member.is_running:
             member.outcome = "not_running"
             continue
+        if not member.is_reached:
+            member.outcome = "unchanged"  # its own files set the values: a restart would change nothing
+            continue
         try:
             with timer.phase(f"restart {member.unit}"):
                 note = f"remediate {change.verb} --all-instances: {member.unit} restarted on the new {template}"
                 healthy = _restart(transport, change, member, [], note, timer)
-                verify(member.unit, member.found, healthy)
+                verify(member.unit, healthy, member.after)
         except RemediateError as exc:
             member.outcome, member.error = "failed", _detail(exc)
             _roll_back(transport, change, template, member, done, result, timer)

@@ -226,7 +226,7 @@ def _rollback_locked(
         undo_note=undo,
     )
     if options.all_instances and shared_with_instances(unit, [w.path for w in writes]):
-        roll_instances(transport, change, found, result, timer, lambda *_: None)  # the restore's own check: tokens
+        roll_instances(transport, change, found, result, timer, lambda *_: None)  # a restore checks the tokens only
     else:
         transact(transport, change, result, timer)
 

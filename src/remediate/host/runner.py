@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -17,7 +18,7 @@ from remediate.core.probe import ProbeResult, refuse_unsafe
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.dropin import plan_instance_edit
-from remediate.core.unitfile.edit import UnitEdit, UnitSources, plan_edit
+from remediate.core.unitfile.edit import UnitEdit, UnitSettings, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.core.unitfile.sources import load_service, refuse_template_edit, shared_with_instances
 from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
@@ -273,10 +274,12 @@ def _remediate_locked(
         verify_tokens(result, healthy, options)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
-    def check_instance(instance: str, _found: ProbeResult, healthy: Healthy) -> None:
-        verify_server_args(result.host, healthy.info, plan)
-        if desired.alloc_conf:
-            verify_server_env(result.host, _server_env(transport, instance, sources), desired.alloc_conf)
+    def check_instance(instance: str, healthy: Healthy, after: UnitSettings | None) -> None:
+        """Another instance restarted on the shared file: the values it now reads (its own files may add some)."""
+        if after is not None:
+            verify_server_args(result.host, healthy.info, replace(plan, after=after))
+            if after.alloc_conf:
+                verify_server_env(result.host, _server_env(transport, instance, sources), after.alloc_conf)
         if options.min_tokens is not None and healthy.tokens < options.min_tokens:
             raise RemediationError(result.host, f"max_total_num_tokens={healthy.tokens:,} is below --min-tokens")
 

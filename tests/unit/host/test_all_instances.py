@@ -41,7 +41,7 @@ LISTING = "".join(
 RESTART_ONLY = f"@@reloaded\n@@restart {EPOCH}\n@@restarted inv-2\n@@end\n"  # a commit with nothing to write
 
 
-def _probe(unit: str, active: str) -> str:
+def _probe(unit: str, active: str, dropin: str | None = None) -> str:
     port = unit.split("@")[1].split(".")[0]
     argv = [port if word == "30000" else word for word in ARGV]
     shown: dict[str, str | int] = {
@@ -58,14 +58,20 @@ def _probe(unit: str, active: str) -> str:
         "InvocationID": "inv-1",
         "Environment": "HF_HOME=/models/.cache/huggingface CUDA_HOME=/usr/local/cuda",
     }
-    return probe_output(unit, shown, {TEMPLATE: TEXT}, candidates=[unit])
+    files = {TEMPLATE: TEXT}
+    if dropin is not None:  # the instance's own drop-in, which sets the values itself
+        shown["DropInPaths"] = path = f"/etc/systemd/system/{unit}.d/90-remediate-oom.conf"
+        files[path] = dropin
+    return probe_output(unit, shown, files, candidates=[unit])
 
 
-def _host(*commits: str | CommandResult) -> FakeTransport:
+def _host(*commits: str | CommandResult, own: dict[str, str] | None = None) -> FakeTransport:
+    """``own``: an instance's own drop-in (by unit)."""
     host = FakeTransport("gpu-01")
     host.on("# remediate oom --all-instances", "@@locked\n" + LISTING + "@@end\n")
     for unit, active in ((SECOND, "active"), (THIRD, "active"), (STOPPED, "inactive")):
-        host.on(rf"# remediate probe[\s\S]*\nunit={unit.replace('.', '[.]')}\n", _probe(unit, active))
+        answer = _probe(unit, active, (own or {}).get(unit))
+        host.on(rf"# remediate probe[\s\S]*\nunit={unit.replace('.', '[.]')}\n", answer)
     host.on(r"# remediate probe", _probe(CANARY, "failed"))
     host.on(JOURNAL, OOM_JOURNAL + "\n")
     host.on(COMMIT, *commits)
@@ -232,3 +238,19 @@ def test_a_change_of_the_units_own_files_restarts_it_alone() -> None:
     assert result.outcome == "remediated" and "instances" not in result.extra
     assert "--all-instances: the change is sglang.service's own; no other unit is restarted" in result.notes
     assert not any("# remediate oom --all-instances" in h for h in host.held)
+
+
+def test_an_instance_whose_own_dropin_sets_the_values_is_not_restarted() -> None:
+    """The template's change does not reach an instance whose own drop-in sets every value it changes (the
+    command line and the alloc conf): it is left running (``unchanged``), the others are restarted."""
+    line = next(line for line in TEXT.splitlines() if line.startswith("ExecStart="))
+    own = (
+        "[Service]\nEnvironment=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nExecStart=\n"
+        f"{line} --mem-fraction-static 0.9 --chunked-prefill-size 2048\n"
+    )
+    host = _host(commit_ok(TEMPLATE), RESTART_ONLY, own={SECOND: own})
+    result = run(host, unit=CANARY, all_instances=True)
+    assert result.outcome == "remediated", result.error
+    assert _outcomes(result) == {CANARY: "remediated", SECOND: "unchanged", THIRD: "remediated",
+                                 STOPPED: "not_running"}  # fmt: skip
+    assert [unit for unit, _ in _commits(host)] == [CANARY, THIRD]

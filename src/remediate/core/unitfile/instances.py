@@ -7,7 +7,12 @@ another, the instance named on the command line (the canary) first.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from remediate.core.backups import settings_or_none, swap
+from remediate.core.unitfile.edit import UnitSettings, UnitSources
+from remediate.core.unitfile.report import env_values, flag_values
 
 RUNNING = frozenset({"active", "activating", "reloading"})  # ActiveState values of a unit whose process runs
 
@@ -60,3 +65,24 @@ def roll_order(instances: tuple[Instance, ...], canary: str) -> list[str]:
     """The order the instances are restarted in: the canary first (whether or not systemd listed it: it is
     the instance the run was asked about), then the others by name."""
     return [canary, *(i.unit for i in instances if i.unit != canary)]
+
+
+def settings_after(
+    sources: UnitSources, new_texts: Mapping[str, str]
+) -> tuple[UnitSettings | None, UnitSettings | None]:
+    """One instance's managed settings before and after the shared files get ``new_texts`` (a file it does
+    not read is skipped); None where they cannot be read."""
+    files = {sources.fragment.path, *(d.path for d in sources.dropins), *(sources.env_files or {})}
+    after = sources
+    for path, text in new_texts.items():
+        if path in files:
+            after = swap(after, path, text)
+    return settings_or_none(sources), settings_or_none(after)
+
+
+def is_reached(before: UnitSettings | None, after: UnitSettings | None) -> bool:
+    """Whether the change reaches an instance: its managed flags or environment differ (an instance whose own
+    drop-in sets them is not reached; unreadable settings count as reached: it is restarted and checked)."""
+    if before is None or after is None:
+        return True
+    return (flag_values(before), env_values(before)) != (flag_values(after), env_values(after))
