@@ -114,7 +114,7 @@ def roll_instances(
     if template is None:
         raise ConfigError(f"--all-instances: {change.unit} is no instance of a template")
     with ExitStack() as locks:
-        with timer.phase("lock"):
+        with timer.phase("instances"):  # the template's lock, the listing, each other instance's lock and read
             listed = parse_instances(_lock_template(transport, template, change.options.lock_wait, locks), template)
             members = [Member(change.unit, canary)]
             new_texts = {w.path: w.new_text for w in change.writes if not w.new_absent}
