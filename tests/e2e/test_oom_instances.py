@@ -131,3 +131,106 @@ def test_an_instance_that_fails_to_come_up_loses_the_new_dropin_again(node: Node
     assert node.sha(TEMPLATE_PATH) == template_sha
     after = node.show(*SIBLING_PROPS, unit=sibling)
     assert _argv(after.pop("ExecStart")) == before_argv and after == before
+
+
+def test_plan_and_bench_read_the_named_instance_on_its_own_port(node: Node) -> None:
+    """`plan` and `bench` on an instance: its own journal and its own port (the other instance, on the node's
+    port, is stopped, so an answer from the wrong port cannot pass)."""
+    stopped, instance = _two_instances(node)
+    assert node.host.systemctl("stop", stopped).returncode == 0
+
+    planned = node.cli("plan", "--unit", instance)
+    assert planned.returncode == 0, planned
+    assert planned.result["unit"] == instance and planned.result["max_total_num_tokens"] == 209007, planned.result
+    assert any(r["current"] and r["mem_fraction_static"] == 0.94 for r in planned.result["plan"]["rows"]), (
+        planned.result
+    )
+
+    benched = node.cli("bench", "--unit", instance, "--contexts", "1k", "--gen", "4")
+    assert benched.returncode == 0, benched
+    assert benched.result["unit"] == instance
+    assert [p["status"] for p in benched.result["points"]] == ["ok"], benched.result
+    assert node.show("ActiveState", unit=stopped)["ActiveState"] == "inactive"
+
+
+def _three_instances(node: Node) -> list[tuple[str, int]]:
+    """sglang@PORT of one template, three of them running; the canary (the node's port) first."""
+    ports = [node.port]
+    while len(ports) < 3:
+        port = free_port(node.host.address)
+        if port not in ports:
+            ports.append(port)
+    node.install(_template(node), name=TEMPLATE, start=False)
+    units = [(f"sglang@{port}.service", port) for port in ports]
+    for unit, port in units:
+        assert node.host.systemctl("start", unit).returncode == 0
+        dataclasses.replace(node, port=port).wait_healthy(unit)
+    canary, others = units[0], sorted(units[1:])  # the roll's order: the canary, then the others by name
+    return [canary, *others]
+
+
+def _fraction(node: Node, unit: str) -> str:
+    argv = node.server_argv(unit)
+    return argv[argv.index("--mem-fraction-static") + 1]
+
+
+def test_all_instances_rolls_back_when_the_second_fails_then_rolls_through_all_three(node: Node) -> None:
+    """Issue 24's acceptance: the template changed once, the instances restarted canary first; the second
+    instance cannot start on the new bytes (the stand-in fails only for its port with 0.93), so the template
+    is put back and the canary and the second restarted on the old bytes; the third was never touched. Then,
+    with nothing failing, the same run rolls through all three."""
+    (canary, _), (second, second_port), (third, _) = _three_instances(node)
+    template_sha = node.sha(TEMPLATE_PATH)
+    before = node.show(*SIBLING_PROPS, unit=third)
+    before_argv = _argv(before.pop("ExecStart"))
+    canary_pid = node.show("MainPID", unit=canary)["MainPID"]
+
+    dry = node.cli("oom", "--unit", canary, "--dry-run", "--all-instances")
+    assert dry.returncode == 0 and f"+++ b{TEMPLATE_PATH}" in dry.result["diff"], dry
+    assert f"--all-instances: a real run restarts, in turn: {canary}, {second}, {third}" in dry.result["notes"], dry
+
+    # Deterministic: only the second instance's new command line (its port, then the new fraction) fails.
+    match = f"--port {second_port} --mem-fraction-static 0.93"
+    node.host.set_standin(**FAST_KNOBS, failure="exit_at_once", failure_match=match)
+    run = node.cli("oom", "--unit", canary, "--wait-timeout", "60", "--all-instances")
+    assert run.returncode == 1 and run.result["outcome"] == "rolled_back", run
+    outcomes = {i["unit"]: i["outcome"] for i in run.result["instances"]}
+    assert outcomes == {canary: "rolled_back", second: "rolled_back", third: "not_restarted"}, run.result
+    assert f"{second} did not come up on the new {TEMPLATE}" in run.result["error"], run.result["error"]
+    assert f"restarted on the old bytes: {second}, {canary}" in run.result["error"], run.result["error"]
+    assert node.sha(TEMPLATE_PATH) == template_sha
+    assert len(node.backups(TEMPLATE_PATH)) == 1
+    for unit in (canary, second):
+        assert _fraction(node, unit) == "0.94", unit
+        assert node.show("ActiveState", unit=unit)["ActiveState"] == "active"
+    assert node.show("MainPID", unit=canary)["MainPID"] != canary_pid
+    after = node.show(*SIBLING_PROPS, unit=third)
+    assert _argv(after.pop("ExecStart")) == before_argv and after == before, "the third must not be restarted"
+    assert any("No CUDA GPUs are available" in line for line in node.journal(second))
+
+    # An instance that is not running is never started: a fourth one, started once and stopped.
+    stopped = f"sglang@{free_port(node.host.address)}.service"
+    assert node.host.systemctl("start", stopped).returncode == 0
+    assert node.host.systemctl("stop", stopped).returncode == 0
+    node.host.set_standin(**FAST_KNOBS)
+    run = node.cli("oom", "--unit", canary, "--wait-timeout", "60", "--all-instances")
+    assert run.returncode == 0 and run.result["outcome"] == "remediated", run
+    outcomes = [(i["unit"], i["outcome"]) for i in run.result["instances"] if i["unit"] != stopped]
+    assert outcomes == [(canary, "remediated"), (second, "remediated"), (third, "remediated")], run.result
+    assert {i["outcome"] for i in run.result["instances"] if i["unit"] == stopped} <= {"not_running"}
+    assert node.show("ActiveState", unit=stopped)["ActiveState"] == "inactive"
+    assert all(i["max_total_num_tokens"] == 195011 for i in run.result["instances"][:3]), run.result
+    for unit in (canary, second, third):
+        assert _fraction(node, unit) == "0.93", unit
+        assert node.show("DropInPaths", unit=unit)["DropInPaths"] == ""
+    after = node.show("MainPID", "InvocationID", unit=third)
+    assert after["MainPID"] != before["MainPID"] and after["InvocationID"] != before["InvocationID"]
+
+    # rollback --all-instances: the template's backup restored once, the three restarted on it in turn.
+    back = node.cli("rollback", "--unit", canary, "--wait-timeout", "60", "--all-instances")
+    assert back.returncode == 0 and back.result["outcome"] == "restored", back
+    restored = [i["outcome"] for i in back.result["instances"] if i["unit"] != stopped]
+    assert restored == ["restored"] * 3, back.result
+    assert node.show("ActiveState", unit=stopped)["ActiveState"] == "inactive"
+    assert node.sha(TEMPLATE_PATH) == template_sha
+    assert [_fraction(node, unit) for unit in (canary, second, third)] == ["0.94"] * 3

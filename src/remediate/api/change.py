@@ -103,6 +103,7 @@ def rollback(
     retry_dir: str | None = None,
     retry_file: str | None = None,
     lock_timeout: int | None = None,
+    all_instances: bool = False,
 ) -> RolloutResult:
     """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too."""
     inventory_obj, hosts = resolve_hosts(targets, inventory)
@@ -111,7 +112,10 @@ def rollback(
     plan = build_strategy(strategy or {}, inventory_obj)
     options = {
         h.name: replace(
-            run_options_for(h, OomRequest(unit=unit, timeout=timeout, lock_timeout=lock_timeout)), dry_run=dry_run
+            run_options_for(
+                h, OomRequest(unit=unit, timeout=timeout, lock_timeout=lock_timeout, all_instances=all_instances)
+            ),
+            dry_run=dry_run,
         )
         for h in hosts
     }

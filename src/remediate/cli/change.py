@@ -76,6 +76,9 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
               help="Apply even when the latest crash contradicts it (see diagnose).")  # fmt: skip
 @click.option("--no-rollback", is_flag=True, allow_from_autoenv=False,
               help="Leave the new state in place when the server does not come back.")  # fmt: skip
+@click.option("--all-instances", is_flag=True, allow_from_autoenv=False,
+              help="A template instance whose flags live in the shared template: change the template once and "
+                   "restart every running instance in turn, this one first (rolled back on a failure).")  # fmt: skip
 @click.option("--auto", is_flag=True, help="Choose fraction, chunk and alloc conf per host from its evidence (plan).")
 @click.option("--allow-raise", is_flag=True, allow_from_autoenv=False,
               help="With --auto: allow a fraction above the one that crashed (default: never raised).")  # fmt: skip
@@ -93,6 +96,7 @@ def oom(**kw: Any) -> None:
       remediate oom gpu-01 --target-tokens 200000 --json
       remediate oom gpu-* -i inventory.yaml --canary 1 --batch 25% --forks 4
       sudo remediate oom --local --dry-run
+      remediate oom gpu-01 --unit sglang@0-3.service --all-instances
     """
     where = hosts(kw)
     request = api.OomRequest(
@@ -114,6 +118,7 @@ def oom(**kw: Any) -> None:
         smi_timeout=kw["smi_timeout"],
         auto=kw["auto"],
         allow_raise=kw["allow_raise"],
+        all_instances=kw["all_instances"],
     )
     with live_progress(kw["as_json"]) as progress:
         confirm = confirm_prompt(kw, progress)
@@ -131,6 +136,9 @@ def oom(**kw: Any) -> None:
     "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be restored; change nothing.")
+@click.option("--all-instances", is_flag=True, allow_from_autoenv=False,
+              help="The backup is of a template shared by its instances: restore it once and restart every "
+                   "running instance in turn, this one first.")  # fmt: skip
 @handle_errors
 def rollback(**kw: Any) -> None:
     """Restore a unit from its backup as a verified transaction (backup, atomic write, restart, wait).
@@ -154,6 +162,7 @@ def rollback(**kw: Any) -> None:
             retry_file=kw["retry_file"],
             lock_timeout=kw["lock_timeout"],
             dry_run=kw["dry_run"],
+            all_instances=kw["all_instances"],
             strategy=flags.strategy_from_cli(kw),
             progress=progress,
             confirm=confirm,

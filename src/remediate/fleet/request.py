@@ -33,6 +33,7 @@ class OomRequest:
     margin: float = 0.10  # --auto: headroom kept beyond the diagnosed need
     allow_raise: bool = False  # --auto --allow-raise: the plan may raise the fraction above the one that crashed
     observations: str | None = None  # the calibration log (None: the state dir's observations.jsonl)
+    all_instances: bool = False  # --all-instances: change a template once, restart its running instances in turn
 
     def __post_init__(self) -> None:
         if self.unit is not None:

@@ -179,6 +179,7 @@ def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
         rollback=request.rollback,
         server_port=s.get("server_port"),
         force=request.force,
+        all_instances=request.all_instances,
         probe_tokens=request.probe_tokens if request.probe_tokens is not None else s.get("probe_tokens"),
         lock_wait=request.lock_timeout if request.lock_timeout is not None else LOCK_WAIT_S,
         smi_timeout=request.smi_timeout if request.smi_timeout is not None else SMI_TIMEOUT_S,

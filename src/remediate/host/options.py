@@ -43,6 +43,7 @@ class RunOptions:
     force: bool = False  # apply the recipe even when the crash evidence contradicts it
     probe_tokens: int | None = None  # once healthy, one prefill of exactly this many tokens must succeed
     auto: BudgetOptions | None = None  # `oom --auto`: the budget plan chooses fraction, chunk and alloc conf
+    all_instances: bool = False  # `oom --all-instances`: a template's change, rolled through its instances
 
     def __post_init__(self) -> None:
         if self.unit is not None:  # an inventory's `unit:` too; `sglang` and `sglang.service` are one unit

@@ -30,12 +30,13 @@ from remediate.core.probe import ProbeResult, parse_probe, refuse_unsafe
 from remediate.core.unitfile.dropin import created_dropin
 from remediate.core.unitfile.edit import SourceFile, UnitSources
 from remediate.core.unitfile.report import unified_diff
-from remediate.core.unitfile.sources import refuse_template_edit
+from remediate.core.unitfile.sources import refuse_template_edit, shared_with_instances
 from remediate.core.unitfile.unitname import normalise_unit
 from remediate.errors import LockHeldError, RemediationError, TransportError
 from remediate.host import templates
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.health import Healthy
+from remediate.host.instances import planned_roll, roll_instances
 from remediate.host.lock import LOCK_DIR, LOCK_HELD_EXIT, Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
@@ -188,7 +189,8 @@ def _rollback_locked(
                 for b in chosen
                 if b.text != found.files[b.original].text
             ]
-            refuse_template_edit(unit, [w.path for w in writes])
+            if not (options.all_instances and shared_with_instances(unit, [w.path for w in writes])):
+                refuse_template_edit(unit, [w.path for w in writes], flag="--all-instances")
             refuse_unsafe(found, [w.path for w in writes], transport.host)
             result.summary = [f"restore {b.path} → {b.original}" for b in chosen]
             result.summary += settings_diff(current, after) if writes else []
@@ -208,6 +210,8 @@ def _rollback_locked(
     if options.dry_run:
         result.outcome = "unchanged"
         result.is_dry_run = True
+        if options.all_instances and shared_with_instances(unit, [w.path for w in writes]):
+            result.notes.append(planned_roll(transport, unit))
         return
 
     def record(healthy: Healthy) -> None:
@@ -225,7 +229,10 @@ def _rollback_locked(
         undo_note=undo,
         engine=engine_of_probe(found),
     )
-    transact(transport, change, result, timer)
+    if options.all_instances and shared_with_instances(unit, [w.path for w in writes]):
+        roll_instances(transport, change, found, result, timer, lambda *_: None)  # a restore checks the tokens only
+    else:
+        transact(transport, change, result, timer)
 
 
 def _plan_dropin_removal(

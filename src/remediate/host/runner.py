@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -18,15 +19,16 @@ from remediate.core.probe import ProbeResult, refuse_unsafe
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.dropin import plan_instance_edit
-from remediate.core.unitfile.edit import UnitEdit, UnitSources
+from remediate.core.unitfile.edit import UnitEdit, UnitSettings, UnitSources, plan_edit
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
-from remediate.core.unitfile.sources import load_service, refuse_template_edit
+from remediate.core.unitfile.sources import load_service, refuse_template_edit, shared_with_instances
 from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
 from remediate.host.commit import FileWrite, planned_steps
 from remediate.host.diagnose import GATE_LINES, read_diagnosis_evidence, refusal
 from remediate.host.environ import ServerEnv, read_server_env
 from remediate.host.facts import fetch_json, fetch_server_info, fetch_tokens, startup_lines
 from remediate.host.health import Healthy, wait_healthy
+from remediate.host.instances import planned_roll, roll_instances
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
@@ -240,9 +242,17 @@ def _remediate_locked(
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
-        plan = plan_instance_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        # --all-instances: the change goes where the values are, the template included (host/instances.py).
+        planner = plan_edit if options.all_instances else plan_instance_edit
+        plan = planner(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
-        refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
+        shared = shared_with_instances(unit, [f.path for f in plan.files]) if options.all_instances else []
+        if not shared:
+            refuse_template_edit(unit, [f.path for f in plan.files], flag="--all-instances")  # before any change
+            if options.all_instances and plan.is_changed:
+                result.notes.append(f"--all-instances: the change is {unit}'s own; no other unit is restarted")
+        elif options.dry_run:
+            result.notes.append(planned_roll(transport, unit))
         refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
         writes = [FileWrite(f.path, f.old_text, f.new_text, old_absent=f.created) for f in plan.files]
@@ -282,6 +292,15 @@ def _remediate_locked(
         verify_tokens(result, healthy, options, engine)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
 
+    def check_instance(instance: str, healthy: Healthy, after: UnitSettings | None) -> None:
+        """Another instance restarted on the shared file: the values it now reads (its own files may add some)."""
+        if after is not None:
+            verify_server_args(result.host, healthy.info, replace(plan, after=after))
+            if after.alloc_conf:
+                verify_server_env(result.host, _server_env(transport, instance, sources), after.alloc_conf)
+        if options.min_tokens is not None and healthy.tokens < options.min_tokens:
+            raise RemediationError(result.host, f"max_total_num_tokens={healthy.tokens:,} is below --min-tokens")
+
     change = Change(
         unit=unit,
         writes=tuple(writes),
@@ -294,7 +313,10 @@ def _remediate_locked(
         undo_note="rolled back to the previous unit",
         engine=engine,
     )
-    transact(transport, change, result, timer)
+    if shared:
+        roll_instances(transport, change, found, result, timer, check_instance)
+    else:
+        transact(transport, change, result, timer)
 
 
 def _refuse_unsupported(engine: Engine, options: RunOptions, host: str) -> None:

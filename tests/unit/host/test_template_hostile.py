@@ -158,6 +158,7 @@ COVERED = {
     "listener.sh.j2",
     "environ.sh.j2",
     "units.sh.j2",
+    "instances.sh.j2",
 }  # macros via the others
 # systemd and the GPU tools as scripts that answer and touch nothing (the scratch host has neither).
 _TOOL_SHIMS = {
@@ -305,6 +306,22 @@ def test_probe_runs_hostile_values_as_data(unit: str, extra: str, since: str, lo
         assert "@@end" in out
         if locked:
             assert {p.name for p in (root / "run").iterdir()} >= {f"{unit}.lock"}
+
+
+@needs_tools
+@HYPOTHESIS
+@given(template=HOSTILE, pattern=HOSTILE)
+def test_instances_listing_runs_hostile_names_as_data(template: str, pattern: str) -> None:
+    """oom --all-instances: the template's lock and its instances' listing (stdin at EOF: it lets go at once)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        script = templates.render(
+            "instances.sh.j2", template=template, pattern=pattern, lock_dir=str(root / "run"), lock_wait=3
+        )
+        code, out, err = _scratch_bash(script, root)
+        assert code == 0, err
+        assert out.splitlines()[0] == "@@locked" and out.splitlines()[-1] == "@@end"
+        assert {p.name for p in (root / "run").iterdir()} == {f"{template}.lock"}
 
 
 @needs_tools

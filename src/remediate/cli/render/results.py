@@ -89,6 +89,10 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
     if result.max_total_num_tokens is not None:
         name = engine_named(result.extra.get("engine")).capacity_name  # vLLM: "GPU KV cache size"
         console.print(f"  tokens    {name}={_tokens(result)}", highlight=False)
+    for instance in result.extra.get("instances", []):  # oom --all-instances: each instance's outcome, in turn
+        tokens = instance.get("max_total_num_tokens")
+        how = f"{instance['outcome']}" + (f", max_total_num_tokens={tokens:,}" if tokens is not None else "")
+        console.print(f"  instance  {safe(instance['unit'])}: {safe(how)}", highlight=False)
     for warning in result.warnings:
         console.print(f"  [yellow]warning[/yellow] {safe(warning)}", highlight=False)
     if result.error:

@@ -320,14 +320,16 @@ def shared_with_instances(unit_name: str, paths: list[str]) -> list[str]:
     return [path for path in paths if f"/{unit_name}" not in path and not own.search(path)]
 
 
-def refuse_template_edit(unit: str, paths: list[str]) -> None:
+def refuse_template_edit(unit: str, paths: list[str], *, flag: str | None = None) -> None:
     """An edit of a template (``sglang@.service``) changes every instance, but one run restarts and
-    verifies one instance: refuse it, naming the file, rather than leave the others unverified."""
+    verifies one instance: refuse it, naming the file, rather than leave the others unverified. ``flag``:
+    the option that would roll the change through every instance (``oom --all-instances``)."""
     shared = shared_with_instances(unit, paths)
     if shared:
+        way = f"pass {flag} to change it once and restart every running instance in turn, or " if flag else ""
         raise ConfigError(
             f"{unit} is an instance of a template: changing {shared[0]} changes every instance, but only "
-            f"{unit} would be restarted and verified; put the change in a drop-in for this instance "
+            f"{unit} would be restarted and verified; {way}put the change in a drop-in for this instance "
             f"(systemctl edit {unit}) or remediate the template's instances by hand",
             source=shared[0],
         )
