@@ -100,20 +100,12 @@ def _vllm_unit_args(unit_file: str) -> VllmArgs | None:
 
 
 def _plan_unit(unit_file: str | None) -> tuple[UnitSettings | None, VllmArgs | None]:
-    """`plan --journal`'s unit: sglang's settings, or a vLLM unit's command line."""
-    from remediate.errors import ConfigError
-
-    try:
-        return _unit_settings(unit_file), None
-    except ConfigError as refused:
-        assert unit_file is not None
-        try:
-            args = _vllm_unit_args(unit_file)
-        except ConfigError:
-            raise refused from None
-        if args is None:
-            raise
-        return None, args
+    """`plan --journal`'s unit: a vLLM unit's command line (its plan reads the argv), else sglang's settings."""
+    if unit_file is not None:
+        args = _vllm_unit_args(unit_file)
+        if args is not None:
+            return None, args
+    return _unit_settings(unit_file), None
 
 
 def diagnose_journal(

@@ -162,7 +162,7 @@ def test_rollback_without_unit_on_several_keeps_its_refusal() -> None:
     fake = two_units()
     result = api.rollback([HOST], dry_run=True, transport_factory=lambda entry, ssh: fake)
     [row] = _doc(result.results)
-    assert row["error"] == f"127.0.0.9: several units run sglang ({CHAT}, {EMBED}); pass --unit"
+    assert row["error"] == f"127.0.0.9: several units run sglang or vLLM ({CHAT}, {EMBED}); pass --unit"
 
 
 def test_the_retry_file_names_the_failed_host_unit_pairs(tmp_path: Path) -> None:
