@@ -52,6 +52,7 @@ class _Host:
     state: str = "unknown"
     retry_at: float = 0.0
     failures: int = 0
+    crash_cursor: str | None = None  # the journal past a crash: saved with its decision, not before
 
 
 @dataclass
@@ -131,8 +132,11 @@ class Watcher:
         h.failures = 0
         reason = crash_reason(h.previous, poll)
         h.previous = poll.observation
+        # A watcher killed between a crash's detection and its decision must find the crash again: the
+        # journal's cursor past it is saved in the decision's transaction (_crashed), not here.
+        h.crash_cursor = poll.cursor if reason else None
         with self.state.transaction():
-            if poll.cursor:
+            if poll.cursor and not reason:
                 self.state.save_cursor(h.entry.name, h.unit, poll.cursor)
             history = self.state.history(h.entry.name)
             if reason is None:
@@ -154,6 +158,9 @@ class Watcher:
         kinds = tuple(str(f.get("kind")) for f in report.extra.get("findings", []))
         self.event("diagnosed", now, host=name, unit=h.unit, findings=report.extra.get("findings", []), kinds=kinds)
         with self.state.transaction():
+            if h.crash_cursor:
+                self.state.save_cursor(name, h.unit, h.crash_cursor)
+                h.crash_cursor = None
             incident, is_new = fold(
                 self.state.open_incident(name, h.unit), Crash(name, h.unit, now, kinds=kinds), self.policy, _new_id()
             )
