@@ -33,6 +33,12 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.5, help="the watcher's --interval, seconds")
     parser.add_argument("--breaker-count", type=int, default=None, help="default: a quarter of the hosts")
     parser.add_argument("--breaker-window", type=float, default=20.0, help="seconds")
+    parser.add_argument(
+        "--breaker-model",
+        choices=("any", "process", "state"),
+        default="any",
+        help="the crash window the trip must match: the watcher process's, or one kept in its state",
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
@@ -59,7 +65,7 @@ def main() -> int:
         try:
             chaos = Chaos(fleet, fleet.hosts, work / "run", config)
             quiet = chaos.run()
-            report = check(chaos)
+            report = check(chaos, args.breaker_model)
             report["quiet"] = quiet
             if not quiet:
                 report["violations"].append(f"the watcher did not quiet down within {config.settle_s:g}s")

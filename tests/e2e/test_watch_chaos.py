@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_chaos_six_hosts(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: Path) -> None:
     seed = int(os.environ.get("CHAOS_SEED", "22"))
     print(f"chaos seed {seed} (CHAOS_SEED={seed} replays it)")
-    config = ChaosConfig(seed=seed, duration_s=25, interval_s=0.5, breaker_count=2, breaker_window_s=8)
+    config = ChaosConfig(seed=seed, duration_s=25, breaker_count=2, breaker_window_s=8, rollback_share=0.34)
     chaos = Chaos(sandbox_fleet, sandbox_hosts[:6], tmp_path, config)
     quiet = chaos.run()
     report = check(chaos)

@@ -209,14 +209,35 @@ class Chaos:
         return f"{len(pids)} session(s) killed"
 
     def restart(self) -> str:
+        """Stop the watcher (SIGKILL or SIGTERM, by PID) and start another on the same state; half of the
+        time it first waits (up to 8 s) for a fix in flight, so that the stop lands mid-fix."""
         sig = self.rng.choice((signal.SIGKILL, signal.SIGTERM))
+        mid_fix = self.rng.random() < 0.5 and self._fix_in_flight(deadline=8.0)
         self.stop_watcher(sig, timeout=self.config.wait_timeout_s + 30)
         self.start_watcher()
-        return sig.name
+        return f"{sig.name}{' mid-fix' if mid_fix else ''}"
+
+    def _fix_in_flight(self, deadline: float) -> bool:
+        from remediate.controller.watch_state import WatchState
+
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            db = WatchState(self.state)
+            try:
+                if any(r["outcome"] == "remediating" for r in db.incidents(limit=50)):
+                    return True
+            finally:
+                db.close()
+            time.sleep(0.1)
+        return False
 
     def burst(self) -> None:
-        crashable = [n for n in self.nodes if n.bytes(UNIT_PATH) == self.original[n.host.name] and self.ready(n)]
-        chosen = self.rng.sample(crashable, min(len(crashable), self.config.breaker_count + 1))
+        want = self.config.breaker_count + 1
+        old = [n for n in self.nodes if n.bytes(UNIT_PATH) == self.original[n.host.name]]  # the 32k kills these
+        end = time.monotonic() + 15  # a host crashed just before comes back within its RestartSec (10 s)
+        while len(crashable := [n for n in old if self.ready(n)]) < want and time.monotonic() < end:
+            time.sleep(0.5)
+        chosen = self.rng.sample(crashable, min(len(crashable), want))
         with ThreadPoolExecutor(max_workers=len(chosen) or 1) as pool:
             results = list(pool.map(self.crash, chosen))
         for n, r in zip(chosen, results, strict=True):

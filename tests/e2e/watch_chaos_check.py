@@ -34,7 +34,9 @@ FINAL = {"remediated": "remediated", "rolled_back": "rolled_back", "needs_human"
          "report": "reported", "breaker_open": "reported"}  # fmt: skip
 
 
-def check(chaos: Chaos) -> dict[str, Any]:
+def check(chaos: Chaos, breaker_model: str = "any") -> dict[str, Any]:
+    """``breaker_model``: which crash window the trip must match: ``process`` (the watcher's own, afresh after a
+    restart), ``state`` (kept across restarts), or ``any``."""
     events = read_events(chaos.state)
     db = WatchState(chaos.state)
     try:
@@ -44,9 +46,10 @@ def check(chaos: Chaos) -> dict[str, Any]:
         db.close()
     violations: list[str] = []
     outcomes = _outcomes(incidents, violations)
-    steps = _steps(events, incidents, violations)
+    stops = tuple(float(x.ended) for x in chaos.lifetimes if x.ended is not None)
+    steps = _steps(events, incidents, violations, stops)
     units = _units(chaos, events, violations)
-    breaker = _breaker(chaos, events, breaker_reason, violations)
+    breaker = _breaker(chaos, events, breaker_reason, violations, breaker_model)
     injected = Counter(f"{i.kind}:{i.result}" for i in chaos.injections)
     restarts = Counter(x.how for x in chaos.lifetimes if x.how)
     return {
@@ -74,19 +77,36 @@ def _outcomes(incidents: list[dict[str, Any]], violations: list[str]) -> dict[st
     return dict(sorted(counts.items()))
 
 
-def _steps(events: list[dict[str, Any]], incidents: list[dict[str, Any]], violations: list[str]) -> dict[str, int]:
+def _steps(
+    events: list[dict[str, Any]], incidents: list[dict[str, Any]], violations: list[str], stops: tuple[float, ...] = ()
+) -> dict[str, int]:
+    """``stops``: when each watcher was stopped (a crash it detected but did not decide is found again)."""
     by_host: dict[str, list[dict[str, Any]]] = {}
     for e in events:
         if e.get("host"):
             by_host.setdefault(str(e["host"]), []).append(e)
-    undecided = 0
+    undecided = redetected = repeats = 0
     for host, evs in by_host.items():  # each crash: detected → diagnosed → decided | folded
         kinds = [str(e["event"]) for e in evs]
         for i, kind in enumerate(kinds):
             if kind == "detected":
-                if kinds[i + 1 : i + 2] != ["diagnosed"] or kinds[i + 2 : i + 3] not in (["decided"], ["folded"]):
-                    undecided += 1
-                    violations.append(f"{host}: detected at {evs[i]['at']:.3f} then {kinds[i + 1 : i + 3]}")
+                if kinds[i + 1 : i + 2] == ["diagnosed"] and kinds[i + 2 : i + 3] in (["decided"], ["folded"]):
+                    continue
+                # A watcher stopped before deciding: the next one must find the same crash again (detected).
+                cut = [j for j in range(i + 1, len(kinds)) if kinds[j] in ("detected", "decided", "folded")]
+                nxt = cut[0] if cut else None
+                died = any(float(evs[i]["at"]) <= t <= (float(evs[nxt]["at"]) if nxt else float("inf")) for t in stops)
+                if died and nxt is not None and kinds[nxt] == "detected":
+                    redetected += 1
+                    continue
+                # Or it was the unit's own restart after a crash already decided (NRestarts grew; the exit
+                # line was read with that decision): a repeat that would have been folded, nothing lost.
+                seen = any(k in ("decided", "folded") for k in kinds[:i])
+                if died and seen and str(evs[i].get("reason", "")).startswith("NRestarts"):
+                    repeats += 1
+                    continue
+                undecided += 1
+                violations.append(f"{host}: detected at {evs[i]['at']:.3f} then {kinds[i + 1 : i + 3]}")
             if kind in ("decided", "folded") and kinds[max(0, i - 2) : i] != ["detected", "diagnosed"]:
                 violations.append(f"{host}: {kind} at {evs[i]['at']:.3f} without detected → diagnosed before it")
     per: dict[str, Counter[str]] = {}
@@ -111,6 +131,7 @@ def _steps(events: list[dict[str, Any]], incidents: list[dict[str, Any]], violat
             violations.append(f"incident {row['id']} ({row['outcome']}) has acted/outcome events")
     return {"crashes_detected": sum(1 for e in events if e["event"] == "detected"),
             "folded": sum(1 for e in events if e["event"] == "folded"), "undecided": undecided,
+            "redetected_after_a_stop": redetected, "repeat_left_by_a_stop": repeats,
             "recovered": sum(1 for e in events if e["event"] == "recovered")}  # fmt: skip
 
 
@@ -177,7 +198,9 @@ def _lifetime_start(chaos: Chaos, at: float) -> float:
     return max((x.started for x in chaos.lifetimes if x.started <= at), default=0.0)
 
 
-def _breaker(chaos: Chaos, events: list[dict[str, Any]], reason: str | None, violations: list[str]) -> dict[str, Any]:
+def _breaker(
+    chaos: Chaos, events: list[dict[str, Any]], reason: str | None, violations: list[str], model: str = "any"
+) -> dict[str, Any]:
     trips = [e for e in events if e["event"] == "breaker"]
     crossings = {model: _crossing(chaos, events, model == "state") for model in ("process", "state")}
     injected = _injected_crossing(chaos)
@@ -187,12 +210,14 @@ def _breaker(chaos: Chaos, events: list[dict[str, Any]], reason: str | None, vio
     if len(trips) > 1:
         violations.append(f"the breaker tripped {len(trips)} times without a resume")
     trip_at = float(trips[0]["round_at"]) if trips else None
-    matched = [m for m, at in crossings.items() if at == trip_at]
+    matched = [m for m, at in crossings.items() if at == trip_at and model in ("any", m)]
     if not matched:
         violations.append(f"the breaker tripped at {trip_at} but the threshold was crossed at {crossings}")
     out["matched"] = matched[0] if matched else None
     if trip_at is not None:
         out["trip_at"] = trip_at
+        if injected is not None:
+            out["trip_after_injected_crossing_s"] = round(trip_at - injected, 2)
         if reason is None:
             violations.append("the breaker tripped but watch.db says it is closed")
         late = [e for e in events if e["event"] == "acted" and float(e["at"]) > float(trips[0]["at"])]
@@ -226,7 +251,8 @@ def lines(report: dict[str, Any]) -> list[str]:
         f"units: {json.dumps(report['units'])}",
         f"breaker ({b['threshold']}): {b['trips']} trip(s) at round {b.get('trip_at')}; threshold crossed at "
         f"{json.dumps(b['crossing'])} (matched: {b['matched']}); "
-        f"injected crashes crossed it at {b['injected_crossing_at']}",
+        f"injected crashes crossed it at {b['injected_crossing_at']} "
+        f"(the trip {b.get('trip_after_injected_crossing_s')} s after)",
         f"violations: {len(report['violations'])}",
         *(f"  - {v}" for v in report["violations"]),
     ]

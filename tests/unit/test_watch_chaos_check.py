@@ -29,7 +29,14 @@ def test_steps_pass_a_whole_log_and_catch_what_is_missing() -> None:
     ] + _crash("a", 3, None)  # fmt: skip
     rows = [{"id": "i1", "host": "a", "outcome": "remediated"}]
     violations: list[str] = []
-    assert _steps(events, rows, violations) == {"crashes_detected": 2, "folded": 1, "undecided": 0, "recovered": 0}
+    assert _steps(events, rows, violations) == {
+        "crashes_detected": 2,
+        "folded": 1,
+        "undecided": 0,
+        "redetected_after_a_stop": 0,
+        "repeat_left_by_a_stop": 0,
+        "recovered": 0,
+    }
     assert violations == []
 
     broken = events[:1] + events[2:] + [{"event": "acted", "host": "a", "incident": "i1", "at": 4}]
@@ -69,3 +76,30 @@ def test_a_restarted_watcher_counts_afresh_unless_the_window_is_kept() -> None:
     out = _breaker(_chaos(0, 2.5), crashes + trip, "3 hosts", violations)
     assert violations == [] and out["matched"] == "state"
     assert out["crossing"] == {"process": None, "state": 3.0}
+
+    _breaker(_chaos(0, 2.5), crashes + trip, "3 hosts", violations, "process")
+    assert any("tripped at 3.0" in v for v in violations), "--breaker-model process: the kept window is refused"
+
+
+def test_a_crash_left_undecided_by_a_stopped_watcher_must_be_found_again() -> None:
+    orphan = [{"event": "detected", "host": "a", "at": 1.0, "round_at": 1.0}]
+    again = _crash("a", 3, "i1")
+    rows = [{"id": "i1", "host": "a", "outcome": "report"}]
+    violations: list[str] = []
+    assert _steps(orphan + again, rows, violations, stops=(2.0,))["redetected_after_a_stop"] == 1
+    assert violations == []
+    _steps(orphan + again, rows, violations, stops=())
+    assert violations == ["a: detected at 1.000 then ['detected', 'diagnosed']"], "no stop: a lost step"
+    violations.clear()
+    _steps(orphan, [], violations, stops=(2.0,))
+    assert violations, "a crash never found again is lost"
+
+
+def test_a_restart_repeat_left_by_a_stopped_watcher_is_no_lost_crash() -> None:
+    repeat = [{"event": "detected", "host": "a", "at": 5.0, "round_at": 5.0, "reason": "NRestarts 0 → 1"}]
+    rows = [{"id": "i1", "host": "a", "outcome": "report"}]
+    violations: list[str] = []
+    steps = _steps(_crash("a", 3, "i1") + repeat, rows, violations, stops=(6.0,))
+    assert steps["repeat_left_by_a_stop"] == 1 and violations == []
+    _steps(repeat, [], violations, stops=(6.0,))
+    assert violations, "an NRestarts detection with no crash decided before it is a lost crash"
