@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of injections")
     parser.add_argument("--interval", type=float, default=0.5, help="the watcher's --interval, seconds")
     parser.add_argument("--breaker-count", type=int, default=None, help="default: a quarter of the hosts")
-    parser.add_argument("--breaker-window", type=float, default=20.0, help="seconds")
+    parser.add_argument("--breaker-window", type=float, default=10.0, help="seconds")
     parser.add_argument(
         "--breaker-model",
         choices=("any", "process", "state"),

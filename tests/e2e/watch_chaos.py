@@ -7,8 +7,9 @@ real subprocess with short intervals, and, for a bounded time, faults injected a
   server dies at startup (``The memory capacity is unbalanced``); the neighbour is gone again before the unit's
   own ``Restart=`` brings the server back 10 s later;
 - ``cut``: every sshd session process on the host is SIGKILLed by PID (the watcher's kept connection, and a
-  fix's, if one runs): the listener stays, the next connection works;
-- ``restart``: the watcher is SIGKILLed or SIGTERMed (by PID) and started again on the same state;
+  fix's, if one runs; half of the cuts wait for a fix in flight and cut that host): the listener stays;
+- ``restart``: the watcher is SIGKILLed or SIGTERMed (by PID) and started again on the same state (half of
+  the time once a fix is in flight);
 - one ``burst`` at a random moment: ``breaker_count + 1`` hosts crashed at once, so that the breaker's
   threshold is crossed at least once.
 
@@ -54,6 +55,7 @@ class ChaosConfig:
     settle_s: float = 180.0  # bound on the quiet-down after the injections
     wait_timeout_s: float = 60.0
     burst_at: tuple[float, float] = (0.4, 0.7)  # share of the duration at which the burst comes
+    mid_fix_wait_s: float = 3.0  # how long a cut or a restart aimed at a fix in flight waits for one
 
 
 @dataclass
@@ -210,26 +212,28 @@ class Chaos:
 
     def restart(self) -> str:
         """Stop the watcher (SIGKILL or SIGTERM, by PID) and start another on the same state; half of the
-        time it first waits (up to 8 s) for a fix in flight, so that the stop lands mid-fix."""
+        time it first waits (``mid_fix_wait_s``) for a fix in flight, so that the stop lands mid-fix."""
         sig = self.rng.choice((signal.SIGKILL, signal.SIGTERM))
-        mid_fix = self.rng.random() < 0.5 and self._fix_in_flight(deadline=8.0)
+        mid_fix = self.rng.random() < 0.5 and self._fix_in_flight(self.config.mid_fix_wait_s) is not None
         self.stop_watcher(sig, timeout=self.config.wait_timeout_s + 30)
         self.start_watcher()
         return f"{sig.name}{' mid-fix' if mid_fix else ''}"
 
-    def _fix_in_flight(self, deadline: float) -> bool:
+    def _fix_in_flight(self, deadline: float) -> str | None:
+        """The host of a fix in flight (watch.db says ``remediating``), waited for up to ``deadline`` s."""
         from remediate.controller.watch_state import WatchState
 
         end = time.monotonic() + deadline
         while time.monotonic() < end:
             db = WatchState(self.state)
             try:
-                if any(r["outcome"] == "remediating" for r in db.incidents(limit=50)):
-                    return True
+                hosts = [str(r["host"]) for r in db.incidents(limit=50) if r["outcome"] == "remediating"]
             finally:
                 db.close()
+            if hosts:
+                return hosts[0]
             time.sleep(0.1)
-        return False
+        return None
 
     def burst(self) -> None:
         want = self.config.breaker_count + 1
@@ -256,6 +260,12 @@ class Chaos:
                 continue
             kind = self.rng.choices(kinds, weights)[0]
             node = self.rng.choice(self.nodes)
+            if kind == "cut" and self.rng.random() < 0.5:  # half of the cuts wait for a fix to cut into
+                fixing = self._fix_in_flight(self.config.mid_fix_wait_s)
+                if fixing is not None:
+                    self.note(kind, fixing, f"{self.cut(self.node(fixing))} mid-fix")
+                    time.sleep(self.rng.uniform(*c.gap_s))
+                    continue
             if kind == "restart":
                 self.note(kind, None, self.restart())
             else:

@@ -4,8 +4,10 @@ and what is on each host (the unit's bytes, its backups, the server) against the
 1. every incident ends ``remediated``, ``rolled_back``, ``needs_human`` or reported (``report``, or
    ``breaker_open``: a report with the breaker's reason);
 2. the audit log has every step: each crash ``detected`` → ``diagnosed`` → ``decided`` (or ``folded`` into an
-   open incident); each incident decided once; a decided fix has one ``acted`` (or a ``recovered`` when its
-   watcher died before acting) and one ``outcome`` equal to the database's; no incident acted on twice;
+   open incident); each incident decided (a reported one may be decided again), its last verdict the
+   database's outcome; a fix has one ``acted`` (or a ``recovered`` when its watcher died before acting) and
+   one ``outcome`` equal to the database's: no incident acted on twice; a crash a stopped watcher detected
+   but did not decide is found again by the next one;
 3. each host's unit is its old bytes or the one fixed version, and so is every backup (complete or absent);
    a host is on the fixed bytes exactly when its last fix was ``remediated``, and then the 32k request that
    crashed it is served;
@@ -111,15 +113,22 @@ def _steps(
                 violations.append(f"{host}: {kind} at {evs[i]['at']:.3f} without detected → diagnosed before it")
     per: dict[str, Counter[str]] = {}
     last_outcome: dict[str, str] = {}
+    last_verdict: dict[str, str] = {}
     for e in events:
         if e.get("incident"):
             per.setdefault(str(e["incident"]), Counter())[str(e["event"])] += 1
             if e["event"] == "outcome":
                 last_outcome[str(e["incident"])] = str(e["outcome"])
+            if e["event"] == "decided":
+                last_verdict[str(e["incident"])] = str(e["verdict"])
     for row in incidents:
         n = per.get(str(row["id"]), Counter())
-        if n["decided"] != 1:
-            violations.append(f"incident {row['id']}: decided {n['decided']} times")
+        if n["decided"] < 1:
+            violations.append(f"incident {row['id']}: never decided")
+        elif row["outcome"] in FINAL and row["outcome"] not in ("remediated", "rolled_back"):
+            if last_verdict.get(str(row["id"])) != row["outcome"]:  # a reported incident may be decided again
+                violations.append(f"incident {row['id']}: last decided {last_verdict.get(str(row['id']))!r}"
+                                  f" but watch.db says {row['outcome']!r}")  # fmt: skip
         if row["outcome"] in ("remediated", "rolled_back", "failed"):
             if n["acted"] + n["recovered"] < 1 or n["acted"] > 1 or n["outcome"] != 1:
                 violations.append(f"incident {row['id']}: acted {n['acted']}, recovered {n['recovered']}, "
@@ -243,6 +252,11 @@ def _injected_crossing(chaos: Chaos) -> float | None:
 def lines(report: dict[str, Any]) -> list[str]:
     """The counts, as the closing note gives them."""
     b = report["breaker"]
+    cross = b["crossing"]
+    note = []
+    if b["matched"] == "process" and cross["state"] != cross["process"]:
+        note = [f"NOTE: the watcher's crash window restarted with the watcher: counted across restarts the "
+                f"threshold was crossed at {cross['state']}, and the breaker did not trip then"]  # fmt: skip
     return [
         f"seed {report['seed']}, {report['hosts']} hosts",
         f"injected: {json.dumps(report['injected'])}; watcher stopped: {json.dumps(report['watcher_stops'])}",
@@ -253,6 +267,7 @@ def lines(report: dict[str, Any]) -> list[str]:
         f"{json.dumps(b['crossing'])} (matched: {b['matched']}); "
         f"injected crashes crossed it at {b['injected_crossing_at']} "
         f"(the trip {b.get('trip_after_injected_crossing_s')} s after)",
+        *note,
         f"violations: {len(report['violations'])}",
         *(f"  - {v}" for v in report["violations"]),
     ]

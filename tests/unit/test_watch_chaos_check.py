@@ -1,6 +1,7 @@
 """The chaos run's checker (tests/e2e/watch_chaos_check.py) on made-up audit logs: it must catch a missing
-step, a decision made twice, a fix acted on twice, a breaker that tripped late or without a crossing, and it
-must count a restarted watcher's crash window afresh (or not, for a window kept in the state)."""
+step, an incident whose end is not its last decision, a fix acted on twice, a breaker that tripped late or
+without a crossing, and it must count a restarted watcher's crash window afresh (or not, for a window kept in
+the state)."""
 
 from __future__ import annotations
 
@@ -45,11 +46,16 @@ def test_steps_pass_a_whole_log_and_catch_what_is_missing() -> None:
     assert any("acted 2" in v for v in violations), violations
 
 
-def test_an_incident_decided_twice_or_ending_elsewhere_is_caught() -> None:
-    events = _crash("a", 1, "i1") + _crash("a", 2, "i1")
+def test_an_incident_ending_elsewhere_than_its_last_decision_or_never_decided_is_caught() -> None:
+    events = _crash("a", 1, "i1") + _crash("a", 2, "i1", "needs_human")  # a reported incident decided again
     violations: list[str] = []
+    _steps(events, [{"id": "i1", "host": "a", "outcome": "needs_human"}], violations)
+    assert violations == []
     _steps(events, [{"id": "i1", "host": "a", "outcome": "report"}], violations)
-    assert violations == ["incident i1: decided 2 times"]
+    assert violations == ["incident i1: last decided 'needs_human' but watch.db says 'report'"]
+    violations.clear()
+    _steps([], [{"id": "i2", "host": "a", "outcome": "report"}], violations)
+    assert violations == ["incident i2: never decided"]
 
 
 def test_the_breaker_must_trip_at_the_crossing() -> None:
