@@ -82,3 +82,28 @@ def test_a_crash_whose_watcher_died_before_deciding_is_found_again(tmp_path: Pat
     assert events == ["detected", "detected", "diagnosed", "decided"], events
     assert second.state.cursor("h1", UNIT) == "c1"
     assert len(second.state.incidents()) == 1
+
+
+def test_a_fix_cut_before_its_commit_is_run_again_by_the_next_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection cut under a fix before its commit (the chaos run's cut mid-fix: outcome `unreachable`):
+    the incident is not closed `unreachable`; the next round's recovery runs the same fix again, counted once."""
+    from remediate.core.watch.incident import counted_fixes
+
+    monkeypatch.setenv("REMEDIATE_STATE_DIR", str(tmp_path / "controller"))
+    host = _Host()
+    outcomes = ["unreachable", "remediated"]
+    oom = {"kind": "cuda_oom_runtime"}
+    watcher = _watcher(tmp_path, host, lambda t, e: HostResult(host=e.name, extra={"findings": [oom]}))
+    watcher.fix = lambda e: HostResult(host=e.name, outcome=outcomes.pop(0))  # type: ignore[assignment]
+    watcher.round(NOW)
+    host.crash()
+    watcher.round(NOW + 1)
+    assert watcher.state.incidents()[0]["outcome"] == "remediating", "a cut fix is not an end"
+    watcher.round(NOW + 2)
+    events = [(e["event"], e.get("outcome") or e.get("step")) for e in read_events(tmp_path)]
+    assert events[-3:] == [("acted", None), ("recovered", "recheck"), ("outcome", "remediated")], events
+    row = watcher.state.incidents()[0]
+    assert row["outcome"] == "remediated" and row["closed"] == 1 and outcomes == []
+    assert counted_fixes(watcher.state.history("h1"), NOW + 2) == 1, "the fix counts once"

@@ -37,6 +37,7 @@ from remediate.transport.base import Transport
 
 DEFAULT_UNIT = "sglang.service"
 MAX_BACKOFF_S = 300.0
+CUT_PID = 0  # the `acting` pid of a fix whose connection was cut before its commit: the recovery re-runs it
 
 Diagnose = Callable[[Transport, HostEntry], HostResult]
 Fix = Callable[[HostEntry], HostResult]
@@ -212,7 +213,16 @@ class Watcher:
             self.state.set_acting(incident_id, os.getpid())  # a watcher restarted after this one died reads it
             self.state.save_incident_outcome(incident_id, "remediating")
         self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by, pid=os.getpid())
-        self._finish(h, incident_id, now, self._run_fix(h))
+        result = self._run_fix(h)
+        if result.outcome == "unreachable":
+            # The connection was cut before the commit was sent (found by the chaos run): nothing changed on
+            # the host and the fix is not over. It stays `remediating`, acted on by no process (pid 0), so the
+            # next round's recovery runs the same fix again, counted once (here).
+            with self.state.transaction():
+                self.state.set_acting(incident_id, CUT_PID)
+            h.previous = None
+            return
+        self._finish(h, incident_id, now, result)
 
     def _run_fix(self, h: _Host) -> HostResult:
         try:
