@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ def main() -> int:
         help="the crash window the trip must match: the watcher process's, or one kept in its state",
     )
     parser.add_argument("--json-out", type=Path)
+    parser.add_argument("--keep", type=Path, help="copy the watcher's state (audit log, watch.db) and log here")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     print(f"chaos seed {seed} (--seed {seed} replays the schedule)", flush=True)
@@ -72,6 +74,10 @@ def main() -> int:
             out.parent.mkdir(parents=True, exist_ok=True)
             dump(chaos, report, out)
             log = (work / "run" / "watcher.log").read_text(errors="replace")
+            if args.keep:
+                for name in ("watch-state", "controller-state", "watcher.log", "policy.yaml"):
+                    src = work / "run" / name
+                    (shutil.copytree if src.is_dir() else shutil.copy)(src, args.keep / name)
         finally:
             fleet.stop()
     print("\n".join(lines(report)))

@@ -257,6 +257,11 @@ def lines(report: dict[str, Any]) -> list[str]:
     if b["matched"] == "process" and cross["state"] != cross["process"]:
         note = [f"NOTE: the watcher's crash window restarted with the watcher: counted across restarts the "
                 f"threshold was crossed at {cross['state']}, and the breaker did not trip then"]  # fmt: skip
+    injected, trip = b["injected_crossing_at"], b.get("trip_at")
+    if (injected is None) != (trip is None) or (trip is not None and trip < injected):
+        note.append(f"NOTE: the injected crashes crossed the threshold at {injected}, the breaker tripped at {trip}: "
+                    "it counts a crash at the round that detects it (a fix in flight or a dead watcher delays "
+                    "that; a restarted watcher counts a unit still in auto-restart again)")  # fmt: skip
     return [
         f"seed {report['seed']}, {report['hosts']} hosts",
         f"injected: {json.dumps(report['injected'])}; watcher stopped: {json.dumps(report['watcher_stops'])}",
