@@ -213,16 +213,7 @@ class Watcher:
             self.state.set_acting(incident_id, os.getpid())  # a watcher restarted after this one died reads it
             self.state.save_incident_outcome(incident_id, "remediating")
         self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by, pid=os.getpid())
-        result = self._run_fix(h)
-        if result.outcome == "unreachable":
-            # The connection was cut before the commit was sent (found by the chaos run): nothing changed on
-            # the host and the fix is not over. It stays `remediating`, acted on by no process (pid 0), so the
-            # next round's recovery runs the same fix again, counted once (here).
-            with self.state.transaction():
-                self.state.set_acting(incident_id, CUT_PID)
-            h.previous = None
-            return
-        self._finish(h, incident_id, now, result)
+        self._finish(h, incident_id, now, self._run_fix(h))
 
     def _run_fix(self, h: _Host) -> HostResult:
         try:
@@ -241,6 +232,14 @@ class Watcher:
 
     def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
         """The incident's outcome event and close; ``recheck``: what a recovery's re-run found."""
+        if recheck is None and result.outcome == "unreachable":
+            # The connection was cut before the commit was sent (found by the chaos run): nothing changed on
+            # the host and the fix is not over. It stays `remediating`, acted on by no process (pid 0), so the
+            # next round's recovery runs the same fix again, counted once (when it started).
+            with self.state.transaction():
+                self.state.set_acting(incident_id, CUT_PID)
+            h.previous = None
+            return
         outcome = result.outcome if recheck is None else recovered_outcome(result.outcome)
         self.event(
             "outcome",
