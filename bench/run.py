@@ -16,6 +16,7 @@ BENCHES = [
     "vs_ansible.py",
     "scaling.py",
     "watch_cost.py",
+    "watch_chaos.py",
 ]
 ARGS = {"vs_ansible.py": ["--profile"]}  # oom, status and diagnose against Ansible, and the wall time's cuts
 

@@ -40,6 +40,7 @@ from remediate.transport.base import Transport
 
 DEFAULT_UNIT = "sglang.service"
 MAX_BACKOFF_S = 300.0
+CUT_PID = 0  # the `acting` pid of a fix whose connection was cut before its commit: the recovery re-runs it
 FOLLOWED_POLL_S = 300.0  # a followed host's safety poll (its journal wakes it at once otherwise)
 REDECIDED = ("report", "wait")  # an open incident in these is decided again when a crash folds into it
 
@@ -59,6 +60,7 @@ class _Host:
     failures: int = 0
     follower: Follower | None = None
     polled_at: float = float("-inf")
+    crash_cursor: str | None = None  # the journal past a crash: saved with its decision, not before
 
 
 @dataclass
@@ -207,8 +209,9 @@ class Watcher:
             h.follower.start()
         reason = crash_reason(h.previous, poll)
         h.previous = poll.observation
+        h.crash_cursor = poll.cursor if reason else None
         with self.state.transaction():
-            if poll.cursor:
+            if poll.cursor and not reason:
                 self.state.save_cursor(h.entry.name, h.unit, poll.cursor)
             history = self.state.history(h.entry.name)
             if reason is None:
@@ -230,6 +233,9 @@ class Watcher:
         kinds = tuple(str(f.get("kind")) for f in report.extra.get("findings", []))
         self.event("diagnosed", now, host=name, unit=h.unit, findings=report.extra.get("findings", []), kinds=kinds)
         with self.state.transaction():
+            if h.crash_cursor:
+                self.state.save_cursor(name, h.unit, h.crash_cursor)
+                h.crash_cursor = None
             incident, is_new = fold(
                 self.state.open_incident(name, h.unit), Crash(name, h.unit, now, kinds=kinds), self.policy, _new_id()
             )
@@ -341,7 +347,14 @@ class Watcher:
             return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
 
     def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
-        """The incident's outcome event and close; ``recheck``: what a recovery's re-run found."""
+        """The incident's outcome event and close; ``recheck``: what a recovery's re-run found. A fix whose
+        connection was cut before its commit changed nothing: it stays ``remediating`` (acting ``CUT_PID``), and
+        the next round's recovery runs the same fix again, counted once."""
+        if recheck is None and result.outcome == "unreachable":
+            with self.state.transaction():
+                self.state.set_acting(incident_id, CUT_PID)
+            h.previous = None
+            return
         outcome = result.outcome if recheck is None else recovered_outcome(result.outcome)
         self.event(
             "outcome",

@@ -1,0 +1,111 @@
+"""The chaos run's checker (tests/e2e/watch_chaos_check.py) on made-up audit logs: it must catch a missing
+step, an incident whose end is not its last decision, a fix acted on twice, a breaker that tripped late or
+without a crossing, and it must count a restarted watcher's crash window afresh (or not, for a window kept in
+the state)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from e2e.watch_chaos import ChaosConfig, Lifetime
+from e2e.watch_chaos_check import _breaker, _steps
+
+
+def _crash(host: str, at: float, incident: str | None, verdict: str = "report") -> list[dict[str, Any]]:
+    base = {"host": host, "at": at, "round_at": at}
+    tail = {"event": "decided", "incident": incident, "verdict": verdict} if incident else {"event": "folded"}
+    return [{**base, "event": "detected"}, {**base, "event": "diagnosed"}, {**base, **tail}]
+
+
+def _chaos(*starts: float, count: int = 2, window: float = 10.0) -> Any:
+    config = ChaosConfig(seed=1, duration_s=1, breaker_count=count, breaker_window_s=window)
+    return SimpleNamespace(config=config, lifetimes=[Lifetime(i, s) for i, s in enumerate(starts)], injections=[])
+
+
+def test_steps_pass_a_whole_log_and_catch_what_is_missing() -> None:
+    events = _crash("a", 1, "i1", "act") + [
+        {"event": "acted", "host": "a", "incident": "i1", "at": 1.1},
+        {"event": "outcome", "host": "a", "incident": "i1", "outcome": "remediated", "at": 2},
+    ] + _crash("a", 3, None)  # fmt: skip
+    rows = [{"id": "i1", "host": "a", "outcome": "remediated"}]
+    violations: list[str] = []
+    assert _steps(events, rows, violations) == {
+        "crashes_detected": 2,
+        "folded": 1,
+        "undecided": 0,
+        "redetected_after_a_stop": 0,
+        "repeat_left_by_a_stop": 0,
+        "recovered": 0,
+    }
+    assert violations == []
+
+    broken = events[:1] + events[2:] + [{"event": "acted", "host": "a", "incident": "i1", "at": 4}]
+    _steps(broken, rows, violations)
+    assert any("detected at 1.000 then" in v for v in violations), violations
+    assert any("acted 2" in v for v in violations), violations
+
+
+def test_an_incident_ending_elsewhere_than_its_last_decision_or_never_decided_is_caught() -> None:
+    events = _crash("a", 1, "i1") + _crash("a", 2, "i1", "needs_human")  # a reported incident decided again
+    violations: list[str] = []
+    _steps(events, [{"id": "i1", "host": "a", "outcome": "needs_human"}], violations)
+    assert violations == []
+    _steps(events, [{"id": "i1", "host": "a", "outcome": "report"}], violations)
+    assert violations == ["incident i1: last decided 'needs_human' but watch.db says 'report'"]
+    violations.clear()
+    _steps([], [{"id": "i2", "host": "a", "outcome": "report"}], violations)
+    assert violations == ["incident i2: never decided"]
+
+
+def test_the_breaker_must_trip_at_the_crossing() -> None:
+    crashes = _crash("a", 1, "i1") + _crash("b", 2, "i2") + _crash("c", 3, "i3", "breaker_open")
+    trip = [{"event": "breaker", "at": 3, "round_at": 3}]
+    violations: list[str] = []
+    out = _breaker(_chaos(0), crashes + trip, "3 hosts", violations)
+    assert violations == [] and out["trips"] == 1 and out["matched"] == "process"
+
+    late = crashes + _crash("d", 4, "i4", "breaker_open") + [{"event": "breaker", "at": 4, "round_at": 4}]
+    _breaker(_chaos(0), late, "4 hosts", violations)
+    assert any("tripped at 4.0 but the threshold was crossed at" in v for v in violations), violations
+
+    violations.clear()
+    _breaker(_chaos(0), crashes, None, violations)
+    assert any("tripped at None" in v for v in violations), "a crossing with no trip is caught"
+
+
+def test_a_restarted_watcher_counts_afresh_unless_the_window_is_kept() -> None:
+    crashes = _crash("a", 1, "i1") + _crash("b", 2, "i2") + _crash("c", 3, "i3", "breaker_open")
+    trip = [{"event": "breaker", "at": 3, "round_at": 3}]
+    violations: list[str] = []
+    # A watcher started at 2.5 saw one crash: a trip at 3 matches only a window kept across restarts.
+    out = _breaker(_chaos(0, 2.5), crashes + trip, "3 hosts", violations)
+    assert violations == [] and out["matched"] == "state"
+    assert out["crossing"] == {"process": None, "state": 3.0}
+
+    _breaker(_chaos(0, 2.5), crashes + trip, "3 hosts", violations, "process")
+    assert any("tripped at 3.0" in v for v in violations), "--breaker-model process: the kept window is refused"
+
+
+def test_a_crash_left_undecided_by_a_stopped_watcher_must_be_found_again() -> None:
+    orphan = [{"event": "detected", "host": "a", "at": 1.0, "round_at": 1.0}]
+    again = _crash("a", 3, "i1")
+    rows = [{"id": "i1", "host": "a", "outcome": "report"}]
+    violations: list[str] = []
+    assert _steps(orphan + again, rows, violations, stops=(2.0,))["redetected_after_a_stop"] == 1
+    assert violations == []
+    _steps(orphan + again, rows, violations, stops=())
+    assert violations == ["a: detected at 1.000 then ['detected', 'diagnosed']"], "no stop: a lost step"
+    violations.clear()
+    _steps(orphan, [], violations, stops=(2.0,))
+    assert violations, "a crash never found again is lost"
+
+
+def test_a_restart_repeat_left_by_a_stopped_watcher_is_no_lost_crash() -> None:
+    repeat = [{"event": "detected", "host": "a", "at": 5.0, "round_at": 5.0, "reason": "NRestarts 0 → 1"}]
+    rows = [{"id": "i1", "host": "a", "outcome": "report"}]
+    violations: list[str] = []
+    steps = _steps(_crash("a", 3, "i1") + repeat, rows, violations, stops=(6.0,))
+    assert steps["repeat_left_by_a_stop"] == 1 and violations == []
+    _steps(repeat, [], violations, stops=(6.0,))
+    assert violations, "an NRestarts detection with no crash decided before it is a lost crash"
