@@ -30,7 +30,7 @@ from remediate.host.health import Healthy, wait_healthy
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
-from remediate.host.plan import auto_step
+from remediate.host.plan import auto_step, floor_step
 from remediate.host.prefill import check_probe, run_probe
 from remediate.host.probe import endpoint_of, engine_of_probe, read_unit, run_read_only
 from remediate.host.transaction import Change, transact
@@ -242,6 +242,7 @@ def _remediate_locked(
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
         plan = plan_instance_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
+        floor_step(transport, found, plan, options, result)
         refuse_template_edit(unit, [f.path for f in plan.files])  # before any host is changed
         refuse_unsafe(found, [f.path for f in plan.files], transport.host)
         epoch = int(now())
@@ -298,14 +299,9 @@ def _remediate_locked(
 
 
 def _refuse_unsupported(engine: Engine, options: RunOptions, host: str) -> None:
-    """What `oom` does for sglang alone yet: the budget plan (--auto) and the prefill probe (--probe)."""
-    if engine is SGLANG:
-        return
-    for asked, flag in ((options.auto is not None, "--auto"), (bool(options.probe_tokens), "--probe")):
-        if asked:
-            raise ConfigError(
-                f"{flag} is not available for a {engine.label} unit yet; nothing was changed", source=host
-            )
+    """What `oom` does for sglang alone yet: the prefill probe (--probe)."""
+    if engine is not SGLANG and options.probe_tokens:
+        raise ConfigError(f"--probe is not available for a {engine.label} unit yet; nothing was changed", source=host)
 
 
 def _status_drift(
