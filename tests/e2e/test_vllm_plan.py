@@ -83,7 +83,7 @@ def test_oom_auto_fixes_the_32k_crash_held_at_the_floor(node: Node) -> None:
     assert died.status == 500, died
     poll(lambda: active_state(node) == "failed", deadline=15, what="the engine's death")
 
-    run = node.cli("oom", "--unit", UNIT, "--auto", "--wait-timeout", "60")
+    run = node.cli("oom", "--unit", UNIT, "--auto", "--probe", "32000", "--wait-timeout", "60")
     assert run.returncode == 0, run
     result = run.result
     assert result["outcome"] == "remediated" and result["engine"] == "vllm", result
@@ -93,6 +93,7 @@ def test_oom_auto_fixes_the_32k_crash_held_at_the_floor(node: Node) -> None:
     predicted = rows(result)[0.92]["max_total_num_tokens"]
     # The smaller batched budget's profile peak is smaller: the prediction (57,600) is a floor of the pool.
     assert result["max_total_num_tokens"] == reported_tokens(node) == 61536 and predicted == 57600
+    assert result["probe"]["ok"] is True and result["probe"]["prompt_tokens"] == 32000, result["probe"]
     served = node.http("POST", "/v1/completions", {"prompt": [7] * 32000, "max_tokens": 8})
     assert served.status == 200 and served.json()["usage"]["prompt_tokens"] == 32000, served
 

@@ -236,7 +236,6 @@ def _remediate_locked(
         unit = record_unit(result, found).unit
         engine = engine_of_probe(found)
         result.extra["engine"] = engine.name
-        _refuse_unsupported(engine, options, transport.host)
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
@@ -250,7 +249,7 @@ def _remediate_locked(
         result.steps = planned_steps(
             unit, writes, epoch, restart=True, lock_wait=options.lock_wait, capacity=engine.capacity_name
         )
-        check_probe(transport, sources, endpoint_of(found, options), options)  # a typo stops here, unwritten
+        check_probe(transport, sources, endpoint_of(found, options), options, engine)  # a typo stops here
     drift: list[str] = []
     if not plan.is_changed:
         tokens, drift = _already_healthy(transport, found, sources, options, plan, result, desired.alloc_conf)
@@ -261,7 +260,7 @@ def _remediate_locked(
             result.steps = []
             if not options.dry_run and options.probe_tokens:
                 info, _ = fetch_server_info(transport, *endpoint_of(found, options))
-                run_probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
+                run_probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now, engine)
             return
         if drift:
             # The unit is right, the running server is not: restart it under the same verified transaction.
@@ -281,7 +280,7 @@ def _remediate_locked(
         if desired.alloc_conf:
             verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
         verify_tokens(result, healthy, options, engine)
-        run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
+        run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now, engine)
 
     change = Change(
         unit=unit,
@@ -296,12 +295,6 @@ def _remediate_locked(
         engine=engine,
     )
     transact(transport, change, result, timer)
-
-
-def _refuse_unsupported(engine: Engine, options: RunOptions, host: str) -> None:
-    """What `oom` does for sglang alone yet: the prefill probe (--probe)."""
-    if engine is not SGLANG and options.probe_tokens:
-        raise ConfigError(f"--probe is not available for a {engine.label} unit yet; nothing was changed", source=host)
 
 
 def _status_drift(

@@ -1,6 +1,6 @@
 """The single-host runner on a vLLM unit (scripted FakeTransport): the engine in the result, the pool read from
 the startup lines when the unit is already remediated, `--auto`'s plan held at the max_model_len floor, the recipe
-refused below that floor, --probe refused before anything is written."""
+refused below that floor, a --probe longer than --max-model-len refused before anything is written."""
 
 from __future__ import annotations
 
@@ -70,11 +70,14 @@ def _crashed():  # type: ignore[no-untyped-def]
     return incident_host(text=CRASHED, unit=UNIT, path=PATH, argv=CRASHED_ARGV, journal=EVIDENCE)
 
 
-def test_probe_is_refused_on_a_vllm_unit_before_any_write() -> None:
-    host = _host(REMEDIATED.replace("0.94", "0.95"), active="failed")
-    result = _run(host, probe_tokens=32000)
-    assert result.exit_code == 2 and "--probe is not available for a vLLM unit" in (result.error or ""), result.error
-    assert host.scripts("# remediate commit") == []
+def test_a_probe_longer_than_the_units_max_model_len_is_refused_before_any_write() -> None:
+    host = _crashed()
+    result = _run(host, probe_tokens=57344)
+    assert result.exit_code == 2, result
+    assert "--probe 57,344 + 1 generated token exceeds the context length 57,344 (the unit's --max-model-len)" in (
+        result.error or ""
+    )
+    assert host.scripts("# remediate commit") == [] and host.http_calls == []
 
 
 def test_auto_plans_a_vllm_unit_and_holds_the_max_model_len_floor() -> None:
