@@ -1,6 +1,6 @@
-"""`remediate plan` and `bench` on a vLLM unit (the vLLM stand-in on a sandbox host): the pool predicted at
-another utilization against what the stand-in then reports, the max_model_len floor that `oom --auto` holds,
-and the sweep through /v1/completions with exact token-id prompts."""
+"""`remediate plan`, `oom --auto` and `bench` on a vLLM unit (the vLLM stand-in on a sandbox host): the pool
+predicted at another utilization against what the stand-in then reports, the max_model_len floor that `oom --auto`
+holds while it fixes the 32k crash, and the sweep through /v1/completions with exact token-id prompts."""
 
 from __future__ import annotations
 
@@ -75,6 +75,27 @@ def test_plan_predicts_the_pool_and_holds_the_max_model_len_floor(node: Node) ->
     poll(lambda: active_state(node) == "failed", deadline=15, what="the refusal below the floor")
     assert any("To serve at least one request with the models's max seq len (57344)" in line
                for line in node.journal(UNIT))  # fmt: skip
+
+
+def test_oom_auto_fixes_the_32k_crash_held_at_the_floor(node: Node) -> None:
+    node.install(vllm_unit(node, 0.95), name=UNIT)
+    died = node.http("POST", "/v1/completions", {"prompt": [7] * 32000, "max_tokens": 8})
+    assert died.status == 500, died
+    poll(lambda: active_state(node) == "failed", deadline=15, what="the engine's death")
+
+    run = node.cli("oom", "--unit", UNIT, "--auto", "--probe", "32000", "--wait-timeout", "60")
+    assert run.returncode == 0, run
+    result = run.result
+    assert result["outcome"] == "remediated" and result["engine"] == "vllm", result
+    assert result["flags"]["after"] == {"gpu_memory_utilization": "0.92", "max_num_batched_tokens": "4096"}
+    held = [w for w in result["warnings"] if w.startswith("the headroom wants --gpu-memory-utilization 0.91,")]
+    assert len(held) == 1 and "kept 0.92" in held[0] and "--max-model-len" in held[0], result["warnings"]
+    predicted = rows(result)[0.92]["max_total_num_tokens"]
+    # The smaller batched budget's profile peak is smaller: the prediction (57,600) is a floor of the pool.
+    assert result["max_total_num_tokens"] == reported_tokens(node) == 61536 and predicted == 57600
+    assert result["probe"]["ok"] is True and result["probe"]["prompt_tokens"] == 32000, result["probe"]
+    served = node.http("POST", "/v1/completions", {"prompt": [7] * 32000, "max_tokens": 8})
+    assert served.status == 200 and served.json()["usage"]["prompt_tokens"] == 32000, served
 
 
 def test_bench_sends_exact_token_ids_through_v1_completions(node: Node) -> None:

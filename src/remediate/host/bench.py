@@ -285,23 +285,33 @@ def probe_prefill(
     seed: int = 0,
     timeout: float = 600.0,
     death_wait: float = 15.0,
+    vllm: bool = False,
 ) -> dict[str, Any]:
     """``oom --probe``: one prefill of exactly ``tokens`` tokens (the request that crashed the server) must
     succeed. Its failure is the server's: UnhealthyError with the journal's OOM lines, so the caller
-    treats it like a failed health check (and rolls back)."""
+    treats it like a failed health check (and rolls back). sglang: ``/flush_cache`` then ``/generate``; vLLM:
+    its limits from ``/v1/models`` and ``/metrics``, ``/reset_prefix_cache``, a streamed ``/v1/completions``."""
     host, port = endpoint
-    limits = limits_from_info(info or {})
+    model = None
+    if vllm:
+        limits, _, model = vllm_limits(transport, host, port)
+    else:
+        limits = limits_from_info(info or {})
     reason = skip_reason(tokens, 1, limits, margin=0)
     if reason:
         raise RemediationError(transport.host, f"--probe {tokens:,}: the server cannot take it: {reason}")
     before, _ = read_state(transport, unit)
     clock = transport.run("date +%s")
     since = float(clock.stdout.strip()) if clock.ok and clock.stdout.strip().isdigit() else None
-    transport.http_post(host, port, "/flush_cache")  # busy (400) is fine: the prompt's first id is unique anyway
     ids = prompt_ids(tokens, seed=seed, index=0, id_range=safe_id_range(limits.vocab_size))
-    body = json.dumps(generate_body(ids, 1), separators=(",", ":")).encode()
-    with transport.http_stream(host, port, "/generate", body, timeout=timeout) as stream:
-        metrics = read_generate(stream)
+    if vllm:  # a 404 (no VLLM_SERVER_DEV_MODE) is fine, as a busy flush is: the prompt's first id is unique anyway
+        reset_prefix_cache(transport, host, port)
+        metrics = send_completion(transport, endpoint, ids, 1, model, timeout)
+    else:
+        transport.http_post(host, port, "/flush_cache")
+        body = json.dumps(generate_body(ids, 1), separators=(",", ":")).encode()
+        with transport.http_stream(host, port, "/generate", body, timeout=timeout) as stream:
+            metrics = read_generate(stream)
     summary = {
         "tokens": tokens,
         "prompt_tokens": metrics.prompt_tokens,

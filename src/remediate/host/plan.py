@@ -6,13 +6,15 @@ import time
 from collections.abc import Callable
 
 from remediate.core.probe import ProbeResult
-from remediate.core.unitfile.edit import DesiredState
+from remediate.core.unitfile.edit import DesiredState, UnitEdit
 from remediate.core.unitfile.sources import UnitSources
+from remediate.errors import RefusedError
 from remediate.host.budget import auto_desired, plan_budget, plan_document, read_budget_evidence
 from remediate.host.budget_vllm import (
     auto_desired_vllm,
     plan_vllm,
     read_vllm_evidence,
+    recipe_warning,
     unit_engine,
     vllm_plan_document,
 )
@@ -70,6 +72,30 @@ def auto_step(
     if planned.plan is not None:
         result.warnings.extend(planned.plan.warnings)
     return desired
+
+
+def floor_step(
+    transport: Transport, found: ProbeResult, plan: UnitEdit, options: RunOptions, result: HostResult
+) -> None:
+    """`oom` on a vLLM unit without --auto: a utilization (the recipe's step, or one given by hand) below the
+    lowest at which one ``max_model_len`` request still fits would not start (vLLM's
+    ``kv_cache_utils.check_enough_kv_cache_memory``), so it is refused before anything is written (--force:
+    a warning; --dry-run: says a real run refuses). No model from the evidence: nothing said."""
+    if options.auto is not None or unit_engine(found) != "vllm":
+        return
+    after = plan.after.mem_fraction_static
+    if after is None or after == plan.before.mem_fraction_static:
+        return
+    evidence = read_vllm_evidence(transport, found, options)
+    reason = recipe_warning(plan_vllm(evidence, BudgetOptions(), result.host), evidence, float(after))
+    if reason is None:
+        return
+    if options.force:
+        result.warnings.append(f"--force: {reason}")
+    elif options.dry_run:
+        result.warnings.append(f"a real run refuses without --force: {reason}")
+    else:
+        raise RefusedError(result.host, f"refusing the OOM recipe: {reason}; nothing was changed (--force)")
 
 
 def _plan_vllm(

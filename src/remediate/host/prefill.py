@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from remediate.core.engines import SGLANG, Engine
 from remediate.core.probe import ServiceState
 from remediate.core.unitfile.edit import UnitSources
 from remediate.core.unitfile.sources import server_args
 from remediate.errors import ConfigError, RemediationError
 from remediate.host.bench import probe_prefill
-from remediate.host.facts import fetch_server_info, read_state
+from remediate.host.budget_vllm import models_max_len
+from remediate.host.facts import fetch_json, fetch_server_info, read_state
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer
 from remediate.models import HostResult
@@ -34,15 +36,22 @@ def _flag_int(args: list[str], flag: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def context_length(transport: Transport, sources: UnitSources, endpoint: tuple[str, int]) -> tuple[int | None, str]:
-    """The longest sequence the server takes: the unit's ``--context-length`` (sglang's ServerArgs), else the
-    running server's ``context_length`` from its info document; (None, "") where neither is known."""
+def context_length(
+    transport: Transport, sources: UnitSources, endpoint: tuple[str, int], engine: Engine = SGLANG
+) -> tuple[int | None, str]:
+    """The longest sequence the server takes: the unit's ``--context-length`` (sglang's ServerArgs; vLLM's
+    ``--max-model-len``), else the running server's ``context_length`` from its info document (vLLM: the
+    ``max_model_len`` of ``/v1/models``); (None, "") where neither is known."""
+    name = "--max-model-len" if engine.name == "vllm" else "--context-length"
     try:
-        flag = _flag_int(server_args(sources), "--context-length")
+        flag = _flag_int(server_args(sources), name)
     except ConfigError:
         flag = None
     if flag:
-        return flag, "the unit's --context-length"
+        return flag, f"the unit's {name}"
+    if engine.name == "vllm":
+        longest = models_max_len(fetch_json(transport, *endpoint, "/v1/models")[0])
+        return (longest, "the running server's /v1/models") if longest else (None, "")
     info, _ = fetch_server_info(transport, *endpoint)
     for key in ("context_length", "max_context_length", "context_len"):
         value = (info or {}).get(key)
@@ -51,12 +60,14 @@ def context_length(transport: Transport, sources: UnitSources, endpoint: tuple[s
     return None, ""
 
 
-def check_probe(transport: Transport, sources: UnitSources, endpoint: tuple[str, int], options: RunOptions) -> None:
+def check_probe(
+    transport: Transport, sources: UnitSources, endpoint: tuple[str, int], options: RunOptions, engine: Engine = SGLANG
+) -> None:
     """Refuse (exit 2, nothing written) a --probe longer than the context: no server could take it."""
     tokens = options.probe_tokens
     if not tokens:
         return
-    limit, source = context_length(transport, sources, endpoint)
+    limit, source = context_length(transport, sources, endpoint, engine)
     if limit is not None and tokens + 1 > limit:
         raise ConfigError(
             f"--probe {tokens:,} + 1 generated token exceeds the context length {limit:,} ({source}): "
@@ -84,6 +95,7 @@ def run_probe(
     info: dict[str, Any] | None,
     timer: Timer,
     now: Callable[[], float],
+    engine: Engine = SGLANG,
 ) -> None:
     """``--probe TOKENS``: the crashing request, once healthy. Its failure fails the change only when the
     server died (unit failed or restarting, another MainPID or InvocationID): that is the rollback path."""
@@ -94,8 +106,9 @@ def run_probe(
         before, _ = read_state(transport, unit, newest_line=False)
         try:
             result.extra["probe"] = probe_prefill(
-                transport, unit, endpoint, tokens, info=info, seed=int(now()), timeout=options.timeout
-            )
+                transport, unit, endpoint, tokens, info=info, seed=int(now()), timeout=options.timeout,
+                vllm=engine.name == "vllm",
+            )  # fmt: skip
         except RemediationError as exc:
             after, _ = read_state(transport, unit, newest_line=False)
             if _died(before, after):

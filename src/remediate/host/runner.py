@@ -32,7 +32,7 @@ from remediate.host.instances import planned_roll, roll_instances
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
 from remediate.host.outcome import Timer, record_settings, record_unit
-from remediate.host.plan import auto_step
+from remediate.host.plan import auto_step, floor_step
 from remediate.host.prefill import check_probe, run_probe
 from remediate.host.probe import endpoint_of, engine_of_probe, read_unit, run_read_only
 from remediate.host.transaction import Change, transact
@@ -238,7 +238,6 @@ def _remediate_locked(
         unit = record_unit(result, found).unit
         engine = engine_of_probe(found)
         result.extra["engine"] = engine.name
-        _refuse_unsupported(engine, options, transport.host)
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
@@ -246,6 +245,7 @@ def _remediate_locked(
         planner = plan_edit if options.all_instances else plan_instance_edit
         plan = planner(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         _fill_plan(result, plan)
+        floor_step(transport, found, plan, options, result)
         shared = shared_with_instances(unit, [f.path for f in plan.files]) if options.all_instances else []
         if not shared:
             refuse_template_edit(unit, [f.path for f in plan.files], flag="--all-instances")  # before any change
@@ -259,7 +259,7 @@ def _remediate_locked(
         result.steps = planned_steps(
             unit, writes, epoch, restart=True, lock_wait=options.lock_wait, capacity=engine.capacity_name
         )
-        check_probe(transport, sources, endpoint_of(found, options), options)  # a typo stops here, unwritten
+        check_probe(transport, sources, endpoint_of(found, options), options, engine)  # a typo stops here
     drift: list[str] = []
     if not plan.is_changed:
         tokens, drift = _already_healthy(transport, found, sources, options, plan, result, desired.alloc_conf)
@@ -270,7 +270,7 @@ def _remediate_locked(
             result.steps = []
             if not options.dry_run and options.probe_tokens:
                 info, _ = fetch_server_info(transport, *endpoint_of(found, options))
-                run_probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now)
+                run_probe(transport, unit, endpoint_of(found, options), options, result, info, timer, now, engine)
             return
         if drift:
             # The unit is right, the running server is not: restart it under the same verified transaction.
@@ -290,7 +290,7 @@ def _remediate_locked(
         if desired.alloc_conf:
             verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
         verify_tokens(result, healthy, options, engine)
-        run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now)
+        run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now, engine)
 
     def check_instance(instance: str, healthy: Healthy, after: UnitSettings | None) -> None:
         """Another instance restarted on the shared file: the values it now reads (its own files may add some)."""
@@ -317,17 +317,6 @@ def _remediate_locked(
         roll_instances(transport, change, found, result, timer, check_instance)
     else:
         transact(transport, change, result, timer)
-
-
-def _refuse_unsupported(engine: Engine, options: RunOptions, host: str) -> None:
-    """What `oom` does for sglang alone yet: the budget plan (--auto) and the prefill probe (--probe)."""
-    if engine is SGLANG:
-        return
-    for asked, flag in ((options.auto is not None, "--auto"), (bool(options.probe_tokens), "--probe")):
-        if asked:
-            raise ConfigError(
-                f"{flag} is not available for a {engine.label} unit yet; nothing was changed", source=host
-            )
 
 
 def _status_drift(

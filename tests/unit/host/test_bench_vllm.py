@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fake_transport import FakeTransport, Pieces, incident_host, state_output
 
-from remediate.host.bench import BenchOptions, bench_host
+from remediate.errors import RemediationError
+from remediate.host.bench import BenchOptions, bench_host, probe_prefill
 from remediate.host.bench_vllm import NO_RESET_NOTE
 
 ARGV = ("/usr/bin/vllm", "serve", "m", "--gpu-memory-utilization", "0.92", "--host", "127.0.0.1", "--port", "8001")
@@ -77,3 +79,16 @@ def test_a_400_stops_the_sweep_and_an_error_chunk_is_the_requests_error() -> Non
     t = host().stream("/v1/completions", [(0.5, f"data: {error}\n\n".encode()), (0.5, b"data: [DONE]\n\n")])
     bench = bench_host(t, BenchOptions(contexts=(1024,), gen=2, death_wait=0))
     assert bench.points[0].status == "failed" and "EngineCore encountered an issue." in bench.points[0].note
+
+
+def test_the_oom_probe_is_one_prefill_through_v1_completions() -> None:
+    t = host().stream("/v1/completions", answer)
+    t.on(r"\Adate \+%s", "1764400100\n")
+    summary = probe_prefill(t, "vllm.service", ("127.0.0.1", 8001), 32000, info=None, vllm=True)
+    assert summary["ok"] is True and summary["prompt_tokens"] == 32000, summary
+    posts = [c for c in t.http_calls if c.method == "POST"]
+    assert [c.path for c in posts] == ["/reset_prefix_cache", "/v1/completions"]
+    body = json.loads(posts[1].body)
+    assert len(body["prompt"]) == 32000 and body["max_tokens"] == 1 and body["model"] == "m"
+    with pytest.raises(RemediationError, match="cannot take it"):  # 40960 + 1 generated > max_model_len
+        probe_prefill(t, "vllm.service", ("127.0.0.1", 8001), 40960, info=None, vllm=True)

@@ -1,13 +1,18 @@
 """The single-host runner on a vLLM unit (scripted FakeTransport): the engine in the result, the pool read from
-the startup lines when the unit is already remediated, --auto and --probe refused before anything is written."""
+the startup lines when the unit is already remediated, `--auto`'s plan held at the max_model_len floor, the recipe
+refused below that floor, a --probe longer than --max-model-len refused before anything is written."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from fake_transport import incident_host
 
+from remediate.core.unitfile.edit import DesiredState
 from remediate.host.options import BudgetOptions, RunOptions
 from remediate.host.runner import remediate_host, status_host
 from remediate.models import HostResult
+from unit.host.test_budget_vllm import CRASH, SMI, START
 from unit.host.test_runner_remediate import COMMIT, NOW, no_sleep  # noqa: F401 - no_sleep: autouse, no real naps
 
 UNIT = "vllm.service"
@@ -46,12 +51,69 @@ def test_an_already_remediated_vllm_unit_is_unchanged_with_its_pool() -> None:
     assert all(call.port == 8001 for call in host.http_calls)
 
 
-def test_auto_and_probe_are_refused_on_a_vllm_unit_before_any_write() -> None:
-    for options in ({"auto": BudgetOptions()}, {"probe_tokens": 32000}):
-        host = _host(REMEDIATED.replace("0.94", "0.95"), active="failed")
-        result = _run(host, **options)
-        assert result.exit_code == 2 and "not available for a vLLM unit" in (result.error or ""), result.error
-        assert host.scripts("# remediate commit") == []
+# The 32k incident: a unit at 0.95 with 16384 batched tokens and --max-model-len 57344 (the floor is 0.92).
+CRASHED_ARGV = [
+    *ARGV,
+    "--gpu-memory-utilization",
+    "0.95",
+    "--max-num-batched-tokens",
+    "16384",
+    "--max-model-len",
+    "57344",
+]
+CRASHED = "[Service]\nExecStart=" + " ".join(CRASHED_ARGV) + "\n"
+EVIDENCE = "\n".join([*START, "@@journal-tail", *START, *CRASH, "@@smi", *SMI]) + "\n"
+
+
+def _crashed():  # type: ignore[no-untyped-def]
+    # the journal answers the budget's one read: startup lines, the journal's tail, nvidia-smi
+    return incident_host(text=CRASHED, unit=UNIT, path=PATH, argv=CRASHED_ARGV, journal=EVIDENCE)
+
+
+def test_a_probe_longer_than_the_units_max_model_len_is_refused_before_any_write() -> None:
+    host = _crashed()
+    result = _run(host, probe_tokens=57344)
+    assert result.exit_code == 2, result
+    assert "--probe 57,344 + 1 generated token exceeds the context length 57,344 (the unit's --max-model-len)" in (
+        result.error or ""
+    )
+    assert host.scripts("# remediate commit") == [] and host.http_calls == []
+
+
+def test_auto_plans_a_vllm_unit_and_holds_the_max_model_len_floor() -> None:
+    host = _crashed()
+    result = _run(host, auto=BudgetOptions(), dry_run=True)
+    assert result.error is None and result.changed, result.error
+    assert result.flags_after == {"gpu_memory_utilization": "0.92", "max_num_batched_tokens": "4096"}
+    plan = result.extra["plan"]
+    assert plan["engine"] == "vllm" and plan["vllm"]["floor_utilization"] == 0.92
+    assert any("wants --gpu-memory-utilization 0.91," in w and "kept 0.92" in w and "--max-model-len" in w
+               for w in result.warnings), result.warnings  # fmt: skip
+    assert "--auto: --gpu-memory-utilization 0.92 (predicted 57,600 tokens)" in " ".join(result.notes)
+    assert "--gpu-memory-utilization 0.92 --max-num-batched-tokens 4096" in (result.diff or "")
+    assert host.scripts("# remediate commit") == []
+
+
+def test_the_recipe_below_the_floor_is_refused_with_the_alternative() -> None:
+    below = DesiredState(mem_fraction_static=Decimal("0.90"))
+    host = _crashed()
+    result = _run(host, desired=below)
+    assert result.exit_code == 1 and result.error is not None, result
+    refusal = "gpu-01: refusing the OOM recipe: --gpu-memory-utilization 0.9 is below 0.92"
+    assert result.error.startswith(refusal), result.error
+    assert "use 0.92, or set an explicit --max-model-len (at most 55,520 at 0.9)" in result.error
+    assert "\n" not in result.error and host.scripts("# remediate commit") == []
+    dry = _run(_crashed(), desired=below, dry_run=True)
+    assert dry.error is None and any(w.startswith("a real run refuses without --force: ") for w in dry.warnings)
+    forced = _run(_crashed(), desired=below, dry_run=True, force=True)
+    assert forced.error is None and any(w.startswith("--force: --gpu-memory-utilization 0.9 ") for w in forced.warnings)
+
+
+def test_the_recipe_above_the_floor_is_not_held() -> None:
+    host = _crashed()
+    result = _run(host, dry_run=True)  # the step: 0.95 -> 0.94
+    assert result.error is None and result.flags_after["gpu_memory_utilization"] == "0.94", result.error
+    assert not any("max_model_len" in w for w in result.warnings), result.warnings
 
 
 def test_status_names_the_engine_and_the_pool() -> None:
