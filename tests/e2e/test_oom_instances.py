@@ -1,5 +1,9 @@
 """Issue 24: two instances of one template on one host; the crashed one is fixed by its own drop-in and
-verified, and its sibling is provably untouched (same ExecStart, restart counter, process, invocation)."""
+verified, and its sibling is provably untouched (same ExecStart, restart counter, process, invocation).
+
+The two instances run on different GPUs of a 16-GPU stand-in host, as two TP8 instances would on the two
+halves of a real one: the template's CUDA_VISIBLE_DEVICES=0-7, the sibling's drop-in's 8-15. The sibling's
+processes are then never the crashed instance's neighbours (whether or not Restart= already brought it back)."""
 
 from __future__ import annotations
 
@@ -16,12 +20,20 @@ pytestmark = pytest.mark.e2e
 TEMPLATE = "sglang@.service"
 TEMPLATE_PATH = f"/etc/systemd/system/{TEMPLATE}"
 SIBLING_PROPS = ("ExecStart", "NRestarts", "MainPID", "InvocationID")
+KNOBS = {**FAST_KNOBS, "gpus": 16}
+FIRST_GPUS, SIBLING_GPUS = ",".join(map(str, range(8))), ",".join(map(str, range(8, 16)))
 
 
 def _template(node: Node) -> str:
     text = sandbox_unit(INCIDENT.read_text(), node.host.address)
     assert "--port 30000" in text, "examples/incident/sglang.service changed shape"
+    assert "[Service]\n" in text
+    text = text.replace("[Service]\n", f"[Service]\nEnvironment=CUDA_VISIBLE_DEVICES={FIRST_GPUS}\n", 1)
     return text.replace("--port 30000", "--port %i")  # the instance name is its port
+
+
+def _gpus_dropin(unit: str) -> str:
+    return f"/etc/systemd/system/{unit}.d/10-gpus.conf"
 
 
 def _argv(exec_start: str) -> str:
@@ -29,11 +41,13 @@ def _argv(exec_start: str) -> str:
 
 
 def _two_instances(node: Node) -> tuple[str, str]:
-    """sglang@PORT_A (the node's port) and sglang@PORT_B of one template, both healthy."""
+    """sglang@PORT_A (the node's port, GPUs 0-7) and sglang@PORT_B (GPUs 8-15) of one template, both healthy."""
     sibling_port = free_port(node.host.address)
     while sibling_port == node.port:
         sibling_port = free_port(node.host.address)
     crashed, sibling = f"sglang@{node.port}.service", f"sglang@{sibling_port}.service"
+    node.host.set_standin(**KNOBS)
+    node.host.write(_gpus_dropin(sibling), f"[Service]\nEnvironment=CUDA_VISIBLE_DEVICES={SIBLING_GPUS}\n")
     node.install(_template(node), name=TEMPLATE, start=False)
     for unit, port in ((crashed, node.port), (sibling, sibling_port)):
         assert node.host.systemctl("start", unit).returncode == 0
@@ -45,6 +59,12 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
     crashed, sibling = _two_instances(node)
     template_sha = node.sha(TEMPLATE_PATH)
     before = node.show(*SIBLING_PROPS, unit=sibling)
+    # Both running: nvidia-smi lists the sibling's process on GPUs 8-15 only, so it is no neighbour of the first.
+    healthy = node.cli("diagnose", "--unit", crashed)
+    assert healthy.returncode == 0 and healthy.result["foreign_gpu_processes"] == [], healthy.result
+    uuids = {g["index"]: g["uuid"] for g in healthy.result["gpus"]}
+    on = {p["gpu_uuid"] for p in healthy.result["gpu_processes"] if p["pid"] == int(before["MainPID"])}
+    assert len(uuids) == 16 and on == {uuids[g] for g in range(8, 16)}, healthy.result
     # ExecStart='s runtime fields (start_time, pid) are not kept across a daemon-reload: its command is compared.
     before_argv = _argv(before.pop("ExecStart"))
 
@@ -83,7 +103,7 @@ def test_crashed_instance_fixed_by_its_dropin_sibling_untouched(node: Node) -> N
     after = node.show(*SIBLING_PROPS, unit=sibling)
     assert _argv(after.pop("ExecStart")) == before_argv, "the sibling's command changed"
     assert after == before, "the sibling must not be restarted"
-    assert node.show("DropInPaths", unit=sibling)["DropInPaths"] == ""
+    assert node.show("DropInPaths", unit=sibling)["DropInPaths"] == _gpus_dropin(sibling)
     assert not any(sibling in line for line in node.audit()), node.audit()
 
     status = node.cli("status", "--unit", crashed)
@@ -111,7 +131,7 @@ def test_an_instance_that_fails_to_come_up_loses_the_new_dropin_again(node: Node
     template_sha = node.sha(TEMPLATE_PATH)
     before = node.show(*SIBLING_PROPS, unit=sibling)
     before_argv = _argv(before.pop("ExecStart"))
-    node.host.set_standin(**FAST_KNOBS, failure="crash_during_load")
+    node.host.set_standin(**KNOBS, failure="crash_during_load")
 
     proc = node.popen("oom", "--unit", instance, "--wait-timeout", "60")
     poll(
@@ -119,7 +139,7 @@ def test_an_instance_that_fails_to_come_up_loses_the_new_dropin_again(node: Node
         deadline=30,
         what="the remediated instance to crash",
     )
-    node.host.set_standin(**FAST_KNOBS)
+    node.host.set_standin(**KNOBS)
     run = node.finish(proc)
 
     assert run.returncode == 1 and run.result["outcome"] == "rolled_back", run

@@ -192,3 +192,39 @@ def test_the_board_ignores_dead_and_reused_pids(tmp_path: Path) -> None:
         (tmp_path / f"{pid}.json").write_text(json.dumps({"pid": pid, "used_bytes": [1 << 30]}))
     (tmp_path / "junk.json").write_text("{")
     assert gpus.read_board(str(tmp_path)) == []
+
+
+def test_cuda_visible_devices_places_each_server_on_its_gpus(start) -> None:
+    """Two TP8 servers on a 16-GPU host: the second on GPUs 8-15 (its CUDA_VISIBLE_DEVICES), where a neighbour
+    on GPU 11 is its rank 3's; nvidia-smi lists each server's rows under its own GPUs' UUIDs."""
+    knobs = {"gpus": 16, "neighbour": {"pid": 777, "gib": 6.5, "gpus": [11]}}
+    low = start(FIX, knobs)
+    high = start(FIX, knobs, env={"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in range(8, 16))})
+    low.wait_healthy()
+    high.wait_healthy()
+    assert re.search(r"TP3\] Load weight begin\. avail mem=85\.13 GB", high.output())
+    assert not re.search(r"TP3\] Load weight begin\. avail mem=85\.13 GB", low.output())
+    gpu = high.smi("--query-gpu=index,uuid,memory.total,memory.used", "--format=csv,noheader,nounits")
+    uuids = {int(i): u for i, u, _, _ in (line.split(", ") for line in gpu.stdout.splitlines())}
+    assert sorted(uuids) == list(range(16)) and len(set(uuids.values())) == 16
+    assert all(
+        re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in uuids.values()
+    )
+    apps = high.smi("--query-compute-apps=pid,used_memory,gpu_uuid", "--format=csv,noheader,nounits")
+    on: dict[int, set[str]] = {}
+    for line in apps.stdout.splitlines():
+        pid, _, where = line.split(", ")
+        on.setdefault(int(pid), set()).add(where)
+    assert on == {low.proc.pid: {uuids[g] for g in range(8)}, high.proc.pid: {uuids[g] for g in range(8, 16)},
+                  777: {uuids[11]}}  # fmt: skip
+
+
+def test_rank_gpus_reads_cuda_visible_devices_as_cuda_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sglang import gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpus.rank_gpus(3) == (0, 1, 2)
+    assert gpus.rank_gpus(2, f"{gpus.uuid(5)},4") == (5, 4)
+    assert gpus.rank_gpus(4, "6,7,x,0") == (6, 7, 8, 9)  # CUDA stops at the first invalid entry
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert gpus.rank_gpus(1) == (3,)

@@ -45,8 +45,7 @@ _APP_FIELDS = {
 }
 
 
-def _uuid(gpu: int) -> str:
-    return f"GPU-5a7e0c1d-{gpu:04x}-4b2e-9f3a-00000000{gpu:04x}"
+_uuid = gpus.uuid
 
 
 def _bus(gpu: int) -> str:

@@ -23,7 +23,15 @@ from remediate.core.diagnosis import (
     oom_command,
     parse_journal,
 )
-from remediate.core.diagnosis.gpus import Gpu, GpuApp, foreign_apps, parse_apps, parse_gpus, process_tree
+from remediate.core.diagnosis.gpus import (
+    Gpu,
+    GpuApp,
+    foreign_apps,
+    parse_apps,
+    parse_gpus,
+    process_tree,
+    visible_uuids,
+)
 from remediate.core.engines import SGLANG, Engine, Verdict
 from remediate.core.numbers import as_float
 from remediate.core.probe import ProbeResult
@@ -203,6 +211,15 @@ def engine_of_sources(sources: UnitSources) -> Engine:
         return SGLANG
 
 
+def visible_devices(sources: UnitSources) -> str | None:
+    """The unit's ``CUDA_VISIBLE_DEVICES`` (None: unset, or not known here)."""
+    try:
+        value = load_service(sources).lookup("CUDA_VISIBLE_DEVICES")
+    except ConfigError:
+        return None
+    return value.assignment.value.text if value.assignment is not None else None
+
+
 def read_diagnosis_evidence(
     found: ProbeResult, sources: UnitSources, since_restarts: int | None = None, smi_timeout: int = SMI_TIMEOUT_S
 ) -> DiagnosisEvidence:
@@ -232,7 +249,9 @@ def read_diagnosis_evidence(
         server = frozenset()
         if apps:
             notes.append("the server runs in a container: GPU processes are not attributed to the unit")
-    foreign = foreign_apps(apps, server)
+    # a process on GPUs the server does not use (a sibling instance of the template on the other half of an
+    # 8-GPU host) is no neighbour
+    foreign = foreign_apps(apps, server, visible_uuids(visible_devices(sources), gpus))
     for app in foreign:
         notes.append(f"GPU process {app.pid} ({app.used_bytes >> 20} MiB) is not part of {state.unit}")
     engine = engine_of_sources(sources)

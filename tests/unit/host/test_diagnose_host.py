@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport, incident_host
+from fake_transport import INCIDENT, FakeTransport, incident_host
 
 from remediate import api
 from remediate.cli.render import console as render_console
@@ -25,15 +25,18 @@ def host(
     apps: list[str] = (),
     state: str = "failed",
     argv: list[str] = ARGV,
+    text: str = INCIDENT,
 ) -> FakeTransport:  # type: ignore[assignment]
     extra = ["@@journal", *journal]
     if gpus is None:
         extra.append("@@gpus absent")
     else:
         extra += ["@@gpus", *gpus, "@@apps", *apps]
-    extra += ["@@ps", "  100     1", "  101   100", "  102   100", "  555     1"]
+    extra += ["@@ps", "  100     1", "  101   100", "  102   100", "  555     1", "  200     1", "  201   200"]
     main_pid = 100 if state == "active" else 0
-    return incident_host(argv=argv, active=state, probe_tail=extra, Result="exit-code", NRestarts=1, MainPID=main_pid)
+    return incident_host(
+        argv=argv, text=text, active=state, probe_tail=extra, Result="exit-code", NRestarts=1, MainPID=main_pid
+    )
 
 
 def journal(case: str) -> list[str]:
@@ -65,7 +68,8 @@ def test_incident_journal_gives_findings_recommendation_and_command() -> None:
     (call,) = fake.calls
     assert call.stdin is not None
     assert 'journalctl -u "$unit" -o short-iso --no-pager -q -n 2000' in call.stdin
-    assert "--query-compute-apps=pid,used_memory" in call.stdin
+    assert "--query-compute-apps=pid,used_memory,gpu_uuid " in call.stdin
+    assert "--query-gpu=index,uuid,memory.total,memory.used " in call.stdin
 
     alone = run(host(journal("incident-kimi-tp8"), gpus=["0, 97250, 96900"], apps=["102, 95000"], state="active"))
     assert alone["foreign_gpu_processes"] == [] and alone["recommendation"]["blocking"] is False
@@ -138,3 +142,53 @@ def test_a_container_unit_does_not_attribute_gpu_processes() -> None:
     result = run(host(journal("incident-kimi-tp8"), gpus=["0, 97250, 96900"], apps=["9999, 95000"], argv=docker))
     assert result["foreign_gpu_processes"] == [] and result["recommendation"]["blocking"] is False
     assert any("runs in a container" in n for n in result["notes"]), result["notes"]
+
+
+UUIDS = [f"GPU-5a7e0c1d-{g:04x}-4b2e-9f3a-00000000{g:04x}" for g in range(8)]
+EIGHT = [f"{g}, {UUIDS[g]}, 97865, 90000" for g in range(8)]
+
+
+def _on(pid: int, *gpus: int, mib: int = 90000) -> list[str]:
+    return [f"{pid}, {mib}, {UUIDS[g]}" for g in gpus]
+
+
+def test_a_sibling_instance_on_the_other_gpus_is_not_foreign() -> None:
+    """sglang@0-3 (this unit, restarted by Restart=: MainPID 100) on GPUs 0-3; sglang@4-7 (201) on 4-7."""
+    apps = [*_on(101, 0, 1, 2, 3), *_on(201, 4, 5, 6, 7)]
+    result = run(host(journal("incident-kimi-tp8"), gpus=EIGHT, apps=apps, state="active"))
+    assert result["foreign_gpu_processes"] == [] and result["recommendation"]["blocking"] is False, result
+    assert not any("is not part of" in n for n in result["notes"]), result["notes"]
+    assert result["gpu_processes"][0] == {"pid": 101, "used_bytes": 90000 << 20, "gpu_uuid": UUIDS[0]}
+    assert result["gpus"][4]["uuid"] == UUIDS[4]
+
+
+def test_a_process_on_the_servers_gpu_is_still_foreign() -> None:
+    apps = [*_on(101, 0, 1, 2, 3), *_on(201, 4, 5, 6, 7), *_on(555, 2, mib=2048)]
+    result = run(host(journal("incident-kimi-tp8"), gpus=EIGHT, apps=apps, state="active"))
+    assert [(p["pid"], p["gpu_uuid"]) for p in result["foreign_gpu_processes"]] == [(555, UUIDS[2])]
+    assert result["recommendation"]["blocking"] is True
+    assert any("GPU process 555 (2048 MiB) is not part of" in n for n in result["notes"]), result["notes"]
+
+
+def test_a_server_on_no_gpu_yet_is_placed_by_its_cuda_visible_devices() -> None:
+    """Restarted and still loading (nothing on a GPU): the unit's CUDA_VISIBLE_DEVICES says where it runs;
+    without it every GPU may be the server's, and the sibling counts (conservative)."""
+    apps = _on(201, 4, 5, 6, 7)
+    pinned = INCIDENT.replace("[Service]\n", "[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=0,1,2,3\n", 1)
+    assert pinned != INCIDENT
+    result = run(host(journal("incident-kimi-tp8"), gpus=EIGHT, apps=apps, state="active", text=pinned))
+    assert result["foreign_gpu_processes"] == [] and result["recommendation"]["blocking"] is False, result
+    unpinned = run(host(journal("incident-kimi-tp8"), gpus=EIGHT, apps=apps, state="active"))
+    assert [p["pid"] for p in unpinned["foreign_gpu_processes"]] == [201] * 4
+    assert unpinned["recommendation"]["blocking"] is True
+    on_it = INCIDENT.replace("[Service]\n", "[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=4,5,6,7\n", 1)
+    shared = run(host(journal("incident-kimi-tp8"), gpus=EIGHT, apps=apps, state="active", text=on_it))
+    assert [p["pid"] for p in shared["foreign_gpu_processes"]] == [201] * 4
+
+
+def test_an_older_nvidia_smi_answer_without_uuids_still_counts_every_process() -> None:
+    result = run(
+        host(journal("incident-kimi-tp8"), gpus=["0, 97250, 96900"], apps=["101, 95000", "201, 95000"], state="active")
+    )
+    assert [p["pid"] for p in result["foreign_gpu_processes"]] == [201]
+    assert result["gpus"][0]["uuid"] is None and result["foreign_gpu_processes"][0]["gpu_uuid"] is None
