@@ -43,15 +43,25 @@ LISTENER_SCRIPT = "# remediate: listener"  # templates/listener.sh.j2: who holds
 
 
 def listener_output(
-    *, main_pid: int = 4242, listen: str = "127.0.0.1:30000", inode: int = 777, ours: bool = True, who: str = ""
+    *,
+    main_pid: int = 4242,
+    listen: str = "127.0.0.1:30000",
+    inode: int = 777,
+    ours: bool = True,
+    who: str = "",
+    state: dict[str, str | int] | None = None,
+    environ: str = "",
 ) -> str:
-    """templates/listener.sh.j2's answer: the unit holds the listening socket (``ours``) or another process."""
+    """templates/listener.sh.j2's answer: the unit holds the listening socket (``ours``) or another process.
+    ``state``: the wait's state properties its one ``systemctl show`` also gave (ActiveState, …; none: an
+    answer that lacks them); ``environ``: the server's environment read after the ``@@end`` (``@@main …``)."""
     held = f"socket:[{inode}]" if ours else "socket:[1]"
     users = who or f'users:(("python3",pid={main_pid if ours else 9999},fd=7))'
     return (
         f"@@show\nMainPID={main_pid}\nControlGroup=/system.slice/sglang.service\nExecStart=\n"
-        f"@@listen\nLISTEN 0 2048 {listen} 0.0.0.0:* ino:{inode} sk:1 <->\n"
-        f"@@sockets\n{held}\n@@who\nLISTEN 0 2048 {listen} 0.0.0.0:* {users}\n@@end\n"
+        + "".join(f"{k}={v}\n" for k, v in (state or {}).items())
+        + f"@@listen\nLISTEN 0 2048 {listen} 0.0.0.0:* ino:{inode} sk:1 <->\n"
+        f"@@sockets\n{held}\n@@who\nLISTEN 0 2048 {listen} 0.0.0.0:* {users}\n@@end\n{environ}"
     )
 
 

@@ -80,7 +80,15 @@ class CommitReport:
 
 
 def render_commit(
-    unit: str, writes: list[FileWrite], *, epoch: int, restart: bool, analyze: bool, token: str, journal: str = ""
+    unit: str,
+    writes: list[FileWrite],
+    *,
+    epoch: int,
+    restart: bool,
+    analyze: bool,
+    token: str,
+    journal: str = "",
+    fragment: str = "",
 ) -> str:
     return templates.render(
         "commit.sh.j2",
@@ -89,6 +97,7 @@ def render_commit(
         epoch=epoch,
         restart=restart,
         analyze=analyze,
+        fragment=fragment,
         log_path=commit_log_path(unit, token),
         commit_lock=commit_lock_path(unit),
         commit_wait=COMMIT_TIMEOUT_S,
@@ -104,14 +113,16 @@ def commit(
     epoch: int,
     restart: bool = True,
     analyze: bool = False,
+    fragment: str = "",
     journal: str = "",
     resume_within: float = RESUME_WITHIN_S,
     token: str | None = None,
 ) -> CommitReport:
     """Run the remote transaction (``templates/commit.sh.j2``) and parse what it reports.
 
-    ``journal``: the line logged to the host's journal (``logger -t remediate``) once the files are
-    written, the backup paths appended; masked here, whatever the caller passed.
+    ``analyze``: ``systemd-analyze verify`` the unit's ``fragment`` (as the locked read found it; empty: asked of
+    systemctl) beside the reload. ``journal``: the line logged to the host's journal (``logger -t remediate``)
+    once the files are written, the backup paths appended; masked here, whatever the caller passed.
 
     Exactly once: one ``token`` for this commit, sent again unchanged after a cut. The script claims it
     (its log, created O_EXCL) before it does anything else, so a host that shows the token is never sent the
@@ -124,7 +135,9 @@ def commit(
     (nothing written), CommitError (``written`` says what holds the new bytes), StateUnknownError
     (the connection could not be re-established)."""
     token = token or secrets.token_hex(8)
-    script = render_commit(unit, writes, epoch=epoch, restart=restart, analyze=analyze, token=token, journal=journal)
+    script = render_commit(
+        unit, writes, epoch=epoch, restart=restart, analyze=analyze, token=token, journal=journal, fragment=fragment
+    )
     resumed = False
     for _attempt in range(SENDS):
         try:

@@ -33,18 +33,22 @@ class ServerEnv:
     values: dict[str, str]
 
 
+def environ_args(entry: str = _ENTRY) -> dict[str, object]:
+    """The bounds and patterns of the read (``templates/_environ.sh.j2``), for every script that includes it;
+    ``entry``: the engine's argv word of its server process (its Engine's ``process_entry``)."""
+    return {
+        "pids_max": _PIDS_MAX,
+        "entry": entry,
+        "environ_max": _ENVIRON_MAX,
+        "names": "^(" + "|".join(_NAMES) + ")=",
+    }
+
+
 def environ_script(unit: str, entry: str = _ENTRY) -> str:
-    """The read (``templates/environ.sh.j2``): MainPID, the nearest process under it that runs sglang, its
+    """The read (``templates/environ.sh.j2``): MainPID, the nearest process under it that runs the server, its
     allocator variables (``@@none`` where no process there runs it as its own argv: nothing is checked rather
     than the wrong process)."""
-    return templates.render(
-        "environ.sh.j2",
-        unit=unit,
-        pids_max=_PIDS_MAX,
-        entry=entry,
-        environ_max=_ENVIRON_MAX,
-        names="^(" + "|".join(_NAMES) + ")=",
-    )
+    return templates.render("environ.sh.j2", unit=unit, **environ_args(entry))
 
 
 def parse_environ(stdout: str) -> ServerEnv | None:

@@ -3,7 +3,7 @@
 Connection refused is normal for minutes while weights load; ``/health`` then answers 503 until the
 warm-up request succeeds, then 200. Healthy means ``/health`` 200 *and* a ``max_total_num_tokens``
 (from ``/server_info`` on sglang ≥ 0.5.6, ``/get_server_info`` before, or the journal's capacity
-line). The unit's state is read alongside (often at first, then every few seconds) so a crash fails fast
+line). The unit's state is read alongside (after a second, then every few seconds) so a crash fails fast
 instead of timing out.
 
 The server's answers are not trusted: each GET is bounded in time and size (transport/http1.py), a JSON
@@ -27,8 +27,9 @@ from remediate.core.engines import SGLANG, Engine
 from remediate.core.probe import ServiceState
 from remediate.core.startup import tokens_from_info
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
+from remediate.host.environ import ServerEnv
 from remediate.host.facts import fetch_json, journal_since, read_state
-from remediate.host.listener import listener_owner
+from remediate.host.listener import last_look
 from remediate.transport.base import Transport
 
 
@@ -44,12 +45,15 @@ class Healthy:
     seconds: float
     polls: int
     unchecked: str | None = None  # why the port's owner could not be checked (a container, no ss), else None
+    env_read: bool = False  # the server's allocator variables were read with the last look (``environ=True``)
+    env: ServerEnv | None = None  # … and what they were (None: no main process, nothing readable)
 
 
 FIRST_GAP_S = 0.02  # the first poll comes right after the restart returns; then the gaps grow ×1.3 …
 GAP_GROWTH = 1.3  # (a server that is up in 0.3 s is seen at once; 1 s gaps are reached after ~3 s)
 MAX_GAP_S = 1.0  # … to at most 1 s: a server that answers is noticed within a second
-STATE_EVERY_S = 5.0  # while the port stays closed, `systemctl show` runs every 0.5 s at first, at most every 5 s
+FIRST_STATE_S = 1.0  # the commit's own read right after the restart is the first; the next comes a second later,
+STATE_EVERY_S = 5.0  # then the gaps grow (1 s + a tenth of the wait so far) to at most 5 s while the server loads
 
 
 def _gap(attempt: int, max_gap: float) -> float:
@@ -58,9 +62,10 @@ def _gap(attempt: int, max_gap: float) -> float:
 
 
 def _state_due(since_last: float, waited: float) -> bool:
-    """Whether this poll also reads the unit's state: often at first (a crash fails the wait fast), then
-    every few seconds (minutes of loading must not keep systemctl and journalctl busy on the host)."""
-    return since_last >= min(STATE_EVERY_S, 0.5 + waited / 10)
+    """Whether this poll also reads the unit's state: a second after the last read at first (a crash fails the
+    wait fast), then every few seconds (minutes of loading must not keep systemctl and journalctl busy on the
+    host; a fleet's hosts share their cores with the servers that are starting)."""
+    return since_last >= min(STATE_EVERY_S, FIRST_STATE_S + waited / 10)
 
 
 @dataclass
@@ -77,6 +82,7 @@ class HealthWait:
     on_progress: Callable[[str, float, str], None] | None = None
     max_backoff: float = MAX_GAP_S
     engine: Engine = SGLANG  # its info documents and its capacity line (vLLM: the journal's GPU KV cache size)
+    environ: bool = False  # read the server's allocator variables with the last look (verify checks them)
     start: float = field(default_factory=time.monotonic, init=False)
     baseline_restarts: int | None = field(default=None, init=False)  # NRestarts at the first state read
     baseline_pid: int | None = field(default=None, init=False)  # the first MainPID seen
@@ -117,7 +123,8 @@ class HealthWait:
         return UnhealthyError(self.transport.host, message, journal=journal)
 
     def check_state(self, elapsed: float, *, newest_line: bool = True) -> None:
-        """Read the unit's state (and its newest journal line) and judge it."""
+        """Read the unit's state (and its newest journal line, for a progress line) and judge it."""
+        newest_line = newest_line and self.on_progress is not None
         state, self.newest = read_state(self.transport, self.unit, newest_line=newest_line)
         self.judge(state, elapsed)
 
@@ -172,7 +179,8 @@ class HealthWait:
             raise _NotReady(f"reconnected after a lost connection ({cut.message})") from None
 
     def poll_once(self) -> Healthy:
-        """``/health``, then (on 200) the capacity and the port's owner; the state when it is due."""
+        """``/health``, then (on 200) the capacity and the last look (the port's owner and the unit's state, in
+        one round trip); the state when it is due."""
         transport, unit, endpoint = self.transport, self.unit, self.endpoint
         host, port = endpoint
         self.polls += 1
@@ -191,15 +199,23 @@ class HealthWait:
             if tokens is None:
                 tokens = engine.capacity(journal_since(transport, unit, self.restart_epoch))
                 source = "journal"
-            owner = listener_owner(transport, unit, endpoint) if tokens is not None else None
+            look = (
+                last_look(transport, unit, endpoint, environ=self.environ, entry=self.engine.process_entry)
+                if tokens is not None
+                else None
+            )
+            if look is not None and look.state is not None:
+                self.judge(look.state, elapsed)  # the look's own state: a crash, a restart, a new MainPID fail here
+            owner = look.owner if look is not None else None
             if owner is not None and not owner.is_ours:
                 phase = f"/health answers, but {owner.why}"
-            elif tokens is not None:
-                # The unit we restarted answers, not a crash loop or another server: unless a look under a
-                # second ago saw it running (same InvocationID, MainPID set), look once more (no journal line).
-                if self.ours_at is None or time.monotonic() - self.ours_at > self.max_backoff:
+            elif look is not None and tokens is not None:
+                # The unit we restarted answers, not a crash loop or another server. A look that did not bring
+                # the state back: unless a read under a second ago saw it running (same InvocationID, MainPID
+                # set), read it once more (no journal line).
+                if look.state is None and (self.ours_at is None or time.monotonic() - self.ours_at > self.max_backoff):
                     self.check_state(elapsed, newest_line=False)
-                skipped = owner.why if owner is not None and owner.why.endswith("not checked") else None
+                skipped = look.owner.why if look.owner.why.endswith("not checked") else None
                 return Healthy(
                     tokens=tokens,
                     source=source,
@@ -207,6 +223,8 @@ class HealthWait:
                     seconds=time.monotonic() - self.start,
                     polls=self.polls,
                     unchecked=skipped,
+                    env_read=look.environ,
+                    env=look.env,
                 )
             else:
                 phase = f"healthy, waiting for {self.engine.capacity_name}"
@@ -235,16 +253,18 @@ def wait_healthy(
     max_backoff: float = MAX_GAP_S,
     initial_state: ServiceState | None = None,
     engine: Engine = SGLANG,
+    environ: bool = False,
 ) -> Healthy:
     """Poll until healthy; raise UnhealthyError on failure, crash loop, or timeout.
 
     Every poll is a ``/health`` GET through the connection (a direct-tcpip channel: no process on the host);
-    the unit's state (``systemctl show`` + the newest journal line, one command) is read on the first poll
-    and then on a schedule that thins out while the server loads (:func:`_state_due`), and once more when it
-    answers unless a read under a second old saw the unit active with our InvocationID and a MainPID, so a
-    crash, a systemd restart or another server on the port is never taken for the new server.
-    ``initial_state``: the unit's state read right after the restart (the commit script's): it is the first
-    state read, so the wait begins with a /health poll."""
+    the unit's state (``systemctl show``, with the newest journal line when there is a progress line to show
+    it) is read on the first poll and then on a schedule that thins out while the server loads
+    (:func:`_state_due`), and once more when it answers: the last look (host/listener.py) reads it with the
+    port's owner in one round trip, so a crash, a systemd restart or another server on the port is never
+    taken for the new server. ``initial_state``: the unit's state read right after the restart (the commit
+    script's): it is the first state read, so the wait begins with a /health poll. ``environ``: the last look
+    also reads the server's allocator variables (``Healthy.env``)."""
     wait = HealthWait(
         transport,
         unit,
@@ -255,5 +275,6 @@ def wait_healthy(
         on_progress=on_progress,
         max_backoff=max_backoff,
         engine=engine,
+        environ=environ,
     )
     return wait.run(initial_state)

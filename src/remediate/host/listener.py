@@ -5,6 +5,10 @@ the port first (a stale server, another user's process) answers as well. The wai
 new server only when the listening socket is held by the unit's processes (its cgroup, MainPID and its
 descendants): :func:`remediate.core.listener.judge_owner`.
 
+The same round trip is the health wait's last look (:func:`last_look`): its one ``systemctl show`` also gives
+the unit's state (judged as every state read of the wait is), and, when asked, the server's allocator
+variables are read beside it (host/environ.py's read, from the same MainPID).
+
 Limits: a container launcher (docker, podman, nerdctl in ExecStart) runs the server in the runtime's own
 cgroup, under containerd/conmon, and publishes the port through docker-proxy or the runtime's netns: its
 processes are not the unit's, so the check cannot prove ownership there and is skipped (``is_ours`` with
@@ -17,10 +21,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from remediate.core.listener import Listener, Owner, parse_listeners, parse_socket_inodes, who
 from remediate.core.probe import ServiceState, parse_show
 from remediate.host import templates
+from remediate.host.environ import ServerEnv, environ_args, parse_environ
 from remediate.transport.base import Transport
 
 COMMAND_TIMEOUT_S = 30.0
@@ -65,8 +71,14 @@ def judge_owner(
     return Owner(True, f"{unit} holds {serving[0].address}:{serving[0].port}")
 
 
-def listener_script(unit: str, port: int) -> str:
-    return templates.render("listener.sh.j2", unit=unit, port=port)
+# ExecStart (is it a container?) and ControlGroup (whose sockets) for the check; the rest, the wait's state props
+_SHOW = "MainPID,ControlGroup,ExecStart,ActiveState,SubState,Result,NRestarts,InvocationID"
+
+
+def listener_script(unit: str, port: int, *, environ: bool = False, entry: str | None = None) -> str:
+    """``entry``: the server process's argv word for the environ read (its Engine's ``process_entry``)."""
+    args = (environ_args(entry) if entry else environ_args()) if environ else {}
+    return templates.render("listener.sh.j2", unit=unit, port=port, properties=_SHOW, environ=environ, **args)
 
 
 def _launches_container(state: ServiceState) -> bool:
@@ -87,9 +99,15 @@ def _sections(text: str) -> dict[str, list[str]]:
     return sections
 
 
+def _check_part(text: str) -> tuple[str, str]:
+    """The check's own output (up to its first ``@@end`` line, included) and what follows it (the environ)."""
+    head, sep, tail = text.partition("\n@@end\n")
+    return (head + sep, tail) if sep else (text, "")
+
+
 def parse_owner(text: str, unit: str, endpoint: tuple[str, int]) -> Owner:
     """The verdict from the script's output (``@@show``, ``@@listen``, ``@@sockets``, ``@@who``, ``@@end``)."""
-    sections = _sections(text)
+    sections = _sections(_check_part(text)[0])
     if "end" not in sections:
         return Owner(False, "the check of who holds the port did not finish")
     state = ServiceState(unit=unit, properties=parse_show("\n".join(sections.get("show", []))))
@@ -106,5 +124,37 @@ def parse_owner(text: str, unit: str, endpoint: tuple[str, int]) -> Owner:
 
 def listener_owner(transport: Transport, unit: str, endpoint: tuple[str, int]) -> Owner:
     """Whether the socket that ``endpoint`` reaches is held by ``unit``'s processes (read on the host)."""
-    result = transport.run(listener_script(unit, endpoint[1]), timeout=COMMAND_TIMEOUT_S)
-    return parse_owner(result.stdout, unit, endpoint)
+    return last_look(transport, unit, endpoint).owner
+
+
+@dataclass(frozen=True)
+class Look:
+    """The health wait's last look at a server that answers: who holds the port, the unit's state (None: the
+    look did not finish), and the server's allocator variables (``environ``: asked for and read)."""
+
+    owner: Owner
+    state: ServiceState | None
+    environ: bool = False
+    env: ServerEnv | None = None
+
+
+def parse_look(text: str, unit: str, endpoint: tuple[str, int], *, environ: bool = False) -> Look:
+    check, rest = _check_part(text)
+    owner = parse_owner(check, unit, endpoint)
+    sections = _sections(check)
+    state = None
+    if "end" in sections:
+        props = parse_show("\n".join(sections.get("show", [])))
+        state = ServiceState(unit=unit, properties=props) if props.get("ActiveState") else None
+    env = parse_environ(rest) if environ else None
+    return Look(owner, state, environ and "@@main " in rest, env)
+
+
+def last_look(
+    transport: Transport, unit: str, endpoint: tuple[str, int], *, environ: bool = False, entry: str | None = None
+) -> Look:
+    """One round trip: who holds the port ``endpoint`` reaches, the unit's state, and (``environ``) the
+    server's allocator variables (of the process whose argv word matches ``entry``; sglang's by default)."""
+    script = listener_script(unit, endpoint[1], environ=environ, entry=entry)
+    result = transport.run(script, timeout=COMMAND_TIMEOUT_S)
+    return parse_look(result.stdout, unit, endpoint, environ=environ)

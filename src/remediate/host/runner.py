@@ -98,9 +98,18 @@ def verify_server_env(host: str, env: ServerEnv | None, wanted: str | None) -> N
         raise RemediationError(host, "; ".join(problems) + ": the unit's setting did not reach the server")
 
 
+def _env_readable(sources: UnitSources) -> bool:
+    """Not for a container: its environment is the engine's to give (``-e``), and the host-side process (the
+    docker client, conmon) never holds it."""
+    try:
+        return not load_service(sources).command.in_container
+    except ConfigError:
+        return False
+
+
 def _server_env(transport: Transport, unit: str, sources: UnitSources) -> ServerEnv | None:
-    """The sglang process's environment — not for a container: its environment is the engine's to give
-    (``-e``), and the host-side process (the docker client, conmon) never holds it."""
+    """The server process's environment (None for a container, :func:`_env_readable`), found by its engine's
+    argv word."""
     try:
         service = load_service(sources)
     except ConfigError:
@@ -288,7 +297,9 @@ def _remediate_locked(
     def check(healthy: Healthy) -> None:
         verify_server_args(result.host, healthy.info, plan)
         if desired.alloc_conf:
-            verify_server_env(result.host, _server_env(transport, unit, sources), desired.alloc_conf)
+            # read with the wait's last look (one round trip less), else now
+            env = healthy.env if healthy.env_read else _server_env(transport, unit, sources)
+            verify_server_env(result.host, env, desired.alloc_conf)
         verify_tokens(result, healthy, options, engine)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now, engine)
 
@@ -308,6 +319,8 @@ def _remediate_locked(
         options=options,
         epoch=epoch,
         analyze=found.has_systemd_analyze,
+        fragment=found.state.fragment_path if found.state is not None else "",
+        environ=bool(desired.alloc_conf) and _env_readable(sources),
         verify=check,
         success="drift" if drift else "remediated",
         undo_note="rolled back to the previous unit",

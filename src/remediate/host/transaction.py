@@ -50,6 +50,8 @@ class Change:
     undo_note: str  # appended to the error once the undo held
     analyze: bool = False  # systemd-analyze verify the new unit (when the host has it)
     engine: Engine = SGLANG  # what the health wait reads the capacity from
+    fragment: str = ""  # the unit's fragment as the locked read found it (what systemd-analyze verifies)
+    environ: bool = False  # the wait's last look reads the server's allocator variables (verify checks them)
 
     @property
     def verb(self) -> str:
@@ -67,13 +69,23 @@ def transact(transport: Transport, change: Change, result: HostResult, timer: Ti
     try:
         with timer.phase("commit"):
             note = f"remediate {change.verb} {unit}: {changes}"
-            report = commit(transport, unit, list(writes), epoch=change.epoch, analyze=change.analyze, journal=note)
+            report = commit(
+                transport,
+                unit,
+                list(writes),
+                epoch=change.epoch,
+                analyze=change.analyze,
+                fragment=change.fragment,
+                journal=note,
+            )
         result.backups = list(report.backups.values())
         result.backup = result.backups[0] if result.backups else None
         _record(result, change, "committed", changes)
         result.warnings += [f"systemd-analyze: {line}" for line in report.analyze]
         with timer.phase("wait"):
-            healthy = _wait(transport, change, report, timer.waiting)
+            healthy = _wait(
+                transport, change, report, timer.waiting if timer.progress else None, environ=change.environ
+            )
         with timer.phase("verify"):
             change.verify(healthy)
         result.outcome = change.success
@@ -183,6 +195,8 @@ def _wait(
     change: Change,
     report: CommitReport,
     on_progress: Callable[[str, float, str], None] | None = None,
+    *,
+    environ: bool = False,
 ) -> Healthy:
     return wait_healthy(
         transport,
@@ -194,6 +208,7 @@ def _wait(
         on_progress=on_progress,
         initial_state=ServiceState(unit=change.unit, properties=report.state) if report.state else None,
         engine=change.engine,
+        environ=environ,
     )
 
 

@@ -8,7 +8,7 @@ import types
 
 import pytest
 import tenacity.nap
-from fake_transport import FakeTransport, state_output
+from fake_transport import LISTENER_SCRIPT, FakeTransport, listener_output, state_output
 
 from remediate.core.probe import ServiceState
 from remediate.errors import UnhealthyError
@@ -75,7 +75,7 @@ def test_a_crash_while_loading_is_noticed_by_the_next_state_read(naps: list[floa
     with pytest.raises(UnhealthyError, match="crashed while loading"):
         _wait(host)
     assert len(host.ran(POLL)) == 2
-    assert sum(naps) <= 1.0  # found within the first second of waiting
+    assert sum(naps) <= 1.5  # found by the read a second after the first one
 
 
 def test_another_server_answering_while_the_unit_failed_is_not_success(naps: list[float]) -> None:
@@ -102,6 +102,38 @@ def test_an_activating_unit_is_looked_at_again_when_the_server_answers(naps: lis
     host.http("/server_info", INFO)
     assert _wait(host) == 195011
     assert len(host.ran(POLL)) == 2
+
+
+def test_the_last_look_brings_the_state_so_no_separate_read_follows(naps: list[float]) -> None:
+    host = FakeTransport("gpu-01")
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2"))
+    running = {"ActiveState": "active", "SubState": "running", "NRestarts": 0, "InvocationID": "inv-2"}
+    host.on(rf"\A{LISTENER_SCRIPT}", listener_output(listen="0.0.0.0:30000", state=running))
+    host.http("/health", None, 200)
+    host.http("/server_info", INFO)
+    assert _wait(host) == 195011
+    assert len(host.ran(POLL)) == 1  # the first poll's read; the answer's look read the state with the owner
+
+
+def test_a_new_main_pid_in_the_last_look_fails_the_wait(naps: list[float]) -> None:
+    host = FakeTransport("gpu-01")
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2", main_pid=4242))
+    moved = {"ActiveState": "active", "SubState": "running", "NRestarts": 0, "InvocationID": "inv-2"}
+    host.on(rf"\A{LISTENER_SCRIPT}", listener_output(main_pid=5000, listen="0.0.0.0:30000", state=moved))
+    host.on(r"\Ajournalctl", "\n")  # the verdict's journal
+    host.http("/health", None, 200)
+    host.http("/server_info", INFO)
+    with pytest.raises(UnhealthyError, match="MainPID changed 4242 → 5000"):
+        _wait(host)
+
+
+def test_without_a_progress_line_the_state_reads_skip_the_journal(naps: list[float]) -> None:
+    host = _host(refused=3)
+    _wait(host)
+    assert all("journalctl" not in c.command for c in host.ran(POLL))
+    host = _host(refused=3)
+    wait_healthy(host, UNIT, ("127.0.0.1", 30000), timeout=60, restart_epoch=None, on_progress=lambda *_: None)
+    assert all("journalctl -u" in c.command for c in host.ran(POLL))
 
 
 def _restarted(active: str = "active", sub: str = "running", result: str = "success") -> ServiceState:

@@ -12,7 +12,7 @@ from fake_transport import FakeTransport, listener_output, state_output
 
 from remediate.core.listener import Listener, parse_listeners, who
 from remediate.host.health import wait_healthy
-from remediate.host.listener import judge_owner, listener_script, parse_owner, reached
+from remediate.host.listener import judge_owner, listener_script, parse_look, parse_owner, reached
 
 UNIT = "sglang.service"
 ENDPOINT = ("127.0.0.1", 30000)
@@ -68,6 +68,33 @@ def test_a_host_where_ss_fails_is_accepted_unchecked_and_says_why() -> None:
     text = listener_output(ours=False).replace("@@listen\n", "@@listen\n@@nosockets\n")
     owner = parse_owner(text, UNIT, ENDPOINT)
     assert owner.is_ours and "not checked" in owner.why
+
+
+RUNNING = {"ActiveState": "active", "SubState": "running", "NRestarts": 0, "InvocationID": "inv-2"}
+
+
+def test_the_last_look_brings_the_units_state_and_the_environment_after_its_end() -> None:
+    environ = "@@main 4242\n@@environ 4243\nPYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n@@nosockets\n@@end\n"
+    look = parse_look(listener_output(state=RUNNING, environ=environ), UNIT, ENDPOINT, environ=True)
+    assert look.owner.is_ours and look.owner.why == "sglang.service holds 127.0.0.1:30000"  # not @@nosockets
+    assert look.state is not None and look.state.active_state == "active" and look.state.main_pid == 4242
+    assert look.environ and look.env is not None and look.env.pid == 4243
+    assert look.env.values["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True\n@@nosockets"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [listener_output(), "@@show\nMainPID=5\nActiveState=active\n", listener_output(state=RUNNING)[:-20]],
+)
+def test_a_look_without_its_state_or_environment_says_so(text: str) -> None:
+    look = parse_look(text, UNIT, ENDPOINT, environ=True)
+    assert look.state is None and not look.environ and look.env is None  # the wait reads them on its own
+
+
+def test_the_look_reads_the_environment_only_when_asked() -> None:
+    assert "@@main" not in listener_script(UNIT, 30000)
+    assert "@@main" in listener_script(UNIT, 30000, environ=True)
+    assert listener_script(UNIT, 30000, environ=True).count("systemctl show") == 2  # one, and the environ fallback
 
 
 def test_an_unfinished_check_is_not_ours() -> None:

@@ -448,3 +448,34 @@ def test_an_owner_check_that_could_not_run_is_said_in_the_notes(no_sleep: list[f
     result = run(host)
     assert result.outcome == "remediated", result.error
     assert any("port's owner is not checked" in note for note in result.notes), result.notes
+
+
+def test_the_environment_read_with_the_last_look_is_what_verify_checks(no_sleep: list[float]) -> None:
+    """The wait's last look brings the server's environment: no round trip of its own, and a server that lacks
+    the alloc conf there is rolled back as if it had been read apart."""
+    running = {"ActiveState": "active", "SubState": "running", "NRestarts": 0, "InvocationID": "inv-2"}
+    for value, outcome in (("expandable_segments:True", "remediated"), ("", "rolled_back")):
+        host = make_host()
+        host.on(COMMIT, commit_ok())
+        host.on(POLL, state_output("activating", "start", invocation_id="inv-2"))
+        environ = f"@@main 4242\n@@environ 4242\n{'PYTORCH_CUDA_ALLOC_CONF=' + value if value else ''}\n@@end\n"
+        look = listener_output(listen="0.0.0.0:30000", state=running, environ=environ)
+        host.on(r"\A# remediate: listener", look)
+        host.http("/health", 200)
+        host.http("/server_info", info(206635))
+        result = run(host)
+        assert result.outcome == outcome, result.error
+        assert host.scripts("# remediate: environ") == []  # read with the look
+        [listener] = host.ran(r"\A# remediate: listener")[:1]
+        assert "@@main" in listener.command
+
+
+def test_systemd_analyze_verifies_the_fragment_the_locked_read_found() -> None:
+    """No `systemctl show -p FragmentPath` in the commit: the read's fragment is rendered in (asked only when empty)."""
+    from remediate.host.commit import FileWrite, render_commit
+
+    writes = [FileWrite(PATH, "a\n", "b\n")]
+    script = render_commit(UNIT, writes, epoch=1, restart=True, analyze=True, token="t", fragment=PATH)
+    assert f"frag={PATH}\n" in script
+    blank = render_commit(UNIT, writes, epoch=1, restart=True, analyze=True, token="t")
+    assert "frag=''\n" in blank and "-p FragmentPath" in blank

@@ -159,6 +159,7 @@ COVERED = {
     "environ.sh.j2",
     "units.sh.j2",
     "instances.sh.j2",
+    "_environ.sh.j2",
 }  # macros via the others
 # systemd and the GPU tools as scripts that answer and touch nothing (the scratch host has neither).
 _TOOL_SHIMS = {
@@ -343,13 +344,14 @@ def test_backups_listing_runs_hostile_paths_as_data(names: list[str]) -> None:
 
 @needs_tools
 @HYPOTHESIS
-@given(unit=HOSTILE, port=st.integers(min_value=1, max_value=65535))
-def test_listener_check_runs_a_hostile_unit_name_as_data(unit: str, port: int) -> None:
+@given(unit=HOSTILE, port=st.integers(min_value=1, max_value=65535), environ=st.booleans())
+def test_listener_check_runs_a_hostile_unit_name_as_data(unit: str, port: int, environ: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        script = listener_script(unit, port)
+        script = listener_script(unit, port, environ=environ)
         code, out, _err = _scratch_bash(script, Path(tmp))
         assert code == 0
-        assert out.splitlines()[-1] == "@@end"
+        # with the environ read: the shim knows no MainPID, so nothing follows its @@main 0
+        assert out.splitlines()[-2:] == (["@@end", "@@main 0"] if environ else [out.splitlines()[-2], "@@end"])
 
 
 @needs_tools
