@@ -54,7 +54,9 @@ def test_sweep_on_the_remediated_host(bench_node: Node) -> None:
         assert point["prompt_tokens"] == point["requested"] and point["cached_tokens"] == 0, point
         assert point["note"] == ""
     decode = [p["decode_tok_s"] for p in measured]
-    assert decode == sorted(decode, reverse=True) and decode[0] > 5 * decode[-1], decode
+    # decode slows as the context grows: 32k below both short contexts, 185k below 32k and 5x below 1k. 1k and 8k
+    # are within noise of each other on a loaded machine (the stand-in's step grows ~0.1 % per 1k): not ordered.
+    assert min(decode[:2]) > decode[2] > decode[3] and decode[0] > 5 * decode[-1], decode
     skipped = points[204800]
     assert skipped["status"] == "skipped" and "max_req_input_len 195,005" in skipped["note"]
     assert node.sha(UNIT_PATH) == sha  # read-only on the unit
