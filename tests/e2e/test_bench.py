@@ -55,7 +55,8 @@ def test_sweep_on_the_remediated_host(bench_node: Node) -> None:
         assert point["note"] == ""
     decode = [p["decode_tok_s"] for p in measured]
     # decode slows as the context grows: 32k below both short contexts, 185k below 32k and 5x below 1k. 1k and 8k
-    # are within noise of each other on a loaded machine (the stand-in's step grows ~0.1 % per 1k): not ordered.
+    # are not ordered: at this time scale both are bound by the stream's own overhead, not the model's step (a
+    # loaded run measured 1425.8 then 1443.5 tok/s).
     assert min(decode[:2]) > decode[2] > decode[3] and decode[0] > 5 * decode[-1], decode
     skipped = points[204800]
     assert skipped["status"] == "skipped" and "max_req_input_len 195,005" in skipped["note"]
