@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -98,6 +98,25 @@ def sandbox_hosts(sandbox_fleet: Sandbox) -> Iterator[list[SandboxHost]]:
     yield sandbox_fleet.hosts
     with ThreadPoolExecutor(max_workers=6) as pool:
         list(pool.map(lambda host: host.kill_services(), sandbox_fleet.hosts))
+
+
+@pytest.fixture
+def fresh_hosts(sandbox_fleet: Sandbox) -> Iterator[Callable[[int], list[SandboxHost]]]:
+    """``fresh_hosts(n)``: the fleet's first n hosts, freshly reset (in parallel); their services are killed
+    afterwards. For a test that needs a few hosts: :func:`sandbox_hosts` resets all twelve."""
+    taken: list[SandboxHost] = []
+
+    def take(n: int) -> list[SandboxHost]:
+        hosts = sandbox_fleet.hosts[:n]
+        assert len(hosts) == n, f"the fleet has {len(sandbox_fleet.hosts)} hosts, not {n}"
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            list(pool.map(lambda host: host.reset(), hosts))
+        taken.extend(h for h in hosts if h not in taken)
+        return hosts
+
+    yield take
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(lambda host: host.kill_services(), taken))
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
     ("script", "args", "header"),
     [
         ("sandbox_bringup.py", ["1", "4"], "bring-up s"),
-        ("fleet_forks.py", ["4"], "wall s"),
+        ("fleet_forks.py", ["2"], "wall s"),  # forks 2 vs forks 1 vs the canary: the three rows
         ("ssh_handshake.py", ["2"], "wall ms"),
         ("masking.py", ["4800", "9600"], "CPU ms per line"),
     ],

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,14 @@ def results(out: str) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def play(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], wheels: Path, collections: Path, tmp_path: Path):
-    hosts = sandbox_hosts[:3]
+def play(
+    sandbox_fleet: Sandbox,
+    fresh_hosts: Callable[[int], list[SandboxHost]],
+    wheels: Path,
+    collections: Path,
+    tmp_path: Path,
+):
+    hosts = fresh_hosts(3)
 
     def prepare(host: SandboxHost) -> None:
         host.set_standin(**FAST_KNOBS)

@@ -90,11 +90,11 @@ def hung_smi(incident: Node, request: pytest.FixtureRequest) -> Iterator[Node]:
 def test_a_hung_nvidia_smi_is_timed_out_noted_and_keeps_no_lock(hung_smi: Node) -> None:
     node = hung_smi
     stuck = node.host.path(SMI).read_text() == STUCK_SMI
-    # --smi-timeout 2: each query is TERMed at 2 s, KILLed at 4 s (the default 10 s bound is the same code)
-    run = node.cli("oom", "--wait-timeout", "60", "--smi-timeout", "2")
+    # --smi-timeout 1 (the least): each query is TERMed at 1 s, KILLed at 2 s (the default 10 s bound is the same code)
+    run = node.cli("oom", "--wait-timeout", "60", "--smi-timeout", "1")
     assert run.returncode == 0, run
     assert run.result["outcome"] == "remediated", run
-    assert any("nvidia-smi timed out (no answer within 2 s" in n for n in run.result["notes"]), run
+    assert any("nvidia-smi timed out (no answer within 1 s" in n for n in run.result["notes"]), run
     # the hung queries were killed (timeout -k); whatever outlived them holds no lock fd: the unit is not locked
     poll(lambda: not _pids(node, SMI), deadline=10, what="no hung nvidia-smi")
     if stuck:
@@ -102,9 +102,9 @@ def test_a_hung_nvidia_smi_is_timed_out_noted_and_keeps_no_lock(hung_smi: Node) 
     lock_goes_free(node)
     if stuck:
         return  # diagnose reads nvidia-smi the same way: one variant shows it (a stuck query costs 10 s a read)
-    diagnosis = node.cli("diagnose", "--smi-timeout", "2")
+    diagnosis = node.cli("diagnose", "--smi-timeout", "1")
     assert diagnosis.returncode == 0, diagnosis
-    assert any("nvidia-smi timed out (no answer within 2 s" in n for n in diagnosis.result["notes"]), diagnosis
+    assert any("nvidia-smi timed out (no answer within 1 s" in n for n in diagnosis.result["notes"]), diagnosis
     lock_goes_free(node)
 
 

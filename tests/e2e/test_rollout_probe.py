@@ -4,6 +4,7 @@ it used to cost every host past the canary a restart, a failed probe and a rollb
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_a_probe_above_the_context_length_is_refused_before_any_host_is_changed(
-    sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: Path
+    sandbox_fleet: Sandbox, fresh_hosts: Callable[[int], list[SandboxHost]], tmp_path: Path
 ) -> None:
-    hosts = sandbox_hosts[:2]
+    hosts = fresh_hosts(2)
     texts = {}
     for host in hosts:
         host.set_standin(**FAST_KNOBS)

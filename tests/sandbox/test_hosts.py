@@ -32,8 +32,8 @@ def paramiko_client(fleet: Sandbox, known_hosts: Path) -> paramiko.SSHClient:
     return client
 
 
-def test_file_written_on_one_host_is_invisible_on_another(sandbox_hosts):
-    a, b = sandbox_hosts[0], sandbox_hosts[1]
+def test_file_written_on_one_host_is_invisible_on_another(fresh_hosts):
+    a, b = fresh_hosts(2)
     a.write("/etc/systemd/system/only-a.service", "[Service]\nExecStart=/bin/true\n")
     assert a.run("cat", "/etc/systemd/system/only-a.service").returncode == 0
     assert b.run("test", "-e", "/etc/systemd/system/only-a.service").returncode == 1
@@ -45,8 +45,8 @@ def test_file_written_on_one_host_is_invisible_on_another(sandbox_hosts):
     assert b.run("hostname").stdout.strip() == b.name
 
 
-def test_writes_anywhere_stay_on_their_host_and_the_standin_is_read_only(sandbox_hosts, sandbox_fleet):
-    a, b = sandbox_hosts[0], sandbox_hosts[1]
+def test_writes_anywhere_stay_on_their_host_and_the_standin_is_read_only(fresh_hosts, sandbox_fleet):
+    a, b = fresh_hosts(2)
     a.run("sh", "-c", "echo a > /usr/sandbox-probe", check=True)
     assert b.run("test", "-e", "/usr/sandbox-probe").returncode == 1
     assert not Path("/usr/sandbox-probe").exists()
@@ -67,8 +67,8 @@ def test_machine_root_home_and_ssh_config_are_not_shared(sandbox_host):
     assert not ours.exists() or host_key != ours.read_text()
 
 
-def test_real_systemd_is_pid1_with_its_own_machine_id_and_sshd_only_on_its_address(sandbox_hosts):
-    a, b = sandbox_hosts[0], sandbox_hosts[1]
+def test_real_systemd_is_pid1_with_its_own_machine_id_and_sshd_only_on_its_address(fresh_hosts):
+    a, b = fresh_hosts(2)
     assert Path(f"/proc/{a.pid}/comm").read_text().strip() == "systemd"
     assert a.run("ps", "-o", "pid=,comm=", "-p", "1").stdout.split() == ["1", "systemd"]
     assert a.systemctl("is-system-running").stdout.strip() == "running"
@@ -124,8 +124,8 @@ def test_unknown_host_key_is_refused_by_paramiko(sandbox_fleet, sandbox_host, tm
     client.close()
 
 
-def test_changed_host_key_is_refused(sandbox_fleet, sandbox_hosts, tmp_path):
-    a, b = sandbox_hosts[0], sandbox_hosts[1]
+def test_changed_host_key_is_refused(sandbox_fleet, fresh_hosts, tmp_path):
+    a, b = fresh_hosts(2)
     lines = sandbox_fleet.known_hosts.read_text().splitlines()
     b_key = next(line.split(" ", 1)[1] for line in lines if line.startswith(b.address + " "))
     wrong = tmp_path / "known_hosts"

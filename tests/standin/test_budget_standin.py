@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
@@ -63,7 +64,10 @@ def _startup_lines(tmp_path: Path, fraction: str, version: str = "0.5.6") -> lis
 @pytest.fixture(scope="module")
 def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[str]]]:
     tmp = tmp_path_factory.mktemp("standin-budget")
-    yield {f: _startup_lines(tmp, f) for f in ("0.79", "0.92", "0.93", "0.94")}
+    fractions = ("0.79", "0.92", "0.93", "0.94")
+    with ThreadPoolExecutor(max_workers=len(fractions)) as pool:  # four stand-ins, each on its own port
+        lines = dict(zip(fractions, pool.map(lambda f: _startup_lines(tmp, f), fractions), strict=True))
+    yield lines
 
 
 def _reported(lines: list[str]) -> int | None:

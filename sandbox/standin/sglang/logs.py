@@ -6,7 +6,9 @@ import sys
 import threading
 import time
 
-_LOCK = threading.Lock()
+# Reentrant, as logging's handler lock is: the SIGTERM handler logs from the main thread, which may be inside a
+# write when the signal lands (a plain Lock deadlocked there until the caller's SIGKILL).
+_LOCK = threading.RLock()
 
 
 def _write(stream, line: str) -> None:
