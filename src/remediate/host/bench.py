@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from remediate.core.bench.latency import RequestMetrics, measure_request
-from remediate.core.bench.stream import StreamError, decode_stream
+from remediate.core.bench.latency import RequestMetrics
 from remediate.core.bench.sweep import (
     DEFAULT_GEN,
     POOL_MARGIN,
@@ -35,7 +34,7 @@ from remediate.core.probe import ServiceState
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
 from remediate.host.bench_vllm import reset_prefix_cache, send_completion, vllm_limits
 from remediate.host.budget_vllm import unit_engine, vllm_endpoint
-from remediate.host.facts import fetch_json, fetch_server_info, journal_since, read_state
+from remediate.host.facts import fetch_json, fetch_server_info, journal_since, read_state, read_streamed
 from remediate.host.options import RunOptions
 from remediate.host.probe import endpoint_of, probe, resolve_unit
 from remediate.transport.base import Transport
@@ -223,23 +222,7 @@ def _add(notes: list[str], note: str) -> None:
 
 def read_generate(stream: HttpStream) -> RequestMetrics:
     """The metrics of one streamed ``/generate`` answer (or why it has none)."""
-    if stream.status is None:
-        return RequestMetrics(error=f"no answer: {stream.error or 'connection refused'}")
-    if stream.status != 200:
-        text = stream.read().decode("utf-8", "replace").strip()
-        try:
-            detail = json.loads(text).get("error", {}).get("message", text)
-        except (ValueError, AttributeError):
-            detail = text
-        return RequestMetrics(error=f"/generate answered {stream.status}: {str(detail)[:300]}")
-    try:
-        chunks = list(decode_stream(stream.pieces()))
-    except StreamError as exc:
-        return RequestMetrics(error=str(exc))
-    metrics = measure_request(stream.sent_at, chunks, ended_at=stream.ended_at)
-    if stream.error and not metrics.ok:
-        return replace(metrics, error=f"{metrics.error}: {stream.error}")
-    return metrics
+    return read_streamed(stream, "/generate")
 
 
 def _died(

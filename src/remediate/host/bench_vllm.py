@@ -10,17 +10,15 @@ dead-server report are host/bench.py's, the same as for sglang.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
-from remediate.core.bench.latency import RequestMetrics, measure_request
+from remediate.core.bench.latency import RequestMetrics
 from remediate.core.bench.openai import as_generate_chunks, completions_body
-from remediate.core.bench.stream import StreamError, decode_stream
 from remediate.core.bench.sweep import ServerLimits
 from remediate.core.budget.vllm import parse_cache_config
 from remediate.errors import RemediationError
 from remediate.host.budget_vllm import models_max_len
-from remediate.host.facts import fetch_json
+from remediate.host.facts import fetch_json, read_streamed
 from remediate.transport.base import Transport
 from remediate.transport.http1 import HttpStream
 
@@ -80,22 +78,4 @@ def send_completion(
 
 def read_completion(stream: HttpStream) -> RequestMetrics:
     """The metrics of one streamed ``/v1/completions`` answer (or why it has none)."""
-    if stream.status is None:
-        return RequestMetrics(error=f"no answer: {stream.error or 'connection refused'}")
-    if stream.status != 200:
-        text = stream.read().decode("utf-8", "replace").strip()
-        try:
-            document = json.loads(text)
-            error = document.get("error")
-            detail = error.get("message", text) if isinstance(error, dict) else document.get("message", text)
-        except (ValueError, AttributeError):
-            detail = text
-        return RequestMetrics(error=f"/v1/completions answered {stream.status}: {str(detail)[:300]}")
-    try:
-        chunks = list(as_generate_chunks(decode_stream(stream.pieces())))
-    except StreamError as exc:
-        return RequestMetrics(error=str(exc))
-    metrics = measure_request(stream.sent_at, chunks, ended_at=stream.ended_at)
-    if stream.error and not metrics.ok:
-        return replace(metrics, error=f"{metrics.error}: {stream.error}")
-    return metrics
+    return read_streamed(stream, "/v1/completions", as_generate_chunks)

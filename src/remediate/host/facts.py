@@ -7,14 +7,22 @@ document in depth (core/jsondoc.py); a bad answer reads as no answer.
 
 from __future__ import annotations
 
+import json
 import shlex
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from remediate.core.jsondoc import DocumentError, parse_document
 from remediate.core.probe import ServiceState, parse_show
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.report import mask_secrets
 from remediate.transport.base import Transport
+
+if TYPE_CHECKING:  # the sweep's modules load with `bench` and `--probe` only, not with `status`
+    from remediate.core.bench.latency import RequestMetrics
+    from remediate.core.bench.stream import StreamChunk
+    from remediate.transport.http1 import HttpStream
 
 _STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
 COMMAND_TIMEOUT_S = 30.0  # each systemctl/journalctl round trip
@@ -76,3 +84,33 @@ def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None
     if info is None:
         return None, ""
     return tokens_from_info(info), path
+
+
+def read_streamed(
+    stream: HttpStream, path: str, chunks: Callable[[Iterable[StreamChunk]], Iterator[StreamChunk]] = iter
+) -> RequestMetrics:
+    """The metrics of one streamed answer of ``path`` (sglang's ``/generate``; vLLM's ``/v1/completions``, its
+    events turned into the same chunks by ``chunks``), or why it has none: no answer, a status other than 200
+    (the server's ``error.message`` or ``message``, bounded), a stream that does not parse."""
+    from remediate.core.bench.latency import RequestMetrics, measure_request
+    from remediate.core.bench.stream import StreamError, decode_stream
+
+    if stream.status is None:
+        return RequestMetrics(error=f"no answer: {stream.error or 'connection refused'}")
+    if stream.status != 200:
+        text = stream.read().decode("utf-8", "replace").strip()
+        try:
+            document = json.loads(text)
+            error = document.get("error")
+            detail = error.get("message", text) if isinstance(error, dict) else document.get("message", text)
+        except (ValueError, AttributeError):
+            detail = text
+        return RequestMetrics(error=f"{path} answered {stream.status}: {str(detail)[:300]}")
+    try:
+        received = list(chunks(decode_stream(stream.pieces())))
+    except StreamError as exc:
+        return RequestMetrics(error=str(exc))
+    metrics = measure_request(stream.sent_at, received, ended_at=stream.ended_at)
+    if stream.error and not metrics.ok:
+        return replace(metrics, error=f"{metrics.error}: {stream.error}")
+    return metrics

@@ -29,6 +29,7 @@ from remediate.host.budget_vllm import plan_vllm, vllm_plan_document
 from remediate.host.diagnose import DiagnosisEvidence, advisor_input, journal_diagnosis, recipe_command
 from remediate.host.options import BudgetOptions
 from remediate.host.outcome import host_outcome, new_result
+from remediate.host.plan import put_plan
 from remediate.models import HostResult
 
 DIAGNOSE_ABSENT = ("systemctl", "nvidia-smi", "ps")
@@ -177,15 +178,8 @@ def plan_journal(
         settings, said = _settings_note(unit, bool(evidence.startup.server_args), unit_file)
         result.unit = journal_unit(saved, unit_file, unit_name)
         result.unit_path = unit_file
-        result.outcome = "unchanged"  # read-only
-        document = plan_document(planned)
-        result.extra["plan"] = document
+        put_plan(result, planned, plan_document(planned), budget, [*_common_notes(saved, path, PLAN_ABSENT), said])
         result.extra["source"] = source_document(saved, path, unit_file, PLAN_ABSENT, settings)
-        result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
-        result.target_tokens = budget.target_tokens
-        result.notes.extend([*_common_notes(saved, path, PLAN_ABSENT), said, *planned.notes])
-        if planned.plan is not None:
-            result.warnings.extend(planned.plan.warnings)
     return result
 
 
@@ -216,13 +210,7 @@ def _plan_vllm_journal(
         )
         result.unit = journal_unit(saved, unit_file, unit_name)
         result.unit_path = unit_file
-        result.outcome = "unchanged"  # read-only
         document = vllm_plan_document(planned, evidence)
-        result.extra["plan"] = document
+        put_plan(result, planned, document, budget, [*_common_notes(saved, path, VLLM_PLAN_ABSENT), said])
         result.extra["source"] = source_document(saved, path, unit_file, VLLM_PLAN_ABSENT, settings)
-        result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
-        result.target_tokens = budget.target_tokens
-        result.notes.extend([*_common_notes(saved, path, VLLM_PLAN_ABSENT), said, *planned.notes])
-        if planned.plan is not None:
-            result.warnings.extend(planned.plan.warnings)
     return result

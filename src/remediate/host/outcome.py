@@ -75,3 +75,13 @@ def record_settings(result: HostResult, before: UnitSettings | None, after: Unit
         result.flags_before, result.env_before = flag_values(before), env_values(before)
     if after is not None:
         result.flags_after, result.env_after = flag_values(after), env_values(after)
+
+
+def must_refuse(result: HostResult, reason: str, *, force: bool, dry_run: bool) -> bool:
+    """A refusal of the change (the evidence contradicts it): True when the run must stop; with ``force`` the
+    reason is a warning and the run goes on, with ``dry_run`` a warning that a real run would refuse."""
+    if force:
+        result.warnings.append(f"--force: {reason}")
+    elif dry_run:
+        result.warnings.append(f"a real run refuses without --force: {reason}")
+    return not (force or dry_run)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import DesiredState, UnitEdit
 from remediate.core.unitfile.sources import UnitSources
 from remediate.errors import RefusedError
-from remediate.host.budget import auto_desired, plan_budget, plan_document, read_budget_evidence
+from remediate.host.budget import HostBudget, auto_desired, plan_budget, plan_document, read_budget_evidence
 from remediate.host.budget_vllm import (
     auto_desired_vllm,
     plan_vllm,
@@ -19,6 +20,7 @@ from remediate.host.budget_vllm import (
     vllm_plan_document,
 )
 from remediate.host.options import BudgetOptions, RunOptions
+from remediate.host.outcome import must_refuse
 from remediate.host.probe import run_read_only
 from remediate.models import HostResult
 from remediate.transport.base import Transport
@@ -39,16 +41,23 @@ def plan_host(
             _plan_vllm(transport, found, options, budget, result)
             return
         planned = plan_budget(read_budget_evidence(transport, found, sources, options), budget, result.host)
-        result.outcome = "unchanged"  # read-only
-        document = plan_document(planned)
-        result.extra["plan"] = document
-        result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
-        result.target_tokens = budget.target_tokens
-        result.notes.extend(planned.notes)
-        if planned.plan is not None:
-            result.warnings.extend(planned.plan.warnings)
+        put_plan(result, planned, plan_document(planned), budget)
 
     return run_read_only(transport, options, body, label=label, now=now)
+
+
+def put_plan(
+    result: HostResult, planned: HostBudget, document: dict[str, Any], budget: BudgetOptions, notes: Sequence[str] = ()
+) -> None:
+    """A read-only plan into ``result`` (live, vLLM's, a saved journal's alike): the document, the pool now, the
+    target, ``notes`` then the plan's own, its warnings."""
+    result.outcome = "unchanged"  # read-only
+    result.extra["plan"] = document
+    result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
+    result.target_tokens = budget.target_tokens
+    result.notes.extend([*notes, *planned.notes])
+    if planned.plan is not None:
+        result.warnings.extend(planned.plan.warnings)
 
 
 def auto_step(
@@ -90,11 +99,7 @@ def floor_step(
     reason = recipe_warning(plan_vllm(evidence, BudgetOptions(), result.host), evidence, float(after))
     if reason is None:
         return
-    if options.force:
-        result.warnings.append(f"--force: {reason}")
-    elif options.dry_run:
-        result.warnings.append(f"a real run refuses without --force: {reason}")
-    else:
+    if must_refuse(result, reason, force=options.force, dry_run=options.dry_run):
         raise RefusedError(result.host, f"refusing the OOM recipe: {reason}; nothing was changed (--force)")
 
 
@@ -104,11 +109,4 @@ def _plan_vllm(
     """`plan` on a vLLM unit: the same model and choice from vLLM's own evidence (host/budget_vllm.py)."""
     evidence = read_vllm_evidence(transport, found, options)
     planned = plan_vllm(evidence, budget, result.host)
-    result.outcome = "unchanged"
-    document = vllm_plan_document(planned, evidence)
-    result.extra["plan"] = document
-    result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
-    result.target_tokens = budget.target_tokens
-    result.notes.extend(planned.notes)
-    if planned.plan is not None:
-        result.warnings.extend(planned.plan.warnings)
+    put_plan(result, planned, vllm_plan_document(planned, evidence), budget)

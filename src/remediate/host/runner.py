@@ -31,7 +31,7 @@ from remediate.host.health import Healthy, wait_healthy
 from remediate.host.instances import planned_roll, roll_instances
 from remediate.host.lock import Held, run_locked
 from remediate.host.options import RunOptions
-from remediate.host.outcome import Timer, record_settings, record_unit
+from remediate.host.outcome import Timer, must_refuse, record_settings, record_unit
 from remediate.host.plan import auto_step, floor_step
 from remediate.host.prefill import check_probe, run_probe
 from remediate.host.probe import endpoint_of, engine_of_probe, read_unit, run_read_only
@@ -207,11 +207,7 @@ def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOption
     reason = refusal(evidence)
     if reason is None:
         return
-    if options.force:
-        result.warnings.append(f"--force: {reason}")
-    elif options.dry_run:
-        result.warnings.append(f"a real run refuses without --force: {reason}")
-    else:
+    if must_refuse(result, reason, force=options.force, dry_run=options.dry_run):
         result.extra["recommendation"] = evidence.recommendation.to_dict()
         raise RefusedError(result.host, f"refusing the OOM recipe: {reason} (see `remediate diagnose`; --force)")
 
