@@ -27,7 +27,7 @@ def pair(tmp_path):
     reason = Sandbox.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    fleet = Sandbox(tmp_path / "pair", 2, first_address=free_address_block(2, second_octet=45), name_prefix="t-")
+    fleet = Sandbox(tmp_path / "pair", 2, first_address=free_address_block(2, second_octet=44), name_prefix="t-")
     fleet.start()
     yield fleet
     fleet.stop()
