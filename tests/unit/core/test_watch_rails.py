@@ -188,3 +188,17 @@ def test_decide_never_acts_past_a_rail(
         assert counted_fixes(history, now) < p.cap_per_day
         assert not any(0 <= now - t < p.cooldown_s for t in fixes)
         assert breaker_trip(fleet, p) is None
+
+
+@given(
+    crashes=st.lists(st.tuples(st.sampled_from(["h1", "h2", "h3", "h4", "h5"]), st.floats(0, 1000)), max_size=12),
+    count=st.integers(1, 4),
+)
+def test_breaker_crossing_is_the_first_window_over_the_count(crashes: list[tuple[str, float]], count: int) -> None:
+    """The sliding window agrees with the definition: the earliest crash time t at which more than ``count``
+    hosts crashed within [t - window, t]."""
+    p = Policy(breaker_percentage=None, breaker_count=count, breaker_window_s=60.0)
+    ends = sorted(t for _, t in crashes)
+    want = next((t for t in ends if len({h for h, u in crashes if t - 60.0 <= u <= t}) > count), None)
+    got = breaker_crossing(FleetView(5, tuple(crashes)), p)
+    assert (got[0] if got else None) == want
