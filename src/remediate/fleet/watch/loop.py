@@ -33,7 +33,7 @@ from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.follow import Follower
 from remediate.fleet.watch.metrics import WatchMetrics
-from remediate.fleet.watch.recover import recover
+from remediate.fleet.watch.recover import is_state_unknown, recover
 from remediate.host.watch import poll_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
@@ -361,9 +361,9 @@ class Watcher:
 
     def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
         """The incident's outcome event and close; ``recheck``: what a recovery's re-run found. A fix whose
-        connection was cut before its commit changed nothing: it stays ``remediating`` (acting ``CUT_PID``), and
-        the next round's recovery runs the same fix again, counted once."""
-        if recheck is None and result.outcome == "unreachable":
+        connection was cut before its commit, or after it for good (the host's state unknown), stays
+        ``remediating`` (acting ``CUT_PID``): the next round's recovery runs the same fix again, counted once."""
+        if recheck is None and (result.outcome == "unreachable" or is_state_unknown(result)):
             with self.state.transaction():
                 self.state.set_acting(incident_id, CUT_PID)
             h.previous = None
