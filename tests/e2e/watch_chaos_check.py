@@ -212,27 +212,30 @@ def _crash_time_crossing(chaos: Chaos, events: list[dict[str, Any]], violations:
     c = chaos.config
     known: dict[tuple[str, str], float] = {}
     out: dict[str, Any] = {"round": None, "at": None, "crashes": 0, "seen_again": 0, "clamped": 0}
+    rounds: dict[float, list[dict[str, Any]]] = {}  # the watcher counts a whole round's crashes, then decides
     for e in events:
-        if e["event"] != "detected":
-            continue
-        for crash in e.get("crashes") or []:
-            key, at = (str(e["host"]), str(crash["key"])), float(crash["at"])
-            out["clamped"] += bool(crash.get("clamped"))
-            if key in known:
-                out["seen_again"] += 1
-                continue
-            known[key] = at
-            if at > float(e["at"]) + 0.01:
-                violations.append(
-                    f"{e['host']}: crash {crash['key']} at {at:.3f}, after its detection at {e['at']:.3f}"
-                )
-        if not e.get("crashes"):
-            violations.append(f"{e['host']}: detected at {e['at']:.3f} without its crash time")
+        if e["event"] == "detected":
+            rounds.setdefault(float(e["round_at"]), []).append(e)
+    for round_at, detected in rounds.items():
+        for e in detected:
+            for crash in e.get("crashes") or []:
+                key, at = (str(e["host"]), str(crash["key"])), float(crash["at"])
+                out["clamped"] += bool(crash.get("clamped"))
+                if key in known:
+                    out["seen_again"] += 1
+                    continue
+                known[key] = at
+                if at > float(e["at"]) + 0.01:
+                    violations.append(
+                        f"{e['host']}: crash {crash['key']} at {at:.3f}, after its detection at {e['at']:.3f}"
+                    )
+            if not e.get("crashes"):
+                violations.append(f"{e['host']}: detected at {e['at']:.3f} without its crash time")
         if out["round"] is None:
             for end in sorted(known.values()):
                 hosts = {h for (h, _), t in known.items() if end - c.breaker_window_s <= t <= end}
                 if len(hosts) > c.breaker_count:
-                    out["round"], out["at"] = float(e["round_at"]), end
+                    out["round"], out["at"] = round_at, end
                     break
     out["crashes"] = len(known)
     injected = [(i.host, i.at) for i in chaos.injections if i.result in ("crashed", "failed at startup")]
