@@ -255,7 +255,7 @@ def _breaker(
 ) -> dict[str, Any]:
     trips = [e for e in events if e["event"] == "breaker"]
     crossings = {model: _crossing(chaos, events, model == "state") for model in ("process", "state")}
-    by_time = _crash_time_crossing(chaos, events, violations)
+    by_time = _crash_time_crossing(chaos, events, violations if model == "crash_time" else [])
     crossings["crash_time"] = by_time["round"]
     injected = _injected_crossing(chaos)
     c = chaos.config
@@ -265,7 +265,10 @@ def _breaker(
     if len(trips) > 1:
         violations.append(f"the breaker tripped {len(trips)} times without a resume")
     trip_at = float(trips[0]["round_at"]) if trips else None
-    matched = [m for m, at in crossings.items() if at == trip_at and model in ("any", m)]
+    timed = model == "crash_time" or by_time["crashes"] > 0  # "any" weighs crash times only where logged
+    matched = [
+        m for m, at in crossings.items() if at == trip_at and model in ("any", m) and (timed or m != "crash_time")
+    ]
     if not matched:
         violations.append(f"the breaker tripped at {trip_at} but the threshold was crossed at {crossings}")
     out["matched"] = matched[0] if matched else None
