@@ -313,7 +313,8 @@ def lines(report: dict[str, Any]) -> list[str]:
     injected, trip, by_time = b["injected_crossing_at"], b.get("trip_at"), b["by_time"]
     if (injected is None) != (trip is None) or (trip is not None and trip < injected):
         note.append(f"NOTE: the injected crashes crossed the threshold at {injected}, the breaker tripped at {trip} "
-                    "(an injection's time is when the request failed, not the exit line's)")  # fmt: skip
+                    "(injections only: a fix's own crash before its rollback counts too; an injection's time is when "
+                    "the request failed, not the exit line's)")  # fmt: skip
     return [
         f"seed {report['seed']}, {report['hosts']} hosts",
         f"injected: {json.dumps(report['injected'])}; watcher stopped: {json.dumps(report['watcher_stops'])}",
