@@ -36,9 +36,10 @@ def main() -> int:
     parser.add_argument("--breaker-window", type=float, default=10.0, help="seconds")
     parser.add_argument(
         "--breaker-model",
-        choices=("any", "process", "state"),
-        default="state",
-        help="the crash window the trip must match: the watcher process's, or one kept in its state",
+        choices=("crash_time", "any", "process", "state"),
+        default="crash_time",
+        help="the count the trip must match: each crash once at its own time (default), or at the round that "
+        "detected it (the watcher process's window, or one kept in its state)",
     )
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--keep", type=Path, help="copy the watcher's state (audit log, watch.db) and log here")

@@ -11,10 +11,12 @@ and what is on each host (the unit's bytes, its backups, the server) against the
 3. each host's unit is its old bytes or the one fixed version, and so is every backup (complete or absent);
    a host is on the fixed bytes exactly when its last fix was ``remediated``, and then the 32k request that
    crashed it is served;
-4. the breaker tripped exactly when its threshold was crossed: at the first decision whose round saw more than
-   ``breaker_count`` hosts' crashes within the window (the watcher's crash window lives in its process, so a
-   restarted watcher counts afresh; a window kept in the state counts across restarts: either model is
-   accepted, and the report says which one the trip matched), never before, and nothing acted after it.
+4. the breaker tripped exactly when its threshold was crossed by the crashes' own times (model ``crash_time``,
+   the default): each crash once (host and the crashed invocation, as the ``detected`` events say them), at its
+   exit's time, which must lie at or before its detection and match an injected crash; the trip must come in
+   the round that first knew crashes of more than ``breaker_count`` hosts within one window, never before, and
+   no automatic action after it. The older models count a crash at the round that detected it (``process``:
+   a window afresh with each watcher; ``state``: one kept across restarts) and are kept for comparison.
 
 ``check`` returns the counts and a list of violations (empty: the run passed).
 """
@@ -36,9 +38,10 @@ FINAL = {"remediated": "remediated", "rolled_back": "rolled_back", "needs_human"
          "report": "reported", "breaker_open": "reported"}  # fmt: skip
 
 
-def check(chaos: Chaos, breaker_model: str = "state") -> dict[str, Any]:
-    """``breaker_model``: which crash window the trip must match: ``process`` (the watcher's own, afresh after a
-    restart), ``state`` (kept across restarts), or ``any``."""
+def check(chaos: Chaos, breaker_model: str = "crash_time") -> dict[str, Any]:
+    """``breaker_model``: which count the trip must match: ``crash_time`` (each crash once, at its own time),
+    ``process`` or ``state`` (at the round that detected it, afresh with each watcher or across restarts), or
+    ``any``."""
     events = read_events(chaos.state)
     db = WatchState(chaos.state)
     try:
@@ -203,6 +206,46 @@ def _crossing(chaos: Chaos, events: list[dict[str, Any]], across_restarts: bool)
     return None
 
 
+def _crash_time_crossing(chaos: Chaos, events: list[dict[str, Any]], violations: list[str]) -> dict[str, Any]:
+    """The round that first knew, by the crashes' own times, more than breaker_count hosts crashed within one
+    window (``round``), and the crash time at which they did (``at``); each crash counted once."""
+    c = chaos.config
+    known: dict[tuple[str, str], float] = {}
+    out: dict[str, Any] = {"round": None, "at": None, "crashes": 0, "seen_again": 0, "clamped": 0}
+    rounds: dict[float, list[dict[str, Any]]] = {}  # the watcher counts a whole round's crashes, then decides
+    for e in events:
+        if e["event"] == "detected":
+            rounds.setdefault(float(e["round_at"]), []).append(e)
+    for round_at, detected in rounds.items():
+        for e in detected:
+            for crash in e.get("crashes") or []:
+                key, at = (str(e["host"]), str(crash["key"])), float(crash["at"])
+                out["clamped"] += bool(crash.get("clamped"))
+                if key in known:
+                    out["seen_again"] += 1
+                    continue
+                known[key] = at
+                if at > float(e["at"]) + 0.01:
+                    violations.append(
+                        f"{e['host']}: crash {crash['key']} at {at:.3f}, after its detection at {e['at']:.3f}"
+                    )
+            if not e.get("crashes"):
+                violations.append(f"{e['host']}: detected at {e['at']:.3f} without its crash time")
+        if out["round"] is None:
+            for end in sorted(known.values()):
+                hosts = {h for (h, _), t in known.items() if end - c.breaker_window_s <= t <= end}
+                if len(hosts) > c.breaker_count:
+                    out["round"], out["at"] = round_at, end
+                    break
+    out["crashes"] = len(known)
+    injected = [(i.host, i.at) for i in chaos.injections if i.result in ("crashed", "failed at startup")]
+    unmatched = [(h, t) for h, t in injected if not any(k[0] == h and t - 15 <= at <= t + 1 for k, at in known.items())]
+    out["injected_matched"] = len(injected) - len(unmatched)
+    for h, t in unmatched:
+        violations.append(f"{h}: the crash injected at {t:.3f} has no crash time near it")
+    return out
+
+
 def _lifetime_start(chaos: Chaos, at: float) -> float:
     return max((x.started for x in chaos.lifetimes if x.started <= at), default=0.0)
 
@@ -212,17 +255,27 @@ def _breaker(
 ) -> dict[str, Any]:
     trips = [e for e in events if e["event"] == "breaker"]
     crossings = {model: _crossing(chaos, events, model == "state") for model in ("process", "state")}
+    by_time = _crash_time_crossing(chaos, events, violations if model == "crash_time" else [])
+    crossings["crash_time"] = by_time["round"]
     injected = _injected_crossing(chaos)
     c = chaos.config
     out = {"trips": len(trips), "crossing": crossings, "injected_crossing_at": injected, "matched": None,
-           "threshold": f"more than {c.breaker_count} hosts within {c.breaker_window_s:g}s"}  # fmt: skip
+           "threshold": f"more than {c.breaker_count} hosts within {c.breaker_window_s:g}s",
+           "by_time": by_time}  # fmt: skip
     if len(trips) > 1:
         violations.append(f"the breaker tripped {len(trips)} times without a resume")
     trip_at = float(trips[0]["round_at"]) if trips else None
-    matched = [m for m, at in crossings.items() if at == trip_at and model in ("any", m)]
+    timed = model == "crash_time" or by_time["crashes"] > 0  # "any" weighs crash times only where logged
+    matched = [
+        m for m, at in crossings.items() if at == trip_at and model in ("any", m) and (timed or m != "crash_time")
+    ]
     if not matched:
         violations.append(f"the breaker tripped at {trip_at} but the threshold was crossed at {crossings}")
     out["matched"] = matched[0] if matched else None
+    if trips and model in ("any", "crash_time") and by_time["at"] is not None:
+        said = trips[0].get("crossed_at")
+        if said is None or abs(float(said) - by_time["at"]) > 1e-3:
+            violations.append(f"the breaker says it was crossed at {said}, the crash times at {by_time['at']}")
     if trip_at is not None:
         out["trip_at"] = trip_at
         if injected is not None:
@@ -257,11 +310,11 @@ def lines(report: dict[str, Any]) -> list[str]:
     if b["matched"] == "process" and cross["state"] != cross["process"]:
         note = [f"NOTE: the watcher's crash window restarted with the watcher: counted across restarts the "
                 f"threshold was crossed at {cross['state']}, and the breaker did not trip then"]  # fmt: skip
-    injected, trip = b["injected_crossing_at"], b.get("trip_at")
+    injected, trip, by_time = b["injected_crossing_at"], b.get("trip_at"), b["by_time"]
     if (injected is None) != (trip is None) or (trip is not None and trip < injected):
-        note.append(f"NOTE: the injected crashes crossed the threshold at {injected}, the breaker tripped at {trip}: "
-                    "it counts a crash at the round that detects it (a fix in flight or a dead watcher delays "
-                    "that; a restarted watcher counts a unit still in auto-restart again)")  # fmt: skip
+        note.append(f"NOTE: the injected crashes crossed the threshold at {injected}, the breaker tripped at {trip} "
+                    "(injections only: a fix's own crash before its rollback counts too; an injection's time is when "
+                    "the request failed, not the exit line's)")  # fmt: skip
     return [
         f"seed {report['seed']}, {report['hosts']} hosts",
         f"injected: {json.dumps(report['injected'])}; watcher stopped: {json.dumps(report['watcher_stops'])}",
@@ -272,6 +325,9 @@ def lines(report: dict[str, Any]) -> list[str]:
         f"{json.dumps(b['crossing'])} (matched: {b['matched']}); "
         f"injected crashes crossed it at {b['injected_crossing_at']} "
         f"(the trip {b.get('trip_after_injected_crossing_s')} s after)",
+        f"crash times: {by_time['crashes']} crashes counted once ({by_time['seen_again']} seen again, not counted; "
+        f"{by_time['clamped']} clamped), {by_time['injected_matched']} injected crashes matched; crossed at crash "
+        f"time {by_time['at']}, known in round {by_time['round']}",
         *note,
         f"violations: {len(report['violations'])}",
         *(f"  - {v}" for v in report["violations"]),

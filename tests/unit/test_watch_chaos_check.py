@@ -81,10 +81,52 @@ def test_a_restarted_watcher_counts_afresh_unless_the_window_is_kept() -> None:
     # A watcher started at 2.5 saw one crash: a trip at 3 matches only a window kept across restarts.
     out = _breaker(_chaos(0, 2.5), crashes + trip, "3 hosts", violations)
     assert violations == [] and out["matched"] == "state"
-    assert out["crossing"] == {"process": None, "state": 3.0}
+    assert out["crossing"] == {"process": None, "state": 3.0, "crash_time": None}  # no crash times logged
 
     _breaker(_chaos(0, 2.5), crashes + trip, "3 hosts", violations, "process")
     assert any("tripped at 3.0" in v for v in violations), "--breaker-model process: the kept window is refused"
+
+
+def _timed(host: str, round_at: float, *crashes: tuple[str, float], verdict: str = "report") -> list[dict[str, Any]]:
+    """A crash as the watcher logs it now: its ``detected`` record lists the crashes (key, own time)."""
+    events = _crash(host, round_at, f"i-{host}-{round_at:g}", verdict)
+    events[0]["crashes"] = [{"key": k, "at": t, "new": True} for k, t in crashes]
+    return events
+
+
+def test_the_breaker_must_trip_at_the_crossing_by_crash_times() -> None:
+    """Crashes at 1, 2 and 3 detected at rounds 1, 2 and 30 (a fix in flight): the trip belongs in round 30."""
+    crashes = (
+        _timed("a", 1, ("a1", 1.0)) + _timed("b", 2, ("b1", 2.0)) + _timed("c", 30, ("c1", 3.0), verdict="breaker_open")
+    )
+    trip = [{"event": "breaker", "at": 30, "round_at": 30, "crossed_at": 3.0}]
+    violations: list[str] = []
+    out = _breaker(_chaos(0), crashes + trip, "3 hosts", violations, "crash_time")
+    assert violations == [] and out["matched"] == "crash_time" and out["by_time"]["at"] == 3.0
+    assert out["crossing"]["state"] is None, "counted at the detecting rounds, the three are 29 s apart"
+
+    early = [{"event": "breaker", "at": 2, "round_at": 2, "crossed_at": 2.0}]
+    _breaker(_chaos(0), crashes + early, "2 hosts", violations, "crash_time")
+    assert any("tripped at 2.0 but the threshold was crossed at" in v for v in violations), violations
+    violations.clear()
+    wrong = [{**trip[0], "crossed_at": 2.5}]
+    _breaker(_chaos(0), crashes + wrong, "3 hosts", violations, "crash_time")
+    assert violations == ["the breaker says it was crossed at 2.5, the crash times at 3.0"]
+
+
+def test_a_crash_seen_again_is_not_counted_again() -> None:
+    """A restarted watcher sees a1 (crashed at 1) again at round 20, beside c's fresh crash: no crossing by the
+    crashes' times, so a trip there is caught; and a crash time after its detection is caught."""
+    events = _timed("a", 1, ("a1", 1.0)) + _timed("b", 2, ("b1", 2.0)) + _timed("a", 20, ("a1", 20.0))
+    events += _timed("c", 21, ("c1", 21.0), verdict="breaker_open")
+    events += [{"event": "breaker", "at": 21, "round_at": 21, "crossed_at": 21.0}]
+    violations: list[str] = []
+    out = _breaker(_chaos(0), events, "3 hosts", violations, "crash_time")
+    assert out["by_time"]["seen_again"] == 1 and out["by_time"]["crashes"] == 3
+    assert any("tripped at 21.0 but the threshold was crossed at" in v for v in violations), violations
+    violations.clear()
+    _breaker(_chaos(0), _timed("a", 1, ("a1", 5.0)), None, violations, "crash_time")
+    assert violations == ["a: crash a1 at 5.000, after its detection at 1.000"]
 
 
 def test_a_crash_left_undecided_by_a_stopped_watcher_must_be_found_again() -> None:

@@ -1,6 +1,7 @@
 """The watcher's state in SQLite in the state directory (``watch.db``, WAL): cursors, hosts' histories,
-incidents, pending approvals, the breaker, the breaker's window (every crash seen within it: a watcher
-restarted inside the window still counts the crashes its predecessor saw) and the pause switch.
+incidents, pending approvals, the breaker, the breaker's crashes (each once, keyed by host, unit and the
+crashed invocation, at its own time: a watcher restarted still counts its predecessor's crashes and never
+counts one of them again) and the pause switch.
 
 One transaction per decision (``with state.transaction():``); ``approve``/``deny``/``pause``/``resume``
 from another process are plain short transactions, safe while the watcher runs (WAL, a busy timeout).
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from remediate.core.watch.detect import CrashTime
 from remediate.core.watch.incident import HostHistory, Incident
 from remediate.errors import ConfigError
 
@@ -30,7 +32,8 @@ CREATE TABLE IF NOT EXISTS hosts (host TEXT PRIMARY KEY, fixes TEXT NOT NULL DEF
     count_from REAL NOT NULL DEFAULT 0, healthy_since REAL, needs_human INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS incidents (id TEXT PRIMARY KEY, host TEXT, unit TEXT, opened_at REAL, last_at REAL,
     crashes INTEGER, kinds TEXT, closed INTEGER NOT NULL DEFAULT 0, outcome TEXT);
-CREATE TABLE IF NOT EXISTS crashes (host TEXT, at REAL);
+CREATE TABLE IF NOT EXISTS crashes (host TEXT, unit TEXT, key TEXT, at REAL, seen_at REAL,
+    forgiven INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (host, unit, key));
 CREATE INDEX IF NOT EXISTS crashes_at ON crashes (at);
 CREATE TABLE IF NOT EXISTS approvals (id TEXT PRIMARY KEY, incident TEXT, host TEXT, created_at REAL,
     status TEXT NOT NULL DEFAULT 'pending', who TEXT);
@@ -46,6 +49,9 @@ class WatchState:
         self._db = sqlite3.connect(directory / DB, timeout=10.0, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA busy_timeout=10000")
+        columns = [r[1] for r in self._db.execute("PRAGMA table_info(crashes)")]
+        if columns and "key" not in columns:  # the first window's table (host, at): counted at detection
+            self._db.execute("DROP TABLE crashes")
         self._db.executescript(_SCHEMA)
         self._depth = 0
 
@@ -112,7 +118,9 @@ class WatchState:
         self._set("breaker", reason)
 
     def reset_breaker(self) -> None:
+        """Re-arm the breaker: the crashes counted so far are forgiven (a person looked at them)."""
         self._set("breaker", None)
+        self._db.execute("UPDATE crashes SET forgiven = 1")
 
     def acting(self, incident: str) -> int | None:
         """The pid of the watcher that started this incident's fix (kept until the incident is closed)."""
@@ -151,14 +159,26 @@ class WatchState:
         )
 
     # the breaker's window --------------------------------------------------------------------------------
-    def note_crashes(self, seen: list[tuple[str, float]], keep_s: float) -> None:
-        """Record crashes (host, when) and forget those older than ``keep_s`` before the newest."""
-        self._db.executemany("INSERT INTO crashes VALUES (?, ?)", seen)
-        if seen:
-            self._db.execute("DELETE FROM crashes WHERE at < ?", (max(t for _, t in seen) - keep_s,))
+    def note_crashes(
+        self, host: str, unit: str, crashes: tuple[CrashTime, ...], seen_at: float, keep_s: float
+    ) -> list[bool]:
+        """Record crashes (key, crash time) of a host's unit seen at ``seen_at``; whether each is new (a crash
+        already recorded, by this watcher or an earlier one, is not counted again). Crashes older than
+        ``keep_s`` before ``seen_at`` are forgotten."""
+        new = []
+        for crash in crashes:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO crashes VALUES (?, ?, ?, ?, ?, 0)", (host, unit, crash.key, crash.at, seen_at)
+            )
+            new.append(cur.rowcount == 1)
+        self._db.execute("DELETE FROM crashes WHERE at < ?", (seen_at - keep_s,))
+        return new
 
     def recent_crashes(self, since: float) -> tuple[tuple[str, float], ...]:
-        rows = self._db.execute("SELECT host, at FROM crashes WHERE at >= ? ORDER BY at", (since,)).fetchall()
+        """(host, crash time) of the crashes since ``since`` not forgiven by a resume, oldest first."""
+        rows = self._db.execute(
+            "SELECT host, at FROM crashes WHERE at >= ? AND forgiven = 0 ORDER BY at", (since,)
+        ).fetchall()
         return tuple((str(h), float(t)) for h, t in rows)
 
     # incidents and approvals -----------------------------------------------------------------------------

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from remediate.core.watch.detect import Observation, Poll, crash_reason, parse_poll, poll_command
+from remediate.core.watch.detect import (
+    CrashTime,
+    Observation,
+    Poll,
+    crash_reason,
+    crash_times,
+    parse_poll,
+    poll_command,
+)
 
 
 def _entry(cursor: str, message: object, at_us: int = 1_700_000_000_000_000, inv: str = "inv1") -> str:
@@ -68,3 +76,52 @@ def test_first_poll_with_lookback() -> None:
     killed = "sglang.service: Main process exited, code=killed, status=9/KILL"
     assert crash_reason(None, parse_poll(_show() + "@@journal\n" + _entry("c1", killed))) == killed
     assert crash_reason(None, parse_poll(_show(restarts=5))) is None
+
+
+T0 = 1_700_000_000.0
+EXITED = "sglang.service: Main process exited, code=exited, status=1/FAILURE"
+FAILED = "sglang.service: Failed with result 'exit-code'."
+
+
+def _journal(*lines: tuple[str, str, float, str]) -> str:
+    return "@@journal\n" + "\n".join(_entry(c, m, int(t * 1e6), inv) for c, m, t, inv in lines)
+
+
+def test_a_crash_is_its_invocation_at_its_exit_time() -> None:
+    running = parse_poll(_show()).observation
+    # One crash is two systemd lines of one invocation: one crash, at the main process's exit.
+    one = parse_poll(
+        _show("activating", "auto-restart") + _journal(("c1", EXITED, T0, "inv1"), ("c2", FAILED, T0 + 0.01, "inv1"))
+    )
+    assert crash_times(running, one, T0 + 3, 3600) == (CrashTime("inv1", T0),)
+    # A crash loop read by one poll (a watcher that was dead): each invocation once, at its own time.
+    loop = parse_poll(_show(inv="inv3") + _journal(("c1", EXITED, T0, "inv1"), ("c2", FAILED, T0, "inv1"),
+                                                   ("c3", EXITED, T0 + 20, "inv2")))  # fmt: skip
+    assert [(c.key, c.at) for c in crash_times(running, loop, T0 + 60, 3600)] == [("inv1", T0), ("inv2", T0 + 20)]
+    # Without invocation ids: the lines of one exit (within a second) are one crash, keyed by its time.
+    bare = parse_poll(_show("failed", "failed") + _journal(("c1", EXITED, T0, ""), ("c2", FAILED, T0 + 0.2, "")))
+    assert crash_times(running, bare, T0 + 1, 3600) == (CrashTime(f"exit@{T0:.3f}", T0),)
+
+
+def test_a_crash_without_its_exit_line_is_the_invocation_the_state_names() -> None:
+    """A restarted watcher sees a unit still in auto-restart (its exit lines read before): the same key as
+    the exit line's, so the breaker does not count it again; after Restart=, the previous invocation."""
+    restarting = parse_poll(_show("activating", "auto-restart", inv="inv1"))
+    assert crash_times(None, restarting, T0, 3600) == (CrashTime("inv1", T0),)
+    running = parse_poll(_show(inv="inv1")).observation
+    restarted = parse_poll(_show(restarts=1, inv="inv2"))
+    assert crash_times(running, restarted, T0, 3600) == (CrashTime("inv1", T0),)
+    nameless = parse_poll(_show("failed", "failed", inv=""))
+    assert crash_times(None, nameless, T0, 3600) == (CrashTime(f"seen@{T0:.3f}", T0),)
+
+
+def test_a_crash_time_off_the_clock_is_clamped_to_the_poll() -> None:
+    running = parse_poll(_show()).observation
+    ahead = parse_poll(_show("failed", "failed") + _journal(("c1", EXITED, T0 + 30, "inv1")))
+    (crash,) = crash_times(running, ahead, T0, 3600)
+    assert crash.at == T0 and crash.key == "inv1" and "ahead of the poll" in (crash.clamped or "")
+    assert crash_times(running, ahead, T0 + 29, 3600)[0].clamped is None  # within the skew allowed
+    behind = parse_poll(_show("failed", "failed") + _journal(("c1", EXITED, T0 - 7200, "inv1")))
+    (old,) = crash_times(running, behind, T0, 3600)
+    assert old.at == T0 and "more than 3600s before" in (old.clamped or "")
+    assert crash.audit(True) == {"key": "inv1", "at": T0, "new": True, "clamped": crash.clamped}

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remediate.core.watch.decide import FleetView, breaker_trip, decide
+from remediate.core.watch.decide import FleetView, breaker_crossing, breaker_trip, decide
 from remediate.core.watch.incident import Crash, HostHistory, counted_fixes, fold, note_crash, note_fix, note_healthy
 from remediate.core.watch.policy import Policy, parse_duration, parse_policy
 from remediate.errors import ConfigError
@@ -106,14 +106,25 @@ def test_cap_counts_a_day_and_resets_after_healthy_period() -> None:
 def test_breaker_more_than_half() -> None:
     p = Policy()
     two = FleetView(4, (("h1", 10.0), ("h2", 20.0), ("h2", 25.0)))
-    assert breaker_trip(two, p, 30.0) is None  # 2 of 4 is not more than 50 %
+    assert breaker_trip(two, p) is None  # 2 of 4 is not more than 50 %
     three = FleetView(4, (("h1", 10.0), ("h2", 20.0), ("h3", 25.0)))
-    assert "3 of 4 hosts crashed" in (breaker_trip(three, p, 30.0) or "")
-    assert breaker_trip(three, p, 10.0 + p.breaker_window_s + 1) is None  # h1 left the window
-    assert breaker_trip(FleetView(1, (("h1", 10.0),)), p, 30.0) is None  # one host alone is not fleet-wide
-    assert breaker_trip(FleetView(2, (("h1", 10.0),)), p, 30.0) is None
+    assert "3 of 4 hosts crashed" in (breaker_trip(three, p) or "")
+    assert breaker_trip(FleetView(1, (("h1", 10.0),)), p) is None  # one host alone is not fleet-wide
+    assert breaker_trip(FleetView(2, (("h1", 10.0),)), p) is None
     counted = Policy(breaker_percentage=None, breaker_count=2)
-    assert "more than 2" in (breaker_trip(three, counted, 30.0) or "")
+    assert "more than 2" in (breaker_trip(three, counted) or "")
+
+
+def test_breaker_counts_crashes_at_their_own_times() -> None:
+    p = Policy(breaker_percentage=None, breaker_count=2, breaker_window_s=10.0)
+    spread = FleetView(4, (("h1", 0.0), ("h2", 6.0), ("h3", 12.0)))  # never 3 hosts within 10 s
+    assert breaker_crossing(spread, p) is None
+    # Detected together (one round after a dead watcher), they are still 12 s apart: no trip ...
+    burst = FleetView(4, (("h1", 100.0), ("h4", 7.0), ("h2", 104.0), ("h3", 109.5), ("h1", 101.0)))
+    # ... while a burst detected over many rounds (a fix in flight) trips at its third host's crash time.
+    assert breaker_crossing(burst, p) == (109.5, "3 hosts crashed within 10s (more than 2)")
+    repeats = FleetView(4, (("h1", 100.0), ("h1", 101.0), ("h1", 102.0), ("h2", 103.0)))
+    assert breaker_crossing(repeats, p) is None  # one host's crash loop is one host
 
 
 def test_decide_acts_on_runtime_oom() -> None:
@@ -176,4 +187,18 @@ def test_decide_never_acts_past_a_rail(
         assert set(kinds) - {"crash_loop"} == {"cuda_oom_runtime"}
         assert counted_fixes(history, now) < p.cap_per_day
         assert not any(0 <= now - t < p.cooldown_s for t in fixes)
-        assert breaker_trip(fleet, p, now) is None
+        assert breaker_trip(fleet, p) is None
+
+
+@given(
+    crashes=st.lists(st.tuples(st.sampled_from(["h1", "h2", "h3", "h4", "h5"]), st.floats(0, 1000)), max_size=12),
+    count=st.integers(1, 4),
+)
+def test_breaker_crossing_is_the_first_window_over_the_count(crashes: list[tuple[str, float]], count: int) -> None:
+    """The sliding window agrees with the definition: the earliest crash time t at which more than ``count``
+    hosts crashed within [t - window, t]."""
+    p = Policy(breaker_percentage=None, breaker_count=count, breaker_window_s=60.0)
+    ends = sorted(t for _, t in crashes)
+    want = next((t for t in ends if len({h for h, u in crashes if t - 60.0 <= u <= t}) > count), None)
+    got = breaker_crossing(FleetView(5, tuple(crashes)), p)
+    assert (got[0] if got else None) == want

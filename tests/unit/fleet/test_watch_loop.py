@@ -34,21 +34,26 @@ class Unit:
     is_failed: bool = False
     journal: list[dict[str, str]] = field(default_factory=list)
     polls: int = 0
+    invocation: int = 1
 
-    def crash(self) -> None:
+    def crash(self, at: float = NOW) -> None:
+        """The invocation's main process exits at ``at`` (systemd's line carries the invocation id)."""
         self.is_failed = True
-        stamp = str(int(NOW * 1e6) + len(self.journal))
+        stamp = str(int(at * 1e6) + len(self.journal))
         line = "sglang.service: Main process exited, code=exited, status=1/FAILURE"
-        self.journal.append({"__CURSOR": f"c{len(self.journal)}", "__REALTIME_TIMESTAMP": stamp, "MESSAGE": line})
+        self.journal.append({"__CURSOR": f"c{len(self.journal)}", "__REALTIME_TIMESTAMP": stamp, "MESSAGE": line,
+                             "INVOCATION_ID": f"i{self.invocation}"})  # fmt: skip
 
     def restarted(self) -> None:
         self.is_failed = False
+        self.invocation += 1
 
     def answer(self, command: str, stdin: str | None) -> CommandResult:
         self.polls += 1
         state = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"} if self.is_failed else {
             "ActiveState": "active", "SubState": "running", "Result": "success"}  # fmt: skip
-        show = show_output({**state, "NRestarts": self.n_restarts, "InvocationID": "i1", "ExecMainStatus": 0})
+        show = show_output({**state, "NRestarts": self.n_restarts, "InvocationID": f"i{self.invocation}",
+                            "ExecMainStatus": 0})  # fmt: skip
         after = command.split("--after-cursor ")[1].split()[0].strip("'") if "--after-cursor" in command else None
         seen = [e["__CURSOR"] for e in self.journal]
         entries = self.journal[seen.index(after) + 1 :] if after in seen else self.journal
@@ -85,41 +90,80 @@ def _verdicts(directory: Path) -> list[tuple[str, str]]:
     return [(e["host"], e["verdict"]) for e in read_events(directory) if e["event"] == "decided"]
 
 
-# -- the breaker's window survives a restart of the watcher -----------------------------------------------
+# -- the breaker's crashes survive a restart of the watcher, each counted once at its own time -------------
 def test_a_restarted_watcher_still_counts_the_crashes_inside_the_window(tmp_path: Path) -> None:
     fleet = Fleet(["h1", "h2", "h3", "h4"])
     policy = Policy(breaker_count=1, breaker_percentage=None, breaker_window_s=300.0)
     fixes: list[str] = []
     first = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet))
     first.round(NOW)
-    fleet.units["h1"].crash()
+    fleet.units["h1"].crash(NOW + 5)
     first.round(NOW + 10)
     assert fixes == ["h1"], "one crashed host is within the breaker's count"
     first.close()
     first.state.close()
 
-    fleet.units["h2"].crash()
+    fleet.units["h2"].crash(NOW + 50)
     second = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet))
     second.round(NOW + 60)  # h1's crash (the first watcher's) and h2's: 2 > 1 within 300 s
     assert fixes == ["h1"], "the breaker tripped: nothing more is fixed"
     assert second.state.breaker_reason() == "2 hosts crashed within 300s (more than 1)"
     assert _verdicts(tmp_path)[-1] == ("h2", "breaker_open")
+    (trip,) = [e for e in read_events(tmp_path) if e["event"] == "breaker"]
+    assert trip["round_at"] == NOW + 60 and abs(trip["crossed_at"] - (NOW + 50)) < 0.01
     second.close()
     second.state.close()
 
-    # A watcher restarted after the window: the old crashes are out of it (and pruned), the breaker
-    # stays open (only a person closes it) — reset here as `--resume` would.
+    # `--resume` re-arms the breaker and forgives the crashes counted so far (a person looked at them).
     state = WatchState(tmp_path)
     state.reset_breaker()
     state.close()
     fleet.units["h2"].restarted()
-    fleet.units["h3"].crash()
+    fleet.units["h3"].crash(NOW + 361)
     third = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet))
-    third.round(NOW + 60 + 301)
+    third.round(NOW + 361)
     assert fixes == ["h1", "h3"]
-    assert [h for h, _ in third.state.recent_crashes(0.0)] == ["h3"], "crashes older than the window are pruned"
+    assert [h for h, _ in third.state.recent_crashes(0.0)] == ["h3"], "the crashes before the resume are forgiven"
     third.close()
     third.state.close()
+
+
+def test_a_restarted_watcher_does_not_count_a_crash_again(tmp_path: Path) -> None:
+    """h1 crashed long ago and is still down when a new watcher starts: the same crash (its invocation), at its
+    own time, so it does not join h2's fresh crash in one window (a watcher that counted it at the round
+    that saw it would trip here)."""
+    fleet = Fleet(["h1", "h2", "h3", "h4"])
+    policy = Policy(breaker_count=1, breaker_percentage=None, breaker_window_s=30.0)
+    first = _watcher(tmp_path, fleet, policy, _fixed([]), kinds=())
+    fleet.units["h1"].crash(NOW + 5)
+    first.round(NOW + 10)
+    first.close()
+    first.state.close()
+    fleet.units["h2"].crash(NOW + 95)
+    second = _watcher(tmp_path, fleet, policy, _fixed([]), kinds=())
+    second.round(NOW + 100)
+    assert second.state.breaker_reason() is None
+    seen = {e["host"]: e["crashes"] for e in read_events(tmp_path) if e["event"] == "detected"}
+    assert [(c["key"], c["new"]) for c in seen["h1"]] == [("i1", False)], "the second watcher's sight of h1"
+    assert [(c["key"], c["new"]) for c in seen["h2"]] == [("i1", True)]
+    second.close()
+    second.state.close()
+
+
+def test_crashes_detected_rounds_apart_trip_by_their_own_times(tmp_path: Path) -> None:
+    """h2's crash, 2 s after h1's, is seen 88 s later (a fix in flight, a dead watcher): it still trips."""
+    fleet = Fleet(["h1", "h2", "h3", "h4"])
+    policy = Policy(breaker_count=1, breaker_percentage=None, breaker_window_s=30.0)
+    watcher = _watcher(tmp_path, fleet, policy, _fixed([]), kinds=())
+    fleet.units["h1"].crash(NOW + 11)
+    watcher.round(NOW + 12)
+    assert watcher.state.breaker_reason() is None
+    fleet.units["h2"].crash(NOW + 13)
+    watcher.round(NOW + 100)
+    assert watcher.state.breaker_reason() == "2 hosts crashed within 30s (more than 1)"
+    assert _verdicts(tmp_path)[-1] == ("h2", "breaker_open")
+    watcher.close()
+    watcher.state.close()
 
 
 # -- the fleet-wide concurrency of fixes ----------------------------------------------------------------

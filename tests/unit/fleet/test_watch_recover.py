@@ -137,3 +137,32 @@ def test_a_dry_run_watcher_leaves_it_for_a_real_one(tmp_path: Path, txlog: Path)
     watcher._recover(NOW + 5)
     assert fixes == [] and read_events(tmp_path) == []
     assert watcher.state.incidents()[0]["outcome"] == "remediating"
+
+
+def test_a_fix_whose_host_state_is_unknown_is_rechecked_not_closed_failed(tmp_path: Path, txlog: Path) -> None:
+    """The connection was lost after the commit and not re-established (the chaos run: two cuts in a row, mid
+    health wait): the fix's result is ``failed`` but the host holds the new bytes; the incident stays
+    ``remediating`` and the next round's recovery re-runs the same fix, which finds it healthy."""
+    _left_remediating(tmp_path)
+    _log(txlog, "committed", "unknown")
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "unchanged")
+    h = watcher._hosts["h2"]
+    watcher._finish(h, "inc1", NOW + 1, HostResult(host="h2", outcome="failed", error="whether ... is unknown"))
+    assert watcher.state.incidents()[0]["outcome"] == "remediating" and watcher.state.acting("inc1") == 0
+    assert not read_events(tmp_path), "no outcome yet"
+    watcher._recover(NOW + 5)
+    assert fixes == ["h2"]
+    assert [(e["event"], e.get("outcome")) for e in read_events(tmp_path)] == [
+        ("recovered", None),
+        ("outcome", "remediated"),
+    ]
+    assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1
+
+
+def test_a_failed_fix_with_a_known_end_is_closed_failed(tmp_path: Path, txlog: Path) -> None:
+    _left_remediating(tmp_path)
+    _log(txlog, "committed", "failed")
+    watcher = _watcher(tmp_path, [], "unchanged")
+    watcher._finish(watcher._hosts["h2"], "inc1", NOW + 1, HostResult(host="h2", outcome="failed"))
+    assert watcher.state.incidents()[0]["outcome"] == "failed"

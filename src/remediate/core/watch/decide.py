@@ -21,7 +21,7 @@ class FleetView:
     """What the decision needs of the fleet: hosts watched, recent crashes, fixes in flight, switches."""
 
     watched: int
-    crashes: tuple[tuple[str, float], ...] = ()  # (host, when) of every recent crash
+    crashes: tuple[tuple[str, float], ...] = ()  # (host, crash time) of each crash counted since a resume
     in_flight: int = 0
     breaker_reason: str | None = None  # set while the breaker is open (only a person closes it)
     is_paused: bool = False
@@ -33,23 +33,42 @@ class Decision:
     reason: str
 
 
-def breaker_trip(fleet: FleetView, policy: Policy, now: float) -> str | None:
-    """Why the breaker trips now, or None: more crashed hosts within the window than the policy allows
-    (the percentage needs at least two crashed hosts: one host's crash is that host's).
+def breaker_crossing(fleet: FleetView, policy: Policy) -> tuple[float, str] | None:
+    """When the breaker's threshold was first crossed by the crashes' own times, and why; None if never:
+    more crashed hosts within one window than the policy allows (the percentage needs at least two crashed
+    hosts: one host's crash is that host's). A crossing learned late (a watcher dead, a fix in flight) is a
+    crossing all the same.
 
     Anchors: Cluster API MachineHealthCheck ``maxUnhealthy`` (past it, remediation stops: the cause is not
     the machines) and NVIDIA NVSentinel's fault-quarantine circuit breaker (``percentage``, ``duration``;
     reset by a person only).
     """
-    hosts = {h for h, t in fleet.crashes if 0 <= now - t <= policy.breaker_window_s}
+    ordered = sorted((t, h) for h, t in fleet.crashes)
+    inside: dict[str, int] = {}
+    first = 0
     window = f"{policy.breaker_window_s:g}s"
-    if policy.breaker_count is not None and len(hosts) > policy.breaker_count:
-        return f"{len(hosts)} hosts crashed within {window} (more than {policy.breaker_count})"
-    pct = policy.breaker_percentage
-    # One crashed host is never fleet-wide: with a fleet of 1 or 2 the percentage alone would trip on it.
-    if pct is not None and len(hosts) >= 2 and len(hosts) * 100 > pct * fleet.watched:
-        return f"{len(hosts)} of {fleet.watched} hosts crashed within {window} (more than {pct:g}%)"
+    for at, host in ordered:  # a window ending at each crash, oldest first: the first over the line wins
+        inside[host] = inside.get(host, 0) + 1
+        while ordered[first][0] < at - policy.breaker_window_s:
+            gone = ordered[first][1]
+            inside[gone] -= 1
+            if not inside[gone]:
+                del inside[gone]
+            first += 1
+        n = len(inside)
+        if policy.breaker_count is not None and n > policy.breaker_count:
+            return at, f"{n} hosts crashed within {window} (more than {policy.breaker_count})"
+        pct = policy.breaker_percentage
+        # One crashed host is never fleet-wide: with a fleet of 1 or 2 the percentage alone would trip on it.
+        if pct is not None and n >= 2 and n * 100 > pct * fleet.watched:
+            return at, f"{n} of {fleet.watched} hosts crashed within {window} (more than {pct:g}%)"
     return None
+
+
+def breaker_trip(fleet: FleetView, policy: Policy) -> str | None:
+    """Why the breaker trips (its threshold was crossed by the crashes' times), or None."""
+    crossed = breaker_crossing(fleet, policy)
+    return None if crossed is None else crossed[1]
 
 
 def fixable(kinds: tuple[str, ...], policy: Policy) -> str | None:
@@ -86,7 +105,7 @@ def decide(
     """
     if fleet.breaker_reason:
         return Decision("breaker_open", f"breaker open: {fleet.breaker_reason}")
-    tripped = breaker_trip(fleet, policy, now)
+    tripped = breaker_trip(fleet, policy)
     if tripped:
         return Decision("breaker_open", f"breaker tripped: {tripped}")
     if fleet.is_paused:

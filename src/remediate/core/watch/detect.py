@@ -5,6 +5,11 @@ A crash is: the unit failed or waiting to auto-restart; NRestarts grew; the invo
 the old one's main process exited non-zero (systemd's own ``Main process exited … status=N`` line in the
 unit's journal, ``Failed with result``). A unit that crashed and was already restarted by its own
 ``Restart=`` is still a crash: NRestarts and the journal say so (systemd's ``service_enter_restart``).
+
+Each crash has a time and a key (``crash_times``): the crashed invocation's exit line's
+``__REALTIME_TIMESTAMP`` and its ``INVOCATION_ID`` (systemd's ``unit_log_*`` lines carry the unit's
+invocation id, src/core/unit.c), so that the breaker counts a crash once, at its own time, however many
+rounds or watchers see it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ SHOW_PROPS = "ActiveState,SubState,Result,NRestarts,InvocationID,ExecMainStatus,
 JOURNAL_MARK = "@@journal"
 MAX_JOURNAL_LINES = 2000  # per poll: the answer stays bounded whatever the unit logged
 MAX_LINE_CHARS = 16384
+FUTURE_SKEW_S = 2.0  # a crash time this far past the poll's own time is the host's clock, not the crash
+SAME_EXIT_S = 1.0  # exit lines without an invocation id this close together are one crash's
 # systemd's service.c: "Main process exited, code=exited, status=1/FAILURE", "Failed with result 'exit-code'."
 _EXITED = re.compile(r"Main process exited, code=(\w+), status=(\d+)")
 _FAILED = re.compile(r"Failed with result '([\w-]+)'")
@@ -155,3 +162,50 @@ def crash_reason(previous: Observation | None, poll: Poll) -> str | None:
             return f"invocation changed after: {died[-1].message}"
         return died[-1].message
     return None
+
+
+@dataclass(frozen=True)
+class CrashTime:
+    """One crash as the breaker counts it: ``key`` names it across rounds and watchers (the crashed
+    invocation's id, else its exit time, else its detection time); ``at`` is its exit's time on the host's
+    clock, bounded; ``clamped`` says why ``at`` is the detection time instead."""
+
+    key: str
+    at: float
+    clamped: str | None = None
+
+    def audit(self, is_new: bool) -> dict[str, object]:
+        """As the audit's ``detected`` event says it (``new``: counted now, not by an earlier round)."""
+        return {"key": self.key, "at": self.at, "new": is_new} | ({"clamped": self.clamped} if self.clamped else {})
+
+
+def crash_times(previous: Observation | None, poll: Poll, seen_at: float, far_past_s: float) -> tuple[CrashTime, ...]:
+    """The crashes a poll that found one shows, each once: every crashed invocation whose exit line it read
+    (systemd writes two or three for one crash: exited, failed, restart scheduled), else the invocation the
+    state names (a unit in auto-restart or failed is still on the crashed invocation; after a restart it is
+    the previous one). A time past ``seen_at`` (the host's clock ahead) or more than ``far_past_s`` before it
+    (behind, or never stamped) is clamped to ``seen_at``."""
+    found: list[tuple[str, float]] = []
+    for entry in exit_lines(poll.entries):
+        if entry.invocation:
+            if all(key != entry.invocation for key, _ in found):
+                found.append((entry.invocation, entry.at))
+        elif not found or found[-1][0] != "" or entry.at - found[-1][1] > SAME_EXIT_S:
+            found.append(("", entry.at))
+    if not found:
+        now = poll.observation
+        crashed = ""
+        if previous is not None and now is not None and now.invocation != previous.invocation:
+            crashed = previous.invocation
+        elif now is not None:
+            crashed = now.invocation
+        return (CrashTime(crashed or f"seen@{seen_at:.3f}", seen_at),)
+    out = []
+    for key, at in found:
+        clamped = None
+        if at > seen_at + FUTURE_SKEW_S:
+            clamped = f"exit time {at:.3f} is {at - seen_at:.1f}s ahead of the poll (host clock?)"
+        elif at < seen_at - far_past_s:
+            clamped = f"exit time {at:.3f} is more than {far_past_s:g}s before the poll"
+        out.append(CrashTime(key or f"exit@{at:.3f}", seen_at if clamped else at, clamped))
+    return tuple(out)

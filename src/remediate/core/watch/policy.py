@@ -62,6 +62,12 @@ class Policy:
     fold_window_s: float = 600.0
     approval: bool = False
 
+    @property
+    def breaker_keep_s(self) -> float:
+        """How long a crash stays in the breaker's count (and its key remembered, so that it is never counted
+        twice): twice the longer of the lookback and the window."""
+        return 2 * max(self.lookback_s, self.breaker_window_s)
+
 
 def parse_duration(text: object, what: str = "duration") -> float:
     """``15s``, ``5m``, ``1h``, ``1d``, ``250ms`` or a number of seconds → seconds (> 0)."""

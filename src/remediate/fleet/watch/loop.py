@@ -17,8 +17,8 @@ from typing import Any
 
 from remediate.controller.watch_audit import append_event
 from remediate.controller.watch_state import WatchState
-from remediate.core.watch.decide import Decision, FleetView, decide
-from remediate.core.watch.detect import Observation, crash_reason
+from remediate.core.watch.decide import Decision, FleetView, breaker_crossing, decide
+from remediate.core.watch.detect import CrashTime, Observation, crash_reason, crash_times
 from remediate.core.watch.incident import (
     Crash,
     Incident,
@@ -33,7 +33,7 @@ from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.follow import Follower
 from remediate.fleet.watch.metrics import WatchMetrics
-from remediate.fleet.watch.recover import recover
+from remediate.fleet.watch.recover import is_state_unknown, recover
 from remediate.host.watch import poll_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
@@ -61,6 +61,8 @@ class _Host:
     follower: Follower | None = None
     polled_at: float = float("-inf")
     crash_cursor: str | None = None  # the journal past a crash: saved with its decision, not before
+    crashes: tuple[CrashTime, ...] = ()  # the crashes the last poll found, each with its own time and key
+    counted: list[dict[str, object]] = field(default_factory=list)  # the same, as the audit says them
 
 
 @dataclass
@@ -150,11 +152,8 @@ class Watcher:
         self._recover(now)
         self._reap(now)
         crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
-        # Every crash of the round is counted before any is decided: the breaker sees them all at once. The
-        # window lives in watch.db: a watcher restarted inside it still counts its predecessor's crashes.
         if crashed:
-            with self.state.transaction():
-                self.state.note_crashes([(h.entry.name, now) for h, _ in crashed], self.policy.breaker_window_s)
+            self._count([h for h, _ in crashed], now)
         for h, reason in crashed:
             self._crashed(h, now, reason)
         self._waiting(now)
@@ -162,11 +161,24 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.observe_round(self.host_states(), self.state.breaker_reason() is not None)
 
+    def _count(self, crashed: list[_Host], now: float) -> None:
+        """Every crash of the round counted before any is decided, once (watch.db keys it by host, unit and
+        crashed invocation), at its own time; the breaker trips once the crashes' times cross its threshold."""
+        with self.state.transaction():
+            for h in crashed:
+                new = self.state.note_crashes(h.entry.name, h.unit, h.crashes, now, self.policy.breaker_keep_s)
+                h.counted = [c.audit(is_new) for c, is_new in zip(h.crashes, new, strict=True)]
+            crossed = None if self.state.breaker_reason() else breaker_crossing(self.fleet_view(now), self.policy)
+            if crossed is not None:
+                self.state.trip_breaker(crossed[1])
+        if crossed is not None:
+            self.event("breaker", now, reason=f"breaker tripped: {crossed[1]}", crossed_at=crossed[0])
+
     def fleet_view(self, now: float) -> FleetView:
-        """The fleet as the rails see it at ``now``: the breaker's window read back from watch.db."""
+        """The fleet as the rails see it at ``now``: the breaker's crashes read back from watch.db."""
         return FleetView(
             len(self._hosts),
-            self.state.recent_crashes(now - self.policy.breaker_window_s),
+            self.state.recent_crashes(now - self.policy.breaker_keep_s),
             len(self._running),
             self.state.breaker_reason(),
             self.state.is_paused(),
@@ -208,6 +220,7 @@ class Watcher:
             h.follower = Follower(h.transport, h.unit, h.entry.name, self.woken)
             h.follower.start()
         reason = crash_reason(h.previous, poll)
+        h.crashes = crash_times(h.previous, poll, max(now, time.time()), self.policy.lookback_s) if reason else ()
         h.previous = poll.observation
         h.crash_cursor = poll.cursor if reason else None
         with self.state.transaction():
@@ -224,7 +237,7 @@ class Watcher:
     def _crashed(self, h: _Host, now: float, reason: str) -> None:
         name = h.entry.name
         h.state = "crashed"
-        self.event("detected", now, host=name, unit=h.unit, reason=reason)
+        self.event("detected", now, host=name, unit=h.unit, reason=reason, crashes=h.counted)
         assert h.transport is not None
         try:
             report = self.diagnose(h.transport, h.entry)
@@ -348,9 +361,9 @@ class Watcher:
 
     def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
         """The incident's outcome event and close; ``recheck``: what a recovery's re-run found. A fix whose
-        connection was cut before its commit changed nothing: it stays ``remediating`` (acting ``CUT_PID``), and
-        the next round's recovery runs the same fix again, counted once."""
-        if recheck is None and result.outcome == "unreachable":
+        connection was cut before its commit, or after it for good (the host's state unknown), stays
+        ``remediating`` (acting ``CUT_PID``): the next round's recovery runs the same fix again, counted once."""
+        if recheck is None and (result.outcome == "unreachable" or is_state_unknown(result)):
             with self.state.transaction():
                 self.state.set_acting(incident_id, CUT_PID)
             h.previous = None

@@ -58,6 +58,16 @@ def recover(w: Watcher, now: float) -> None:
         w._finish(h, incident_id, now, result, recheck)
 
 
+def is_state_unknown(result: HostResult) -> bool:
+    """Whether a fix ended ``failed`` because its connection was lost after the commit and could not be
+    re-established (its transaction's last record: ``unknown``): what the host holds is not known, so it is
+    resolved as a cut fix is, by the recovery's re-run (idempotent), not closed ``failed`` on new bytes."""
+    if result.outcome != "failed":
+        return False
+    records = read_transactions(result.host, result.started_at)
+    return bool(records) and records[-1].get("event") == "unknown"
+
+
 def _run_undo(w: Watcher, h: _Host, backup: str) -> HostResult:
     """The killed fix's undo, as its transaction would have made it: its own backup restored, verified."""
     assert w.undo is not None
