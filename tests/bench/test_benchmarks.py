@@ -84,7 +84,7 @@ def test_scaling_reduced_run_prints_the_table_and_writes_its_samples(tmp_path: P
 
 
 def test_watch_cost_reduced_run_prints_the_table_and_writes_its_samples(tmp_path: Path) -> None:
-    """bench/watch_cost.py on 2 sandbox hosts at a 1 s interval, one crash, and 5 lightweight SSH endpoints."""
+    """bench/watch_cost.py on 2 sandbox hosts at a 1 s interval, one crash per mode, and 5 lightweight SSH endpoints."""
     out = tmp_path / "watch.json"
     argv = [sys.executable, str(BENCH / "watch_cost.py"), "--hosts", "2", "--intervals", "1", "--reps", "1"]
     argv += ["--idle-window", "3", "--endpoints", "5", "--endpoint-interval", "1", "--json-out", str(out)]
@@ -92,9 +92,12 @@ def test_watch_cost_reduced_run_prints_the_table_and_writes_its_samples(tmp_path
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "CPU core" in run.stdout and "detect med s" in run.stdout and "never polled" in run.stdout
     doc = json.loads(out.read_text())
-    [idle] = doc["idle"]
-    assert {"cpu_core", "rss_mib", "pss_mib", "threads", "sockets", "interval_s"} <= set(idle)
-    [crash] = doc["detections"]
-    assert {"host", "detected_s", "decided_s"} <= set(crash)
+    # one idle figure and one crash per mode: the followed journal (the default) and the poll (--no-follow)
+    assert sorted(idle["mode"] for idle in doc["idle"]) == ["follow", "poll"]
+    for idle in doc["idle"]:
+        assert {"cpu_core", "rss_mib", "pss_mib", "threads", "sockets", "interval_s"} <= set(idle)
+    assert sorted(crash["mode"] for crash in doc["detections"]) == ["follow", "poll"]
+    for crash in doc["detections"]:
+        assert {"host", "detected_s", "decided_s"} <= set(crash)
     assert doc["endpoints"]["endpoints"] == 5 and doc["endpoints"]["unreachable_events"] == 0
     assert {"cpu_core", "rss_mib"} <= set(doc["endpoints"]["held_only"])
