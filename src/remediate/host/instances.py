@@ -18,10 +18,8 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from remediate.controller.transactions import record_transaction
 from remediate.core.probe import ProbeResult, ServiceState
 from remediate.core.unitfile.edit import UnitSettings
 from remediate.core.unitfile.instances import (
@@ -33,7 +31,6 @@ from remediate.core.unitfile.instances import (
     settings_after,
     template_of,
 )
-from remediate.core.unitfile.report import mask_data
 from remediate.errors import CommandError, ConfigError, LockHeldError, RemediateError, RemediationError
 from remediate.host import templates
 from remediate.host.commit import CommitReport, FileWrite, commit
@@ -41,7 +38,7 @@ from remediate.host.health import Healthy, wait_healthy
 from remediate.host.lock import HEARTBEAT_TIMEOUT_S, LOCK_DIR, LOCK_HELD_EXIT, READ_TIMEOUT_S, locked_read
 from remediate.host.outcome import Timer
 from remediate.host.probe import endpoint_of, sources_from_probe
-from remediate.host.transaction import Change, transact
+from remediate.host.transaction import Change, record_change, transact
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
@@ -203,7 +200,7 @@ def _roll_back(
     why = f"{failed.unit} did not come up on the new {template}: {failed.error}"
     result.outcome = "failed"  # until the old bytes are back and every instance restarted came up on them
     if not change.options.rollback:
-        _record(result, change, "failed", why)
+        record_change(result, change, "failed", "; ".join(result.summary), error=why)
         restarted = ", ".join(m.unit for m in done)
         raise RemediationError(result.host, f"{why}; --no-rollback: the new bytes stay ({restarted} run on them)")
     undo = [
@@ -217,7 +214,7 @@ def _roll_back(
                 report = _commit(transport, member, writes, note)
             except RemediateError as exc:
                 if writes:  # the old bytes may not be back: nothing else is restarted on a template in doubt
-                    _record(result, change, "failed", why)
+                    record_change(result, change, "failed", "; ".join(result.summary), error=why)
                     raise RemediationError(result.host, f"{why}; the rollback failed too: {_detail(exc)}") from exc
                 member.outcome, member.error = "failed", _detail(exc)
                 continue
@@ -232,31 +229,12 @@ def _roll_back(
     message = f"{why}; {template} rolled back, restarted on the old bytes: {back or 'none'}"
     if broken:
         message += f"; did not come up on the old bytes either: {', '.join(broken)}"
-        _record(result, change, "failed", message)
+        record_change(result, change, "failed", "; ".join(result.summary), error=message)
         raise RemediationError(result.host, message)
     result.outcome, result.error, result.exit_code = "rolled_back", message, 1
     result.max_total_num_tokens = done[0].tokens if done else None
-    _record(result, change, "rolled_back", message)
+    record_change(result, change, "rolled_back", "; ".join(result.summary), error=message)
 
 
 def _detail(exc: RemediateError) -> str:
     return str(getattr(exc, "message", exc))
-
-
-def _record(result: HostResult, change: Change, event: str, error: str) -> None:
-    """The controller's line of the roll's end (transactions.jsonl), masked; the canary's own lines are
-    transact's. A state dir that cannot be written is a warning."""
-    record = {
-        "time": datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "host": result.host,
-        "unit": change.unit,
-        "event": event,
-        "changes": "; ".join(result.summary),
-        "files": [w.path for w in change.writes],
-        "backups": list(result.backups),
-        "error": error,
-    }
-    try:
-        record_transaction(mask_data(record))
-    except (ConfigError, OSError) as exc:
-        result.warnings.append(f"transaction record not written: {exc}")

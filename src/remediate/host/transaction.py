@@ -80,7 +80,7 @@ def transact(transport: Transport, change: Change, result: HostResult, timer: Ti
             )
         result.backups = list(report.backups.values())
         result.backup = result.backups[0] if result.backups else None
-        _record(result, change, "committed", changes)
+        record_change(result, change, "committed", changes)
         result.warnings += [f"systemd-analyze: {line}" for line in report.analyze]
         with timer.phase("wait"):
             healthy = _wait(
@@ -89,11 +89,11 @@ def transact(transport: Transport, change: Change, result: HostResult, timer: Ti
         with timer.phase("verify"):
             change.verify(healthy)
         result.outcome = change.success
-        _record(result, change, change.success, changes)
+        record_change(result, change, change.success, changes)
     except ConflictError:
         raise  # nothing was written
     except StateUnknownError as exc:
-        _record(result, change, "unknown", changes, error=str(exc))
+        record_change(result, change, "unknown", changes, error=str(exc))
         raise  # the host cannot be reached to undo anything; the message says what is known
     except CommitError as exc:
         result.backups = list(exc.backups)
@@ -136,11 +136,11 @@ def _after_transport_error(
             f"({getattr(again, 'message', again)}): the state on the host is unknown. Re-running `remediate oom` "
             "is safe (it waits for the lock and reads what the host holds)",
         )
-        _record(result, change, "unknown", changes, error=str(unknown))
+        record_change(result, change, "unknown", changes, error=str(unknown))
         raise unknown from exc
     if not committed and not held:
         failure = RemediationError(result.host, f"the commit failed ({detail}); no file holds the new bytes")
-        _record(result, change, "failed", changes, error=str(failure))
+        record_change(result, change, "failed", changes, error=str(failure))
         raise failure from exc
     return RemediationError(result.host, f"the connection failed after the commit started: {detail}")
 
@@ -154,22 +154,22 @@ def _roll_back(
 ) -> None:
     """Undo a commit that wrote something (unless ``--no-rollback``); outcome ``rolled_back``."""
     if not change.options.rollback or not change.writes:
-        _record(result, change, "failed", changes, error=str(exc))
+        record_change(result, change, "failed", changes, error=str(exc))
         raise exc
     result.error = str(exc)
     try:
         with timer.phase("rollback"):
             _undo(transport, change, result)
     except RemediateError as undo_exc:
-        _record(result, change, "failed", changes, error=str(undo_exc))
+        record_change(result, change, "failed", changes, error=str(undo_exc))
         raise
     result.outcome = "rolled_back"
     result.error = f"{exc}; {change.undo_note}"
     result.exit_code = 1
-    _record(result, change, "rolled_back", changes, error=result.error)
+    record_change(result, change, "rolled_back", changes, error=result.error)
 
 
-def _record(result: HostResult, change: Change, event: str, changes: str, *, error: str | None = None) -> None:
+def record_change(result: HostResult, change: Change, event: str, changes: str, *, error: str | None = None) -> None:
     """The controller-side line of this transaction (state dir ``transactions.jsonl``), masked; a state dir
     that cannot be written is a warning, never a reason to leave a host half done."""
     record = {
