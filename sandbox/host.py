@@ -216,6 +216,14 @@ class SandboxHost:
             client_pubkey=client_pubkey,
         )
 
+    def boot_options(self) -> list[str]:
+        """How nspawn starts the host: ``--boot`` (the image's systemd as PID 1)."""
+        return ["--boot"]
+
+    def payload(self) -> list[str]:
+        """The command nspawn runs (none with ``--boot``: systemd's own init)."""
+        return []
+
     def _launch_script(self, img: Path) -> str:
         q = shlex.quote
         moves = "".join(f"echo $$ > {q(str(d / 'cgroup.procs'))}\n" for d in cgroups.prepare(self.cgroup))
@@ -225,7 +233,7 @@ class SandboxHost:
             "--quiet",
             "--register=no",
             "--keep-unit",
-            "--boot",
+            *self.boot_options(),
             "--settings=no",
             f"--directory={self.root_mount}",
             f"--machine={self.machine}",
@@ -236,6 +244,7 @@ class SandboxHost:
             "--timezone=off",
             "--console=read-only",
             f"--bind-ro={image.STANDIN}:{image.STANDIN_INSIDE}",
+            *self.payload(),
         ]
         return (
             "set -eu\n"
@@ -276,15 +285,18 @@ class SandboxHost:
             if time.monotonic() > deadline:
                 raise SandboxError(f"{self.name}: sshd not ready in time: {self.log_tail()}")
             time.sleep(0.01)
-        left = max(1.0, deadline - time.monotonic())
-        state = self.run("systemctl", "is-system-running", "--wait", timeout=left).stdout.strip()
-        if state != "running":
-            failed = self.run("systemctl", "list-units", "--failed", "--plain", "--no-legend").stdout
-            raise SandboxError(f"{self.name}: systemd is {state!r}, failed units: {failed.strip()}")
+        self.settle(max(1.0, deadline - time.monotonic()))
         self._check_sshd()
         self.base_units = set(self._unit_names())
         self.journal_cursor = self._cursor()
         overlay.snapshot(self.upper, self.pristine)
+
+    def settle(self, left: float) -> None:
+        """Wait for systemd to finish booting (``is-system-running --wait``); anything but running fails."""
+        state = self.run("systemctl", "is-system-running", "--wait", timeout=left).stdout.strip()
+        if state != "running":
+            failed = self.run("systemctl", "list-units", "--failed", "--plain", "--no-legend").stdout
+            raise SandboxError(f"{self.name}: systemd is {state!r}, failed units: {failed.strip()}")
 
     def _check_sshd(self) -> None:
         listen = [
@@ -519,11 +531,17 @@ class Sandbox:
     """N sandbox hosts sharing one client key, known_hosts and ssh_config. A context manager."""
 
     def __init__(
-        self, workdir: Path, n_hosts: int, *, first_address: str = "127.42.0.10", name_prefix: str = "gpu-"
+        self,
+        workdir: Path,
+        n_hosts: int,
+        *,
+        first_address: str = "127.42.0.10",
+        name_prefix: str = "gpu-",
+        host_class: type[SandboxHost] = SandboxHost,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         first = ipaddress.IPv4Address(first_address)
-        self.hosts = [SandboxHost(self, f"{name_prefix}{i}", str(first + i)) for i in range(n_hosts)]
+        self.hosts = [host_class(self, f"{name_prefix}{i}", str(first + i)) for i in range(n_hosts)]
         self.identity = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
         self.ssh_config = self.workdir / "ssh_config"
