@@ -137,6 +137,10 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
     assert found.state is not None
     engine = engine_of_probe(found)
     fallback = options.server_port or engine.default_port
+    if "ExecStart" not in found.state.properties and (command := _command(found)) is not None:
+        # A daemonless systemctl shows no ExecStart= (systemd always does): the unit's own command line.
+        host, port = server_endpoint(server_args(sources_from_probe(found)), fallback)
+        return host_endpoint(command.ports, host, port) if command.ports is not None else (host, port)
     for argv in found.state.exec_argvs:
         if any(engine.name in word for word in argv):
             command = _command(found)
