@@ -102,7 +102,7 @@ def is_free(lock: Path) -> bool:
         return True
 
 
-SYSTEMCTL = 'case " $* " in *" NeedDaemonReload "*) echo no ;; esac\nexit 0'
+SYSTEMCTL = 'case " $* " in *" NeedDaemonReload "*) echo NeedDaemonReload=no ;; esac\nexit 0'
 
 
 def test_the_commit_lock_is_free_after_a_restart_that_leaves_the_server_running(tmp_path: Path, left: Path) -> None:

@@ -163,7 +163,7 @@ COVERED = {
 }  # macros via the others
 # systemd and the GPU tools as scripts that answer and touch nothing (the scratch host has neither).
 _TOOL_SHIMS = {
-    "systemctl": 'case "$*" in *NeedDaemonReload*) echo no;; esac',
+    "systemctl": 'case "$*" in *NeedDaemonReload*) echo NeedDaemonReload=no;; esac',
     "journalctl": "",
     "nvidia-smi": "",
     "logger": "",
