@@ -66,6 +66,11 @@ def serve(host: SandboxHost) -> int:
     return port
 
 
+def server_cmdline(host: SandboxHost) -> str:
+    pid = host.run("systemctl", "show", UNIT, "-p", "MainPID").stdout.strip().removeprefix("MainPID=")
+    return host.read(f"/proc/{pid}/cmdline").replace("\0", " ")
+
+
 def lock_holders(host: SandboxHost) -> list[str]:
     """Every descriptor of every process on the host that names a lock under /run/remediate."""
     found = host.sh("find /proc/[0-9]*/fd -lname '/run/remediate/*' -printf '%p -> %l\\n' 2>/dev/null").stdout
@@ -100,10 +105,10 @@ def test_oom_again_rollback_status_as_on_systemd_and_no_lock_left(containers: Sa
     first = cli(containers, tmp_path, "oom", host.name, "--lock-timeout", "1")
     assert first.returncode == 0 and first.result["outcome"] == "remediated", first
     assert "--mem-fraction-static 0.93" in host.read(UNIT_PATH)
+    assert any("systemctl.py 1.7.1097, not systemd" in note for note in first.result["notes"]), first.result
     no_lock_left(host)
-    # The server systemctl3.py forked from the commit script: a child of PID 1 now, holding no lock.
-    pid = host.run("systemctl", "show", UNIT, "-p", "MainPID").stdout.strip().removeprefix("MainPID=")
-    assert pid.isdigit() and int(pid) > 1
+    # The server systemctl3.py forked from the commit script runs the new command line, holding no lock.
+    assert "--mem-fraction-static 0.93" in server_cmdline(host)
 
     again = cli(containers, tmp_path, "oom", host.name, "--lock-timeout", "1")
     assert again.returncode == 0 and again.result["outcome"] == "unchanged", again
@@ -162,3 +167,22 @@ def test_a_rollout_with_a_canary_and_a_rolled_back_host(containers: Sandbox, tmp
     )
     assert back.returncode == 0, back
     assert sha256_text(hosts[0].read(UNIT_PATH)) == sha256_text(originals[hosts[0].name])
+
+
+def test_a_drop_in_that_holds_the_command_is_the_file_oom_changes(containers: Sandbox, tmp_path: Path) -> None:
+    """systemctl3.py shows no DropInPaths=: the probe finds UNIT.d/*.conf where systemctl3.py reads them."""
+    host = containers.hosts[1]
+    port = serve(host)
+    unit = host.read(UNIT_PATH)
+    command = unit[unit.index("ExecStart=") : unit.index("Restart=")]
+    dropin = f"/etc/systemd/system/{UNIT}.d/50-command.conf"
+    host.write(dropin, "[Service]\nExecStart=\n" + command.replace("0.94", "0.92"))
+    host.systemctl("restart", UNIT, check=True)
+    assert wait_http_ok(host.address, port)
+    assert "--mem-fraction-static 0.92" in server_cmdline(host)  # systemctl3.py runs the drop-in's command
+
+    run = cli(containers, tmp_path, "oom", host.name, "--lock-timeout", "1")
+    assert run.returncode == 0 and run.result["outcome"] == "remediated", run
+    assert "--mem-fraction-static 0.91" in host.read(dropin)
+    assert host.read(UNIT_PATH) == unit  # the fragment's own ExecStart= is not the one that runs
+    no_lock_left(host)

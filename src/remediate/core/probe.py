@@ -115,12 +115,22 @@ class ProbeResult:
     sections: dict[str, tuple[str, ...]] = field(default_factory=dict)
     section_notes: dict[str, str] = field(default_factory=dict)
     unloaded_dropins: tuple[str, ...] = ()  # UNIT.d/*.conf on disk that the loaded unit does not list yet
+    daemonless: str = ""  # a systemctl that is not systemd's (``@@daemonless``: its name), else empty
 
     @property
     def needs_daemon_reload(self) -> bool:
         """The unit on disk differs from the loaded one: NeedDaemonReload=yes, or a drop-in systemd has not
         loaded (a drop-in in a new UNIT.d directory leaves NeedDaemonReload=no until units are next loaded)."""
         return bool(self.unloaded_dropins) or (self.state is not None and self.state.needs_daemon_reload)
+
+
+def daemonless_note(name: str) -> str:
+    """What a daemonless systemctl (docker-systemctl-replacement's systemctl3.py) cannot give, said once."""
+    return (
+        f"systemctl here is {name}, not systemd: the unit's files were found on its own search path; it keeps "
+        "no journal (no journal lines in the crash evidence or a failed wait) and shows no InvocationID, "
+        "NRestarts or Result (the health wait judges ActiveState, MainPID and /health)"
+    )
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -191,6 +201,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     has_analyze = False
     now = 0.0
     unloaded: tuple[str, ...] = ()
+    daemonless = ""
     section = ""
     current: dict[str, str] = {}
     b64: list[str] = []
@@ -240,6 +251,8 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 now = float(rest or 0)
             elif head == "unloaded":
                 unloaded = tuple(rest.split())
+            elif head == "daemonless":
+                daemonless = rest.strip() or "a systemctl without systemd"
             elif head == "file":
                 current = parse_file_header(rest)
             elif head == "unsafe":
@@ -267,6 +280,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
         sections={k: tuple(v) for k, v in sections.items()},
         section_notes=notes,
         unloaded_dropins=unloaded,
+        daemonless=daemonless,
     )
 
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from remediate.core.probe import ProbeResult, ServiceState
+from remediate.core.probe import ProbeResult, ServiceState, daemonless_note
 from remediate.core.unitfile.edit import UnitSettings
 from remediate.core.unitfile.report import env_values, flag_values
 from remediate.errors import RemediateError, SeveralUnitsError, TransportError, UnhealthyError
@@ -23,6 +23,8 @@ def record_unit(result: HostResult, found: ProbeResult) -> ServiceState:
     state = found.state
     assert state is not None, "read_unit() resolves the unit before anything is recorded"
     result.unit, result.unit_path = state.unit, state.fragment_path
+    if found.daemonless and (note := daemonless_note(found.daemonless)) not in result.notes:
+        result.notes.append(note)
     return state
 
 

@@ -7,7 +7,14 @@ from fake_transport import exec_start_value, probe_output
 
 from remediate.core.diagnosis.explain import explain_crash
 from remediate.core.diagnosis.systemd import gave_up_restarting
-from remediate.core.probe import ServiceState, dropin_order, parse_exec_start, parse_probe, parse_show
+from remediate.core.probe import (
+    ServiceState,
+    daemonless_note,
+    dropin_order,
+    parse_exec_start,
+    parse_probe,
+    parse_show,
+)
 from remediate.core.unitfile.argv import server_endpoint
 
 
@@ -176,3 +183,43 @@ def test_dropins_apply_by_file_name_across_directories_first_directory_wins() ->
         "/etc/systemd/system/a.service.d/20-b.conf",
         "/run/systemd/system/a.service.d/30-c.conf",
     ]
+
+
+# Captured from a container-style sandbox host (docker-systemctl-replacement 1.7.1097 as systemctl): its show
+# has no FragmentPath=/DropInPaths=/ExecStart=/InvocationID=; the probe adds the two paths after @@daemonless.
+DAEMONLESS_PROBE = """@@now 1796462276.367716208
+@@analyze 1
+@@unit sglang.service
+@@show
+MainPID=1069
+SubState=running
+ActiveState=active
+NeedDaemonReload=no
+Environment=HF_HOME=/models/.cache/huggingface CUDA_HOME=/usr/local/cuda
+@@daemonless systemctl.py 1.7.1097
+@@show
+FragmentPath=/etc/systemd/system/sglang.service
+DropInPaths=/etc/systemd/system/sglang.service.d/10-a.conf
+@@file exists=1 sha256=00 mode=640 uid=0 gid=0 size=10 path=/etc/systemd/system/sglang.service
+W1NlcnZpY2VdCg==
+@@unloaded
+@@end
+"""
+
+
+def test_a_daemonless_systemctls_probe_reads_as_one_show_with_the_paths_found_on_disk() -> None:
+    found = parse_probe(DAEMONLESS_PROBE, "sglang.service")
+    assert found.daemonless == "systemctl.py 1.7.1097"
+    assert found.state is not None
+    assert found.state.fragment_path == "/etc/systemd/system/sglang.service"
+    assert found.state.dropin_paths == ("/etc/systemd/system/sglang.service.d/10-a.conf",)
+    assert (found.state.main_pid, found.state.active_state, found.state.invocation_id) == (1069, "active", "")
+    assert "ExecStart" not in found.state.properties and found.state.exec_argvs == ()
+    assert found.files["/etc/systemd/system/sglang.service"].text == "[Service]\n"
+    assert "systemctl.py 1.7.1097" in daemonless_note(found.daemonless)
+    nameless = parse_probe(DAEMONLESS_PROBE.replace("@@daemonless systemctl.py 1.7.1097", "@@daemonless"), None)
+    assert nameless.daemonless == "a systemctl without systemd"
+
+
+def test_systemds_probe_is_not_daemonless() -> None:
+    assert parse_probe(probe_output("sglang.service", {}), "sglang.service").daemonless == ""
