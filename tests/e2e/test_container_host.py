@@ -186,3 +186,19 @@ def test_a_drop_in_that_holds_the_command_is_the_file_oom_changes(containers: Sa
     assert "--mem-fraction-static 0.91" in host.read(dropin)
     assert host.read(UNIT_PATH) == unit  # the fragment's own ExecStart= is not the one that runs
     no_lock_left(host)
+
+
+def test_a_crash_while_loading_is_seen_without_nrestarts_and_rolled_back(containers: Sandbox, tmp_path: Path) -> None:
+    """No NRestarts, no auto-restart substate, no InvocationID: the dead server is seen from its state."""
+    host = containers.hosts[2]
+    port = serve(host)
+    original = host.read(UNIT_PATH)
+    host.set_standin(**FAST_KNOBS, failure="crash_during_load", failure_match="--chunked-prefill-size 4096")
+
+    run = cli(containers, tmp_path, "oom", host.name, "--wait-timeout", "60", "--lock-timeout", "1")
+    assert run.returncode == 1 and run.result["outcome"] == "rolled_back", run
+    assert "not healthy after" not in run.result["error"], run.result["error"]  # seen, not timed out
+    assert run.result["error"].startswith(f"{host.name}: {UNIT} failed while waiting for the server"), run
+    assert host.read(UNIT_PATH) == original
+    assert wait_http_ok(host.address, port)
+    no_lock_left(host)

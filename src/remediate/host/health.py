@@ -134,12 +134,12 @@ class HealthWait:
         self.state_read_at = self.waited
         self.ours_at = None
         if state.active_state == "failed":
-            raise self.fail(f"{unit} failed (Result={state.result}) while waiting for the server")
+            raise self.fail(f"{unit} failed{_result(state)} while waiting for the server")
         # With Restart=on-failure a crash shows as `activating (auto-restart)`, not `failed`, and
         # NRestarts only grows after RestartSec (10 s in the incident's unit). A restart we asked for
         # never passes through auto-restart, so seeing it means the new server's process died.
         if state.get("SubState") == "auto-restart":
-            raise self.fail(f"{unit} crashed while loading (Result={state.result}); systemd is about to restart it")
+            raise self.fail(f"{unit} crashed while loading{_result(state)}; systemd is about to restart it")
         if self.invocation_id and state.invocation_id and state.invocation_id != self.invocation_id:
             raise self.fail(f"{unit} was restarted by systemd while loading (crash): new InvocationID")
         if self.baseline_restarts is None:
@@ -278,3 +278,8 @@ def wait_healthy(
         environ=environ,
     )
     return wait.run(initial_state)
+
+
+def _result(state: ServiceState) -> str:
+    """`` (Result=…)`` for a message; nothing where the systemctl shows no Result= (a daemonless one)."""
+    return f" (Result={state.result})" if state.result else ""
