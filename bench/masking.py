@@ -5,8 +5,8 @@
 CPU time of this process (time.process_time), which a loaded machine inflates far less than wall time.
 
 Each shape is one line of LENGTH characters: plain log text, one long word, plain and secret assignments,
-quotes without partners, a long URL userinfo, a realistic ExecStart= repeated, and secret HTTP headers. Masking is one linear
-scan, so twice the length should take about twice the time.
+quotes without partners, a long URL userinfo, a realistic ExecStart= repeated, and secret HTTP headers.
+Masking is one linear scan, so twice the length should take about twice the time.
 """
 
 from __future__ import annotations

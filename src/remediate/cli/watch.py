@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from remediate.cli.app import cli
-from remediate.cli.options import connection_options, handle_errors, ssh_options, timeout
+from remediate.cli.options import checked, connection_options, handle_errors, ssh_options, timeout
 
 _SUBCOMMANDS = ("run", "status", "approve", "deny", "pause", "resume")
 
@@ -59,7 +59,7 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False),
 @click.option("--once", is_flag=True, help="One poll round, then exit (cron, a systemd timer).")
 @click.option("--lookback", help="Without a saved cursor: how far back to read (default: the policy's, 1h).")
 @click.option("--healthy-period", help="Healthy this long starts a new incident count (default: the policy's, 6h).")
-@click.option("--wait-timeout", type=click.FloatRange(min=1), default=900.0, show_default=True,
+@click.option("--wait-timeout", callback=checked("wait_timeout"), metavar="SECONDS", default=900.0, show_default=True,
               help="Seconds a fix may wait for the server to be healthy.")  # fmt: skip
 @click.option(
     "--webhook", metavar="URL", help="POST decisions, outcomes and the breaker here (JSON with Slack's text)."
