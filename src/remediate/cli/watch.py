@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import json
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -16,6 +17,7 @@ import click
 
 from remediate.cli.app import cli
 from remediate.cli.options import checked, connection_options, handle_errors, ssh_options, timeout
+from remediate.errors import EXIT_BAD_INPUT
 
 _SUBCOMMANDS = ("run", "status", "approve", "deny", "pause", "resume")
 
@@ -130,10 +132,21 @@ def status(as_json: bool, state_dir: str | None) -> None:
     from remediate.api.watch import watch_status
 
     doc = watch_status(state_dir)
+    for problem in doc.get("problems", []):  # what could not be read, one line each; the rest is shown
+        click.echo(f"remediate: warning: {problem}", err=True)
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
-        return
-    click.echo(f"breaker: {doc['breaker'] or 'closed'}; paused: {'yes' if doc['paused'] else 'no'}")
+    else:
+        unknown = doc["paused"] is None  # the database could not be read: neither switch is known
+        breaker = "unknown" if unknown else doc["breaker"] or "closed"
+        paused = "unknown" if unknown else "yes" if doc["paused"] else "no"
+        click.echo(f"breaker: {breaker}; paused: {paused}")
+        _status_lines(doc)
+    if doc["paused"] is None:
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _status_lines(doc: dict[str, Any]) -> None:
     for host, state in doc["hosts"].items():
         click.echo(f"  {host}: {state}")
     for a in doc["pending_approvals"]:
