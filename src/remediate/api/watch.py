@@ -14,6 +14,7 @@ from remediate.api.hosts import TransportFactory, transports
 from remediate.controller.state import ensure_dir, state_dir
 from remediate.controller.watch_audit import read_audit
 from remediate.controller.watch_state import WatchState, database_errors, open_state
+from remediate.core.bounds import check_options
 from remediate.core.units import single_unit
 from remediate.core.watch.policy import Policy
 from remediate.errors import ConfigError
@@ -47,6 +48,9 @@ class WatchRequest:
     webhook: str | None = None
     metrics_listen: str | None = None
     follow: bool = True  # follow each host's journal (one channel); the poll stays the fallback
+
+    def __post_init__(self) -> None:
+        check_options(wait_timeout=self.wait_timeout)  # as `watch --wait-timeout` (core/bounds.py)
 
 
 def _state(directory: str | None) -> WatchState:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from remediate import api
+from remediate.api.watch import WatchRequest
 from remediate.core.bounds import BOUNDS, check_option
 from remediate.errors import ConfigError
 from remediate.fleet.request import OomRequest
@@ -187,5 +188,7 @@ def test_the_library_checks_whoever_builds_the_options_directly() -> None:
         RunOptions(smi_timeout=0)
     with pytest.raises(ConfigError, match=r"^--connect-timeout must be at least 1 \(seconds\), got 0$"):
         SSHOptions(connect_timeout=0)
+    with pytest.raises(ConfigError, match=r"^--wait-timeout must be at least 1 \(seconds\), got 0$"):
+        WatchRequest(targets=("gpu-01",), wait_timeout=0)
     with pytest.raises(ConfigError, match=r"^--forks must be at least 1 \(hosts\), got 0$"):
         api.status(("gpu-01",), forks=0, transport_factory=_never)
