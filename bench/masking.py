@@ -5,8 +5,8 @@
 CPU time of this process (time.process_time), which a loaded machine inflates far less than wall time.
 
 Each shape is one line of LENGTH characters: plain log text, one long word, plain and secret assignments,
-quotes without partners, a long URL userinfo, and a realistic ExecStart= repeated. Masking is one linear
-scan, so twice the length should take about twice the time.
+quotes without partners, a long URL userinfo, a realistic ExecStart= repeated, and secret HTTP headers.
+Masking is one linear scan, so twice the length should take about twice the time.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ SHAPES: dict[str, Callable[[int], str]] = {
     "--api-key --api-key …": lambda n: ("--api-key " * (n // 10 + 1))[:n],
     "'api_key': 'api_key': …": lambda n: ("'api_key': " * (n // 11 + 1))[:n],  # sglang 0.5.23's dict of args
     "ExecStart= repeated": lambda n: (EXEC * (n // len(EXEC) + 1))[:n],
+    "a-a-a-…(no -Token:)": lambda n: ("a-" * (n // 2 + 1))[:n],  # a header name that never ends
+    "X-Api-Key: X-Api-Key: …": lambda n: ("X-Api-Key: " * (n // 11 + 1))[:n],
+    "'Cookie: a=b; ' …": lambda n: ("'Cookie: a=b; " * (n // 14 + 1))[:n],  # quotes without partners
+    "Authorization: token …": lambda n: ("Authorization: token " * (n // 21 + 1))[:n],
 }
 # The other two masking entry points: a journal line as diagnose shows it, a /server_info string in bench.
 CALLERS: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {

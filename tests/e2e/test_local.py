@@ -87,3 +87,33 @@ def test_local_never_imports_paramiko_on_the_host_and_refuses_a_target(incident:
         f"remediate: --local works on this machine: give no TARGET (got {host.name})\n",
     )
     assert not [c for c in host.audit() if c.startswith(("restart", "daemon-reload", "reset-failed"))]
+
+
+def test_the_callers_bash_env_functions_and_path_reach_no_root_shell_of_local(incident: Node, wheels: Path) -> None:
+    """Issue 31: `BASH_ENV`, an exported `systemctl` function and a `PATH` whose first directory holds a hostile
+    `systemctl` and `flock`, all in the caller's environment on the host: `status` and a dry-run `oom` --local
+    read the host as usual and none of them ever runs (each would write the marker)."""
+    host, config = incident.host, incident.fleet.ssh_config
+    install(host, wheels)
+    marker, evil = "/root/issue31-reached", "/root/issue31-bin"
+    hostile = "; ".join(
+        [f"rm -f {marker}", f"mkdir -p {evil}"]
+        + [
+            f"printf '#!/bin/sh\\necho {t} >> {marker}\\n' > {evil}/{t}; chmod 755 {evil}/{t}"
+            for t in ("systemctl", "flock")
+        ]
+        + [f"echo 'echo BASH_ENV >> {marker}' > /root/issue31-env"]
+    )
+    assert ssh(config, host, hostile).returncode == 0
+    env = f"BASH_ENV=/root/issue31-env PATH={evil}:$PATH 'BASH_FUNC_systemctl%%=() {{ echo function >> {marker}; }}'"
+    for args in (["status", "--local", "--json"], ["oom", "--local", "--dry-run", "--json"]):
+        run = ssh(config, host, f"env {env} {shlex.join([f'{VENV}/bin/remediate', *args])}")
+        assert run.returncode == 0, run.stderr
+        assert _doc(run)["results"][0]["host"] == host.name
+    reached = ssh(config, host, f"cat {marker}")
+    assert reached.returncode != 0, f"a root shell of --local ran the caller's code: {reached.stdout}"
+    # the hostile environment does reach the caller's own shell (the test can fail): its bash sources BASH_ENV
+    assert ssh(config, host, f"env {env} bash -c true; cat {marker}").stdout == "BASH_ENV\n"
+    ssh(config, host, f"rm -f {marker}")
+    run = ssh(config, host, f"env {env} {VENV}/bin/remediate status --local --json; test ! -e {marker}")
+    assert run.returncode == 0, run.stderr

@@ -16,6 +16,7 @@ from ansible.module_utils.basic import missing_required_lib
 
 try:
     from remediate import api
+    from remediate.core.bounds import check_option
     from remediate.core.unitfile.report import mask_data
     from remediate.errors import ConfigError, RemediateError
 
@@ -40,6 +41,20 @@ def require_library(module):
             ),
             exception=IMPORT_ERROR,
         )
+
+
+def check_params(module, **options):
+    """Each option given checked as the command line and the Python API check it (the library's
+    ``remediate.core.bounds``): a bad value fails the task with the CLI's one line, before anything is read.
+    ``options``: the module's parameter → the library's option name (``probe="probe"``)."""
+    for param, option in options.items():
+        value = module.params.get(param)
+        if value is None:
+            continue
+        try:
+            check_option(option, value)
+        except ConfigError as exc:
+            module.fail_json(msg=str(exc))
 
 
 def local():

@@ -69,6 +69,7 @@ outcome:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+    check_params,
     finish,
     guarded,
     local,
@@ -87,6 +88,10 @@ ARGUMENT_SPEC = dict(
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_library(module)
+    check_params(
+        module,
+        lines="lines", smi_timeout="smi_timeout",
+    )
     from remediate import api
 
     p = module.params

@@ -172,6 +172,7 @@ error:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+    check_params,
     finish,
     guarded,
     local,
@@ -206,6 +207,11 @@ def main():
         mutually_exclusive=[("mem_fraction_static", "mem_fraction_step")],
     )
     require_library(module)
+    check_params(
+        module,
+        wait_timeout="wait_timeout", lock_timeout="lock_timeout", smi_timeout="smi_timeout", probe="probe",
+        min_tokens="min_tokens", target_tokens="target_tokens",
+    )
     from remediate import api
 
     p = module.params

@@ -79,6 +79,7 @@ error:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+    check_params,
     finish,
     guarded,
     local,
@@ -97,6 +98,10 @@ ARGUMENT_SPEC = dict(
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_library(module)
+    check_params(
+        module,
+        wait_timeout="wait_timeout", lock_timeout="lock_timeout",
+    )
     from remediate import api
 
     p = module.params

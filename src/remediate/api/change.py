@@ -9,6 +9,7 @@ from typing import Any
 
 from remediate.api.hosts import RolloutResult, TransportFactory, connect_ahead, transports
 from remediate.controller.state import check_state_dir
+from remediate.core.bounds import check_options
 from remediate.errors import ConfigError
 from remediate.fleet import jobs
 from remediate.fleet.inventory import Inventory
@@ -106,6 +107,7 @@ def rollback(
     all_instances: bool = False,
 ) -> RolloutResult:
     """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too."""
+    check_options(wait_timeout=timeout, lock_timeout=lock_timeout)  # before anything is read, as the CLI does
     inventory_obj, hosts = resolve_hosts(targets, inventory)
     if to != "latest" and len(hosts) > 1:
         raise ConfigError("--to PATH names one file: use it with one host")

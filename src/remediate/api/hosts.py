@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from remediate.core.bounds import check_options
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
@@ -88,6 +89,7 @@ def for_each_host(
     """Run a read-only per-host function over the selected hosts, ``forks`` at a time (None: the inventory's
     ``rollout: forks``, else 10); the first of them connect ahead, over SSH (TCP first) unless a factory is
     given, as :func:`connect_ahead` does for `oom`."""
+    check_options(forks=forks)  # before any host is contacted, as the command line checks it
     return jobs.for_each_host(
         targets,
         inventory_path,

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from remediate.api.hosts import TransportFactory, for_each_host
+from remediate.core.bounds import check_options
 from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
@@ -60,8 +61,9 @@ def diagnose(
     the journal lines to read (None: host/diagnose.py's DEFAULT_LINES, 2000)."""
     from remediate.host.diagnose import DEFAULT_LINES, diagnose_host, parse_since
 
+    check_options(lines=lines, smi_timeout=smi_timeout)  # bad input fails before any host is contacted
     count = DEFAULT_LINES if lines is None else lines
-    restarts, since_time = parse_since(since, count)  # bad input fails before any host is contacted
+    restarts, since_time = parse_since(since, count)
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.units import each_unit
@@ -91,6 +93,7 @@ def backups(
 ) -> list[HostResult]:
     """List each host's backups (newest first, with the flag-level difference to the current unit);
     with ``prune_keep``, delete all but the newest N per file (never the newest, never the current state's)."""
+    check_options(lock_timeout=lock_timeout)
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.restore import backups_host

@@ -12,10 +12,12 @@ from typing import Any
 
 from remediate.api.hosts import TransportFactory, transports
 from remediate.controller.state import ensure_dir, state_dir
-from remediate.controller.watch_audit import read_events
-from remediate.controller.watch_state import WatchState
+from remediate.controller.watch_audit import read_audit
+from remediate.controller.watch_state import WatchState, database_errors, open_state
+from remediate.core.bounds import check_options
 from remediate.core.units import single_unit
 from remediate.core.watch.policy import Policy
+from remediate.errors import ConfigError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
@@ -47,9 +49,12 @@ class WatchRequest:
     metrics_listen: str | None = None
     follow: bool = True  # follow each host's journal (one channel); the poll stays the fallback
 
+    def __post_init__(self) -> None:
+        check_options(wait_timeout=self.wait_timeout)  # as `watch --wait-timeout` (core/bounds.py)
+
 
 def _state(directory: str | None) -> WatchState:
-    return WatchState(ensure_dir(Path(directory) if directory else state_dir()))
+    return open_state(ensure_dir(Path(directory) if directory else state_dir()))
 
 
 def watch(
@@ -165,23 +170,37 @@ def _undo(request: WatchRequest, factory: TransportFactory | None) -> Callable[[
 
 
 def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[str, Any]:
-    """What an on-call reads first: the breaker, the pause, pending approvals, the last incidents and events."""
-    state = _state(directory)
+    """What an on-call reads first: the breaker, the pause, pending approvals, the last incidents and events.
+    What cannot be read is said, and the rest still shown: ``problems`` holds one line per unreadable file (a
+    corrupt ``watch.db``: the hosts still come from the audit log; audit lines that do not parse: counted)."""
+    folder = ensure_dir(Path(directory) if directory else state_dir())
+    audit = read_audit(folder)
+    hosts: dict[str, str] = {}
+    for event in audit.events:
+        host = event.get("host")
+        if isinstance(host, str):
+            hosts[host] = _host_state(event, hosts.get(host, "healthy"))
+    problems = []
+    if audit.skipped:
+        problems.append(f"{audit.path}: {audit.skipped} line(s) not an event, skipped (a cut or edited line)")
+    doc: dict[str, Any] = {"breaker": None, "paused": None, "pending_approvals": [], "incidents": [], "hosts": hosts}
     try:
-        hosts: dict[str, str] = {}
-        for event in read_events(state.directory):
-            host = event.get("host")
-            if isinstance(host, str):
-                hosts[host] = _host_state(event, hosts.get(host, "healthy"))
-        return {
-            "breaker": state.breaker_reason(),
-            "paused": state.is_paused(),
-            "pending_approvals": [{"id": a, "incident": i, "host": h} for a, i, h in state.pending()],
-            "incidents": state.incidents(incidents),
-            "hosts": hosts,
-        }
-    finally:
-        state.close()
+        state = open_state(folder)
+        try:
+            with database_errors(folder):
+                doc.update(
+                    breaker=state.breaker_reason(),
+                    paused=state.is_paused(),
+                    pending_approvals=[{"id": a, "incident": i, "host": h} for a, i, h in state.pending()],
+                    incidents=state.incidents(incidents),
+                )
+        finally:
+            state.close()
+    except ConfigError as exc:
+        problems.append(str(exc))
+    if problems:
+        doc["problems"] = problems
+    return doc
 
 
 def _host_state(event: dict[str, Any], before: str) -> str:
@@ -202,7 +221,8 @@ def _host_state(event: dict[str, Any], before: str) -> str:
 def answer(approval_id: str, *, approve: bool, who: str, directory: str | None = None) -> None:
     state = _state(directory)
     try:
-        state.answer(approval_id, approve=approve, who=who)
+        with database_errors(state.directory):
+            state.answer(approval_id, approve=approve, who=who)
     finally:
         state.close()
 
@@ -210,7 +230,8 @@ def answer(approval_id: str, *, approve: bool, who: str, directory: str | None =
 def set_paused(is_paused: bool, directory: str | None = None) -> None:
     state = _state(directory)
     try:
-        state.set_paused(is_paused)
+        with database_errors(state.directory):
+            state.set_paused(is_paused)
     finally:
         state.close()
 
@@ -219,10 +240,11 @@ def set_breaker(reason: str | None, directory: str | None = None) -> None:
     """``None`` re-arms the breaker (``--resume``): only a person closes it."""
     state = _state(directory)
     try:
-        if reason is None:
-            state.reset_breaker()
-        else:
-            state.trip_breaker(reason)
+        with database_errors(state.directory):
+            if reason is None:
+                state.reset_breaker()
+            else:
+                state.trip_breaker(reason)
     finally:
         state.close()
 

@@ -13,6 +13,7 @@ from remediate.cli.app import cli
 from remediate.cli.options import (
     DESIRED,
     api,
+    checked,
     confirm_prompt,
     connection_options,
     desired_options,
@@ -60,16 +61,16 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
 @connection_options
 @desired_options
 @fleet_options
-@click.option("--min-tokens", type=click.IntRange(min=1), help="Fail (and roll back) below this max_total_num_tokens.")
-@click.option(
-    "--target-tokens", type=click.IntRange(min=1), help="Report the gap to this capacity (a warning, not a failure)."
-)
+@click.option("--min-tokens", callback=checked("min_tokens"), metavar="TOKENS",
+              help="Fail (and roll back) below this max_total_num_tokens.")  # fmt: skip
+@click.option("--target-tokens", callback=checked("target_tokens"), metavar="TOKENS",
+              help="Report the gap to this capacity (a warning, not a failure).")  # fmt: skip
 @timeout_options(wait=True, lock=True, alias="--wait-timeout")
 @smi_timeout_option
 @click.option(
     "--retry-file", metavar="PATH", help="Inventory rollouts: write the retry file here (default: state dir)."
 )
-@click.option("--probe", type=click.IntRange(min=1), metavar="TOKENS",
+@click.option("--probe", callback=checked("probe"), metavar="TOKENS",
               help="Prefill TOKENS once healthy; the server crashing on it undoes the change.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Show the diff, the flag summary and the remote steps; change nothing.")
 @click.option("--force", is_flag=True, allow_from_autoenv=False,

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 import click
 
 from remediate.cli import flags
-from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, RemediateError
+from remediate.core.bounds import check_option
+from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,6 +79,21 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     sys.exit(code)
 
 
+def checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback checking an option as the API and the Ansible modules do (core/bounds.py ``BOUNDS``):
+    a bad value is the same one line, exit 2, before anything else runs."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return check_option(name, value, text=True)
+        except ConfigError as exc:
+            fail(str(exc))
+
+    return callback
+
+
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """The CLI boundary: RemediateError → one line + its exit code; anything else is a bug (70)."""
 
@@ -135,9 +151,8 @@ def connection_options(fn: F) -> F:
                      help="known_hosts file (default: ~/.ssh/known_hosts and the system's)."),
         click.option("--accept-new-host-key", is_flag=True, allow_from_autoenv=False,
                      help="Record unknown host keys (like ssh accept-new); changed keys are always refused."),
-        click.option(
-            "--connect-timeout", type=click.FloatRange(min=1), help="Seconds to connect to each host (default 10)."
-        ),
+        click.option("--connect-timeout", callback=checked("connect_timeout"), metavar="SECONDS",
+                     help="Seconds to connect to each host (default 10)."),
         click.option("--ssh-config", type=click.Path(dir_okay=False),
                      help="ssh_config file (default ~/.ssh/config); aliases and ProxyJump work."),
         click.option("--sudo", is_flag=True, help="Log in as a non-root user and run as root with `sudo -n`."),
@@ -187,7 +202,8 @@ def forks_option(fn: F) -> F:
     """``--forks`` of the read-only commands: hosts read at once (default: the inventory's, else 10)."""
     return click.option(
         "--forks",
-        type=click.IntRange(min=1),
+        callback=checked("forks"),
+        metavar="N",
         default=None,
         help="Hosts read at once (default: the inventory's, else 10).",
     )(fn)
@@ -220,12 +236,12 @@ def timeout_options(*, wait: bool, lock: bool, alias: str) -> Callable[[F], F]:
 
     def decorate(fn: F) -> F:
         if wait:
-            fn = click.option("--wait-timeout", type=click.FloatRange(min=1),
+            fn = click.option("--wait-timeout", callback=checked("wait_timeout"), metavar="SECONDS",
                               help="Seconds to wait for the server to come back (default 900).")(fn)  # fmt: skip
         if lock:
-            fn = click.option("--lock-timeout", type=click.IntRange(min=1),
+            fn = click.option("--lock-timeout", callback=checked("lock_timeout"), metavar="SECONDS",
                               help="Seconds to wait for another run's lock on the unit (default 30).")(fn)  # fmt: skip
-        return click.option("--timeout", type=click.FloatRange(min=1), hidden=True, help=f"Deprecated: {alias}.")(fn)
+        return click.option("--timeout", callback=checked("timeout"), hidden=True, help=f"Deprecated: {alias}.")(fn)
 
     return decorate
 
@@ -233,7 +249,7 @@ def timeout_options(*, wait: bool, lock: bool, alias: str) -> Callable[[F], F]:
 # The crash evidence's nvidia-smi queries run under coreutils `timeout -k 2 N` (templates/probe.sh.j2); the
 # read of the host itself is bounded at 60 s, so N stays well under it.
 smi_timeout_option = click.option(
-    "--smi-timeout", type=click.IntRange(1, 30), metavar="SECONDS",
+    "--smi-timeout", callback=checked("smi_timeout"), metavar="SECONDS",
     help="Seconds each nvidia-smi query may take (it hangs after an Xid error; default 10).",
 )  # fmt: skip
 

@@ -11,6 +11,7 @@ from remediate import __version__
 from remediate.cli.app import cli
 from remediate.cli.options import (
     api,
+    checked,
     connection_options,
     exit_with_table,
     fail,
@@ -79,7 +80,8 @@ def status(**kw: Any) -> None:
 @cli.command()
 @connection_options
 @click.option("--since", metavar="RESTARTS|TIME", help="Restarts to look back over (0: this run) or a journalctl time.")
-@click.option("--lines", type=click.IntRange(min=1), default=2000, show_default=True, help="Journal lines to read.")
+@click.option("--lines", callback=checked("lines"), metavar="N", default=2000, show_default=True,
+              help="Journal lines to read.")  # fmt: skip
 @timeout_options(wait=False, lock=False, alias="--connect-timeout")
 @smi_timeout_option
 @forks_option
@@ -138,7 +140,8 @@ def backups(**kw: Any) -> None:
 # fmt: off
 @cli.command()
 @connection_options
-@click.option("--target-tokens", type=click.IntRange(min=1), help="The pool size wanted (max_total_num_tokens).")
+@click.option("--target-tokens", callback=checked("target_tokens"), metavar="TOKENS",
+              help="The pool size wanted (max_total_num_tokens).")  # fmt: skip
 @click.option("--chunked-prefill-size", type=int, metavar="N", help="The chunk to plan with (default 4096).")
 @click.option("--margin", type=click.FloatRange(0, 10), default=0.1, show_default=True, help="Spare headroom share.")
 @click.option("--offline", is_flag=True, help="What-if without a host: free GiB before/after weights, KV bytes/token.")

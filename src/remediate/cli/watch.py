@@ -9,13 +9,15 @@ from __future__ import annotations
 import getpass
 import json
 import signal
+import sys
 import threading
 from typing import Any
 
 import click
 
 from remediate.cli.app import cli
-from remediate.cli.options import connection_options, handle_errors, ssh_options, timeout
+from remediate.cli.options import checked, connection_options, handle_errors, ssh_options, timeout
+from remediate.errors import EXIT_BAD_INPUT
 
 _SUBCOMMANDS = ("run", "status", "approve", "deny", "pause", "resume")
 
@@ -59,7 +61,7 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False),
 @click.option("--once", is_flag=True, help="One poll round, then exit (cron, a systemd timer).")
 @click.option("--lookback", help="Without a saved cursor: how far back to read (default: the policy's, 1h).")
 @click.option("--healthy-period", help="Healthy this long starts a new incident count (default: the policy's, 6h).")
-@click.option("--wait-timeout", type=click.FloatRange(min=1), default=900.0, show_default=True,
+@click.option("--wait-timeout", callback=checked("wait_timeout"), metavar="SECONDS", default=900.0, show_default=True,
               help="Seconds a fix may wait for the server to be healthy.")  # fmt: skip
 @click.option(
     "--webhook", metavar="URL", help="POST decisions, outcomes and the breaker here (JSON with Slack's text)."
@@ -130,10 +132,21 @@ def status(as_json: bool, state_dir: str | None) -> None:
     from remediate.api.watch import watch_status
 
     doc = watch_status(state_dir)
+    for problem in doc.get("problems", []):  # what could not be read, one line each; the rest is shown
+        click.echo(f"remediate: warning: {problem}", err=True)
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
-        return
-    click.echo(f"breaker: {doc['breaker'] or 'closed'}; paused: {'yes' if doc['paused'] else 'no'}")
+    else:
+        unknown = doc["paused"] is None  # the database could not be read: neither switch is known
+        breaker = "unknown" if unknown else doc["breaker"] or "closed"
+        paused = "unknown" if unknown else "yes" if doc["paused"] else "no"
+        click.echo(f"breaker: {breaker}; paused: {paused}")
+        _status_lines(doc)
+    if doc["paused"] is None:
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _status_lines(doc: dict[str, Any]) -> None:
     for host, state in doc["hosts"].items():
         click.echo(f"  {host}: {state}")
     for a in doc["pending_approvals"]:

@@ -3,11 +3,10 @@ the caller), so that they reach a log and not the terminal."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
-from remediate.controller.state import ensure_dir, state_dir
+from remediate.controller.state import append_line, ensure_dir, state_dir
 from remediate.errors import ConfigError
 
 INTERNAL_ERRORS = "internal-errors.log"
@@ -19,11 +18,8 @@ def append_traceback(host: str, text: str, clock: Callable[[], float] = time.tim
     try:
         path = ensure_dir(state_dir()) / INTERNAL_ERRORS
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as out:
-            os.fchmod(fd, 0o600)
-            out.write(f"--- {stamp} {host}\n{text}")
+        entry = f"--- {stamp} {host}\n{text}"
+        append_line(path, (entry if entry.endswith("\n") else entry + "\n").encode("utf-8", "replace"))
     except (ConfigError, OSError):
         return None
     return str(path)

@@ -2,24 +2,22 @@
 
 `oom` and `rollback` append to it when a host ends healthy; `plan` and `oom --auto` read it. It lives in
 the state directory (``$REMEDIATE_STATE_DIR``, ``$XDG_STATE_HOME/remediate``…) unless
-``$REMEDIATE_OBSERVATIONS`` names the file. Appends from parallel hosts are serialised by a lock and go out
-as one ``write`` of one line each.
+``$REMEDIATE_OBSERVATIONS`` names the file; its directory is the user's alone either way, and the file is
+never followed as a link (controller/state.py). Each record is one whole line (``append_line``).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from remediate.controller.state import state_dir
+from remediate.controller.state import append_line, ensure_dir, read_state_file, state_dir
 from remediate.core.budget.observation import Observation, parse_observations
 from remediate.errors import ConfigError
 
 ENV = "REMEDIATE_OBSERVATIONS"
 FILENAME = "observations.jsonl"
-_LOCK = threading.Lock()
 
 
 def default_path(env: Mapping[str, str]) -> Path:
@@ -35,23 +33,16 @@ def log_path(path: str | None) -> Path:
 
 
 def read_observations(path: Path) -> tuple[Observation, ...]:
-    """Every well-formed record; a missing file is none, an unreadable one is bad input."""
+    """Every well-formed record; a missing file is none, an unreadable one (or a link) is bad input."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return ()
+        text = read_state_file(path)
     except OSError as exc:
         raise ConfigError(f"cannot read the observations file: {exc.strerror or exc}", source=str(path)) from None
-    return tuple(parse_observations(text.splitlines()))
+    return () if text is None else tuple(parse_observations(text.splitlines()))
 
 
 def append_observation(path: Path, observation: Observation) -> None:
-    """Append one record (the directory is created private to the user). Raises OSError."""
-    line = (observation.to_json() + "\n").encode("utf-8")
-    with _LOCK:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+    """Append one record (the directory created private to the user, and checked). ConfigError naming the
+    file when it cannot be."""
+    ensure_dir(path.parent)
+    append_line(path, (observation.to_json() + "\n").encode("utf-8"))

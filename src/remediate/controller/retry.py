@@ -4,12 +4,13 @@ hosts that failed, as an inventory) is the fleet's (``fleet/retry.py``)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from remediate.controller.state import ensure_dir, state_dir
+from remediate.controller.state import ensure_dir, state_dir, write_all
 from remediate.errors import ConfigError
 
 HEADER = "# remediate retry file: the hosts that failed or were not attempted. Use it with -i.\n"
@@ -22,9 +23,20 @@ def now_stamp(clock: Callable[[], float] = time.time) -> str:
 
 def _target(directory: str | None, path: str | None, *, create: bool) -> Path:
     if path is not None:
-        return Path(path).expanduser().resolve()
-    folder = Path(directory) if directory is not None else state_dir() / "retry"
-    return (ensure_dir(folder) if create else folder).resolve()
+        return Path(path).expanduser().absolute()  # never resolved: a link there is refused, not followed
+    if directory is None:  # the state directory's retry/: the user's alone (controller/state.py)
+        folder = state_dir() / "retry"
+        if create:
+            ensure_dir(folder.parent)
+            ensure_dir(folder)
+        return folder.resolve()
+    folder = Path(directory)
+    if create:
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the retry directory: {exc.strerror}", source=str(folder)) from None
+    return folder.resolve()
 
 
 def check_retry_path(directory: str | None = None, *, path: str | None = None) -> None:
@@ -46,15 +58,28 @@ def write_retry_text(text: str, directory: str | None = None, *, path: str | Non
     """Write ``text`` (an inventory) under the header to ``path``, else to a new ``remediate-retry-<UTC>.yaml``
     in ``directory`` (default: the state directory's ``retry/``); its path. ConfigError when it cannot be."""
     target = _target(directory, path, create=True)
-    if path is None:
-        folder = target
-        target = folder / f"remediate-retry-{now_stamp()}.yaml"
-        n = 1
-        while target.exists():
-            target = folder / f"remediate-retry-{now_stamp()}-{n}.yaml"
-            n += 1
+    # Never through a link: a new name is created O_EXCL (a name taken, a dangling link too, gets the next
+    # number); --retry-file PATH is replaced in place when it is a regular file, refused when it is a link.
+    base = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        target.write_text(HEADER + text, encoding="utf-8")
+        if path is None:
+            folder, n = target, 0
+            while True:
+                target = folder / f"remediate-retry-{now_stamp()}{f'-{n}' if n else ''}.yaml"
+                try:
+                    fd = os.open(target, base | os.O_CREAT | os.O_EXCL, 0o600)
+                    break
+                except FileExistsError:
+                    n += 1
+        else:
+            fd = os.open(target, base | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise ConfigError(f"cannot write the retry file: {why}", source=str(target)) from None
+    try:
+        write_all(fd, (HEADER + text).encode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot write the retry file: {exc.strerror}", source=str(target)) from None
+    finally:
+        os.close(fd)
     return str(target)

@@ -7,37 +7,32 @@ the same (``logger -t remediate``).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from remediate.controller.state import TRANSACTIONS, ensure_dir, state_dir
+from remediate.controller.state import TRANSACTIONS, append_line, ensure_dir, read_state_file, state_dir
 
 
 def record_transaction(record: Mapping[str, Any]) -> Path:
-    """Append one JSON line (already masked by the caller) to ``transactions.jsonl``; return its path."""
+    """Append one JSON line (already masked by the caller) to ``transactions.jsonl``, whole and fsynced, never
+    through a link (controller/state.py); return its path. ConfigError naming the file when it cannot be."""
     path = ensure_dir(state_dir()) / TRANSACTIONS
     line = json.dumps(dict(record), ensure_ascii=False, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode("utf-8", "surrogateescape"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(path, line.encode("utf-8", "surrogateescape"), sync=True)
     return path
 
 
 def read_transactions(host: str, since: float) -> list[dict[str, Any]]:
     """The host's records in ``transactions.jsonl`` stamped at or after ``since`` (epoch seconds; the
     stamps have a one-second grain), oldest first; a line that does not parse is skipped."""
-    path = state_dir() / TRANSACTIONS
-    if not path.is_file():
+    text = read_state_file(state_dir() / TRANSACTIONS)
+    if text is None:
         return []
     floor = datetime.fromtimestamp(int(since), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out: list[dict[str, Any]] = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except ValueError:

@@ -1,13 +1,18 @@
 """The watcher's audit log: ``watch-audit.jsonl`` in the state directory, append-only, one JSON object per
-event (detected → diagnosed → decided → acted → outcome), secrets masked."""
+event (detected → diagnosed → decided → acted → outcome), secrets masked.
+
+Each event is one whole line or none (controller/state.py ``append_line``: a full disk refuses the event in
+one line naming the file, never two events glued on one line); a line that does not parse (a crash's cut
+line, an edit) is skipped and counted by the reader, never a reason to stop reading."""
 
 from __future__ import annotations
 
 import json
-import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from remediate.controller.state import append_line, read_state_file
 from remediate.core.unitfile.secrets import mask_secrets
 
 AUDIT = "watch-audit.jsonl"
@@ -25,17 +30,41 @@ def masked(value: Any) -> Any:
 
 
 def append_event(directory: Path, event: dict[str, Any]) -> None:
-    """One line, written with one write(2) on an O_APPEND descriptor (lines never interleave)."""
+    """One whole line on an O_APPEND descriptor, never through a link; ConfigError naming the file when the
+    event cannot be written (a full disk)."""
     line = json.dumps(masked(event), sort_keys=True, default=str) + "\n"
-    fd = os.open(directory / AUDIT, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_line(directory / AUDIT, line.encode())
+
+
+@dataclass(frozen=True)
+class AuditRead:
+    """The audit log's events, and how many of its lines were skipped (not a JSON object)."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0
+    path: str = ""
+
+
+def read_audit(directory: Path) -> AuditRead:
+    """Every event of the audit log, oldest first; a line that is not a JSON object is skipped and counted."""
+    path = directory / AUDIT
+    text = read_state_file(path)
+    events: list[dict[str, Any]] = []
+    skipped = 0
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            skipped += 1
+    return AuditRead(events, skipped, str(path))
 
 
 def read_events(directory: Path) -> list[dict[str, Any]]:
-    path = directory / AUDIT
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The audit log's events (:func:`read_audit`, the lines that do not parse skipped)."""
+    return read_audit(directory).events

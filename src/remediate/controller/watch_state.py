@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from remediate.controller.state import check_no_link
 from remediate.core.watch.detect import CrashTime
 from remediate.core.watch.incident import HostHistory, Incident
 from remediate.errors import ConfigError
@@ -38,6 +39,36 @@ CREATE INDEX IF NOT EXISTS crashes_at ON crashes (at);
 CREATE TABLE IF NOT EXISTS approvals (id TEXT PRIMARY KEY, incident TEXT, host TEXT, created_at REAL,
     status TEXT NOT NULL DEFAULT 'pending', who TEXT);
 """
+
+
+def corrupt(path: Path, exc: sqlite3.DatabaseError) -> ConfigError:
+    """The one line for a database SQLite cannot read (not SQLite, truncated, malformed): which file, what to do."""
+    return ConfigError(
+        f"not a readable SQLite database ({exc}): move it aside (mv {path} {path}.corrupt); the watcher starts "
+        "a new one (its cursors, incidents and approvals start empty)",
+        source=str(path),
+    )
+
+
+@contextmanager
+def database_errors(directory: Path) -> Iterator[None]:
+    """SQLite's errors of a corrupt ``watch.db`` as :func:`corrupt`'s ConfigError (one line, exit 2)."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise  # another process's transaction, not a broken file
+        raise ConfigError(f"cannot use the watcher's database ({exc})", source=str(directory / DB)) from None
+    except sqlite3.DatabaseError as exc:
+        raise corrupt(directory / DB, exc) from None
+
+
+def open_state(directory: Path) -> WatchState:
+    """The state of ``directory`` (a checked state directory), its ``watch.db`` never a link; a corrupt
+    database is :func:`corrupt`'s one line, not SQLite's exception."""
+    check_no_link(directory / DB)  # sqlite opens by name: never a link to another file
+    with database_errors(directory):
+        return WatchState(directory)
 
 
 class WatchState:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediate.core.bounds import check_options
 from remediate.core.units import normalise_unit_spec
 from remediate.transport.base import SSHOptions
 
@@ -36,5 +37,15 @@ class OomRequest:
     all_instances: bool = False  # --all-instances: change a template once, restart its running instances in turn
 
     def __post_init__(self) -> None:
+        """Every option checked as the command line checks it (core/bounds.py): the API and the Ansible modules
+        refuse what `remediate oom` refuses, with the same line."""
+        check_options(
+            wait_timeout=self.timeout,
+            lock_timeout=self.lock_timeout,
+            smi_timeout=self.smi_timeout,
+            probe=self.probe_tokens,
+            min_tokens=self.min_tokens,
+            target_tokens=self.target_tokens,
+        )
         if self.unit is not None:
             object.__setattr__(self, "unit", normalise_unit_spec(self.unit))  # a name, a glob, or several

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from remediate.core.bounds import check_options
 from remediate.core.budget.observation import Observation
 from remediate.core.unitfile.edit import DesiredState
 from remediate.core.units import normalise_unit_spec
@@ -46,5 +47,13 @@ class RunOptions:
     all_instances: bool = False  # `oom --all-instances`: a template's change, rolled through its instances
 
     def __post_init__(self) -> None:
+        check_options(  # as every face checks them (core/bounds.py): whoever builds the options directly too
+            wait_timeout=self.timeout,
+            lock_timeout=self.lock_wait,
+            smi_timeout=self.smi_timeout,
+            probe=self.probe_tokens,
+            min_tokens=self.min_tokens,
+            target_tokens=self.target_tokens,
+        )
         if self.unit is not None:  # an inventory's `unit:` too; `sglang` and `sglang.service` are one unit
             object.__setattr__(self, "unit", normalise_unit_spec(self.unit))  # or a selection (host/units.py)

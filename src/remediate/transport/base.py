@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from remediate.core.bounds import check_option
 from remediate.models import CommandResult
 from remediate.transport.http1 import HttpResponse, HttpStream
 
@@ -47,6 +48,9 @@ class SSHOptions:
     connect_attempts: int = 3
     user: str | None = None
     port: int | None = None
+
+    def __post_init__(self) -> None:
+        check_option("connect_timeout", self.connect_timeout)  # as --connect-timeout (core/bounds.py)
 
 
 class Followed(Protocol):

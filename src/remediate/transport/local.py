@@ -10,6 +10,12 @@ refuses a non-root user (AuthError, exit 3) rather than failing half-way through
 (``sudo remediate oom --local``, Ansible's ``become: true``). A user's own units (``systemctl --user``) are not
 what sglang servers run as on GPU hosts, and are not supported.
 
+Root's shells never see the caller's environment: each runs ``/bin/bash`` (never found on ``$PATH``) with
+the clean, fixed environment sshd gives a login (:func:`login_environment`): a known ``PATH``, ``LC_ALL=C``,
+the user's ``HOME``/``USER``/``LOGNAME``, and nothing else — no ``BASH_ENV`` (sourced by every
+non-interactive bash), no exported ``BASH_FUNC_*%%`` functions (which would shadow ``systemctl`` or
+``flock``), no caller's ``PATH`` with a hostile first directory.
+
 Nothing here is ever lost: a local command has no connection to die. ``reconnect`` only takes back a hold
 whose process ended meanwhile (with its :class:`~remediate.transport.base.Retake`, as ssh.py does); holds
 still running are kept as they are.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import select
 import signal
 import socket
@@ -41,6 +48,20 @@ if TYPE_CHECKING:
 HEARTBEAT_S = 5.0  # as ssh.py's: a line to every hold's stdin this often (templates/probe.sh.j2)
 COMMAND_TIMEOUT_S = 600.0  # a command given no timeout of its own: nothing waits forever
 _STOP_GRACE_S = 2.0  # a hold's process, its stdin closed, is killed when still running after this
+BASH = "/bin/bash"  # by absolute path: a caller's PATH never chooses root's shell
+LOGIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # sshd's default for root (_PATH_STDPATH)
+
+
+def login_environment() -> dict[str, str]:
+    """The environment of every command run here, whatever the caller's (``env -i`` semantics): what sshd's
+    do_setup_env() (session.c) gives a login — PATH, HOME, USER, LOGNAME, SHELL — plus ``LC_ALL=C``."""
+    uid = os.geteuid()
+    try:
+        entry = pwd.getpwuid(uid)
+        home, user = entry.pw_dir, entry.pw_name
+    except KeyError:  # a uid without a passwd entry (a container's): still a fixed, known environment
+        home, user = "/", str(uid)
+    return {"PATH": LOGIN_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": BASH, "LC_ALL": "C"}
 
 
 def hostname() -> str:
@@ -174,7 +195,8 @@ class LocalTransport(Holds):
         self.open()
         try:
             return subprocess.Popen(  # noqa: S603 - the command is the caller's, quoted for bash as over SSH
-                ["bash", "-c", command],  # noqa: S607 - bash from PATH, as sshd's login shell finds it
+                [BASH, "-c", command],
+                env=login_environment(),  # never the caller's: BASH_ENV, BASH_FUNC_*, PATH stay out
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -46,6 +46,35 @@ from remediate.core.unitfile.secrets import mask_secrets
         ("curl -H 'Authorization: Bearer eyJhbGci.x-y_z' http://h", "curl -H 'Authorization: Bearer ***' http://h"),
         ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: Basic ***"),
         ("Basic setup done", "Basic setup done"),  # prose, not base64
+        # secret HTTP headers (issue 31), bare, in argv quotes, in Environment="…"; any case
+        ("X-Api-Key: sk-1", "X-Api-Key: ***"),
+        ("api-key: sk-1", "api-key: ***"),
+        ("Api-Key:sk-1 next", "Api-Key:*** next"),
+        ("X-API-KEY: sk-1", "X-API-KEY: ***"),
+        ("Authorization: token ghp_abc", "Authorization: token ***"),
+        ("Authorization: Basic abc", "Authorization: Basic ***"),  # short, yet in its header: masked
+        ("Authorization: Bearer t0k", "Authorization: Bearer ***"),
+        ("Authorization: sk-raw", "Authorization: ***"),  # no scheme: the whole value
+        ("Proxy-Authorization: Basic Zm9vOmJhcg==", "Proxy-Authorization: Basic ***"),
+        ("Cookie: a=b; c=d", "Cookie: ***"),  # every pair, the first one too
+        ("Set-Cookie: sid=s3; Path=/; HttpOnly", "Set-Cookie: ***"),
+        ("X-Auth-Token: t1 rest", "X-Auth-Token: *** rest"),
+        ("Private-Token: glpat-1", "Private-Token: ***"),
+        (
+            'curl --header "X-Api-Key: a b" --header "Cookie: a=b; c=d" http://h',
+            'curl --header "X-Api-Key: ***" --header "Cookie: ***" http://h',
+        ),
+        (
+            "curl -H 'Authorization: token ghp_1' -H 'X-Auth-Token: t' http://h",
+            "curl -H 'Authorization: token ***' -H 'X-Auth-Token: ***' http://h",
+        ),
+        ('Environment="HDR=Authorization: Bearer abc"', 'Environment="HDR=Authorization: Bearer ***"'),
+        ('Environment="OPTS=-H X-Api-Key: abc" B=1', 'Environment="OPTS=-H X-Api-Key: ***" B=1'),
+        ("Cookie: a=b --mem-fraction-static 0.9", "Cookie: *** --mem-fraction-static 0.9"),  # never a flag we edit
+        # headers that are not secret, and sglang's log counters
+        ("Content-Type: text/plain #token: 81234 tokens: 5", "Content-Type: text/plain #token: 81234 tokens: 5"),
+        ("Prefill batch. #new-token: 7, #cached-token: 0,", "Prefill batch. #new-token: 7, #cached-token: 0,"),
+        ("http://h:8000/v1 Host: h", "http://h:8000/v1 Host: h"),
         (
             "X_CUSTOM_HEADER=abc HTTP_AUTHORIZATION=def GOOGLE_CREDENTIALS=/c.json",
             "X_CUSTOM_HEADER=*** HTTP_AUTHORIZATION=*** GOOGLE_CREDENTIALS=***",
@@ -117,6 +146,7 @@ _SAFE = st.lists(st.sampled_from(["exec", "python3", "-m", "sglang.launch_server
                  max_size=6).map(" ".join)  # fmt: skip
 # Shell-ish text with the characters that steer masking: quotes, escapes, '=', '@', '://', blanks, operators.
 _PIECES = [*"aZ09_=-@:/ \t'\"\\;&|()", "TOKEN=", "--api-key ", "http://u:p@", "Bearer ", "\n"]
+_PIECES += ["X-Api-Key:", "Cookie: ", "Authorization: ", "token ", "X-Auth-Token:", "; "]
 _NOISY = st.lists(st.sampled_from(_PIECES), max_size=30).map("".join)
 _FLAG = st.sampled_from(
     ["--mem-fraction-static", "--chunked-prefill-size", "--mem-frac", "--chunked-prefill", "PYTORCH_CUDA_ALLOC_CONF="]

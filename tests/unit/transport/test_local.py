@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -185,3 +186,42 @@ def test_a_silent_server_is_cut_at_the_total_timeout(transport: LocalTransport) 
 def test_the_local_transport_imports_no_ssh_library() -> None:
     code = "import sys, remediate.transport.local; assert 'paramiko' not in sys.modules and 'fabric' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_root_shells_never_see_the_callers_bash_env_functions_or_path(
+    transport: LocalTransport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hostile caller's environment (issue 31): BASH_ENV, an exported function shadowing systemctl, and a
+    PATH whose first directory holds a `systemctl` and a `flock` of its own. Each would write the marker;
+    the shells run with sshd's fixed login environment instead, so none of them runs."""
+    marker = tmp_path / "reached"
+    evil = tmp_path / "evil-bin"
+    evil.mkdir()
+    for tool in ("systemctl", "flock", "bash"):
+        (evil / tool).write_text(f"#!/bin/sh\necho {tool} >> {marker}\n")
+        (evil / tool).chmod(0o755)
+    sourced = tmp_path / "bash_env"
+    sourced.write_text(f"echo BASH_ENV >> {marker}\n")
+    monkeypatch.setenv("BASH_ENV", str(sourced))
+    monkeypatch.setenv("ENV", str(sourced))
+    monkeypatch.setenv("BASH_FUNC_systemctl%%", f"() {{ echo function >> {marker}; }}")
+    monkeypatch.setenv("PATH", f"{evil}:{os.environ['PATH']}")
+    monkeypatch.setenv("LD_PRELOAD", "/nonexistent/evil.so")
+    # the caller's own shell would be reached (the test is able to fail): bash from its PATH sources BASH_ENV
+    subprocess.run(["bash", "-c", "systemctl --version"], check=False, capture_output=True)  # noqa: S607
+    assert marker.exists()
+    marker.unlink()
+
+    result = transport.run("systemctl --version >/dev/null 2>&1; flock -V >/dev/null 2>&1; bash -c true; env")
+    with transport.hold("systemctl --version >/dev/null 2>&1; echo @@ready; read -r _", ready="@@ready", timeout=10):
+        pass
+    assert not marker.exists(), marker.read_text()
+    env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    assert env["PATH"] == local.LOGIN_PATH and env["LC_ALL"] == "C"
+    me = pwd.getpwuid(os.geteuid())
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == (me.pw_dir, me.pw_name, me.pw_name)
+    assert not {k for k in env if k.startswith(("BASH_FUNC", "BASH_ENV", "LD_PRELOAD")) or k == "ENV"}
+
+
+def test_bash_is_run_by_absolute_path() -> None:
+    assert local.BASH == "/bin/bash" and os.access(local.BASH, os.X_OK)

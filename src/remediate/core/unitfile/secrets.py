@@ -40,6 +40,13 @@ _CANDIDATE = re.compile(
     r"(?P<sep>=|(?:[ \t]|\\\r?\n)+)"
     # scheme://user:password@host (the last '@' before the host ends the password: ``p@ss@proxy``).
     r"|(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]*:(?P<password>[^/\s'\"]+)@"
+    # An HTTP header whose value is secret (case-insensitive, RFC 9110 field names): ``X-Api-Key: v``,
+    # ``Api-Key:``, any ``*-Token:`` (``X-Auth-Token``, ``Private-Token``), ``Authorization:`` and
+    # ``Proxy-Authorization:`` (RFC 9110 §11.6.2, §11.7.2), ``Cookie:``/``Set-Cookie:`` (RFC 6265 §4):
+    # bare in a log line, or inside ``--header "…"``, ``-H '…'``, ``Environment="…"``.
+    # Any field name followed by ":" is a candidate (one possessive scan of the word); _SECRET_HEADER decides.
+    # Not after "#": sglang's scheduler counters ("#new-token: 7", "#cached-token: 0") are not headers.
+    r"|(?<![A-Za-z0-9_#-])(?P<header>[A-Za-z][A-Za-z0-9-]*+)[ \t]*+:[ \t]*"
     # HTTP credentials (RFC 6750 b64token, RFC 7617): ``Bearer <token>``, ``Basic <base64>``.
     r"|(?<![A-Za-z0-9_-])(?P<scheme>[Bb]earer|BEARER|[Bb]asic|BASIC)[ \t]+(?P<credential>[A-Za-z0-9._~+/-]+=*)"
     # A quoted key of a dict or JSON object: ``'api_key': 'sk-…'`` (sglang 0.5.23 logs its args as a dict,
@@ -47,6 +54,12 @@ _CANDIDATE = re.compile(
     r"|(?<![A-Za-z0-9_])(?P<kq>['\"])(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)(?P=kq)[ \t]*:[ \t]*"
 )
 _SCHEME_VALUE = re.compile(r"(?P<word>[Bb]earer|BEARER|[Bb]asic|BASIC)[ \t]+[A-Za-z0-9._~+/-]+=*")
+_SECRET_HEADER = re.compile(
+    r"(?:[a-z0-9]+-)*api-?key|(?:[a-z0-9]+-)+token|(?:proxy-)?authorization|(?:set-)?cookie", re.IGNORECASE
+)
+# An Authorization value's scheme (RFC 9110 §11.4 auth-scheme is a token): ``Bearer``, ``Basic``, ``token``,
+# ``Digest``; what follows it is the credential.
+_AUTH_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9._-]*[ \t]+(?=[^ \t\r\n])")
 _BASIC_LOOK = re.compile(r"[0-9+/=]|[a-z].*[A-Z]|[A-Z].*[a-z]")
 _PLAIN = re.compile(r"[^ \t;&|)\r\n\\\"']*")
 _UNESCAPED_QUOTE = re.compile(r"(?<!\\)(?:\\\\)*[\"']")
@@ -140,6 +153,36 @@ def _assignment_end(index: _Text, name_start: int, start: int) -> int:
     return end
 
 
+@lru_cache(maxsize=1024)
+def _is_secret_header(name: str) -> bool:
+    return _SECRET_HEADER.fullmatch(name) is not None
+
+
+def _header_span(index: _Text, m: re.Match[str]) -> tuple[int, int] | None:
+    """A secret header's value: up to the quote that opened the header (``-H 'Cookie: a=b; c=d'``), else a
+    word (a cookie header: the rest of the line, every pair of it); an Authorization keeps its scheme."""
+    if not _is_secret_header(m.group("header")):
+        return None
+    text = index.text
+    start = m.end()
+    eol = index.eol(start)
+    if start >= eol:
+        return None
+    name = m.group("header").lower()
+    before = text[m.start() - 1] if m.start() else ""
+    close = index.partner(m.start() - 1, before, eol) if before in ("'", '"') else None
+    if close is not None and close <= start:
+        return None
+    if name.endswith("cookie"):
+        return start, eol if close is None else close
+    end = index.word_end(start, eol) if close is None else close
+    if name.endswith("authorization") and (scheme := _AUTH_SCHEME.match(text, start, eol)) is not None:
+        if scheme.end() < (end if close is not None else eol):
+            start = scheme.end()
+            end = index.word_end(start, eol) if close is None else close
+    return start, end
+
+
 def _span(index: _Text, m: re.Match[str]) -> tuple[int, int] | None:
     """The span of the secret value ``m`` found, or None when it is not a secret."""
     text = index.text
@@ -154,6 +197,8 @@ def _span(index: _Text, m: re.Match[str]) -> tuple[int, int] | None:
         return start, index.word_end(start, index.eol(start))
     if m.group("password") is not None:
         return m.start("password"), m.end("password")
+    if m.group("header") is not None:
+        return _header_span(index, m)
     if m.group("key") is not None:
         if not _is_secret_name(m.group("key").replace("-", "_").replace(".", "_")):
             return None
@@ -185,7 +230,8 @@ def _unprotected(text: str, start: int, end: int) -> int:
 def mask_secrets(text: str) -> str:
     """Replace every secret value with ``***``: secret-looking ``NAME=VALUE`` assignments (unit,
     environment file, ``docker -e``, ``env``, shell ``export``, ``SetCredential=``), secret flags
-    (``--api-key VALUE``, quoted or not, inside ``bash -c`` strings too), passwords in URLs and HTTP
+    (``--api-key VALUE``, quoted or not, inside ``bash -c`` strings too), passwords in URLs, secret HTTP
+    headers (``X-Api-Key:``, ``*-Token:``, ``Authorization:``, ``Cookie:``, ``Set-Cookie:``), HTTP
     ``Bearer``/``Basic`` credentials, and the values of secret keys in dict and JSON text."""
     index: _Text | None = None
     out: list[str] = []
