@@ -73,11 +73,11 @@ def test_the_followed_journal_tells_the_crash_and_ends_with_its_channel(incident
 
             def told() -> object:
                 seen.extend(followed.lines(1))
-                return [line for line in seen if is_told(line)] or None
+                return [line for line in seen if is_told(line, UNIT)] or None
 
             lines = poll(told, deadline=30, what="systemd's line about the crash")
             assert any(b"Main process exited" in line or b"Failed with result" in line for line in lines)
-            assert any(not is_told(line) for line in seen), "the server's own lines came too, and woke nothing"
+            assert any(not is_told(line, UNIT) for line in seen), "the server's own lines came too, and woke nothing"
         assert poll(lambda: ssh.run(following).stdout.strip() == "0" or None, deadline=30, what="journalctl gone")
     finally:
         ssh.close()

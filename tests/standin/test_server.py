@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -130,14 +131,44 @@ def test_fix_survives_32k_and_185k(start) -> None:
     assert srv.proc.poll() is None and "OutOfMemoryError" not in srv.output()
 
 
-def test_sigterm_is_graceful_and_quick(start) -> None:
-    srv = start(FIX)
+@pytest.mark.parametrize(("api", "end"), [("0.4.10.post2", -signal.SIGKILL), ("0.5.6", -signal.SIGKILL), ("0.5.23", 0)])
+def test_sigterm_drains_then_ends_as_the_version_does(start, api: str, end: int) -> None:
+    """sigterm_watchdog: the SIGTERM line, the drain's line(s), then before 0.5.23 a SIGKILL of itself
+    (kill_process_tree(..., include_parent=True)), in 0.5.23 exit 0; quick (the drain tick is 5 s scaled)."""
+    srv = start(FIX, {"api_version": api})
     srv.wait_healthy()
     t0 = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
-    assert srv.wait_exit() == 0
+    assert srv.wait_exit() == end
     assert time.monotonic() - t0 < 0.5
-    assert "Gracefully exiting... remaining number of requests 0" in srv.output()
+    out = srv.output()
+    assert "SIGTERM received. signum=15 frame=<frame at " in out and "Draining requests and shutting down..." in out
+    if api.startswith("0.4"):
+        assert "Gracefully exiting... remaining number of requests 0" in out
+    else:
+        assert "Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[]." in out
+    assert ("kill_process_tree called: parent_pid=" in out) == (api == "0.5.23")
+
+
+def test_sigterm_drains_the_running_request_first(start) -> None:
+    """The drain waits for a request in flight (its rid named on each tick) before the end."""
+    srv = start([*FIX, "--log-requests"], {"decode_scale": 40})
+    srv.wait_healthy()
+    answered: list[int] = []
+    body = {"text": "Main process exited, code=killed, status=9/KILL", "rid": "r-1"}
+    body["sampling_params"] = {"max_new_tokens": 64}  # type: ignore[assignment]
+    worker = threading.Thread(target=lambda: answered.append(srv.post("/generate", body)[0]))
+    worker.start()
+    end = time.monotonic() + 5
+    while "Receive: obj=GenerateReqInput(" not in srv.output() and time.monotonic() < end:
+        time.sleep(0.01)
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.wait_exit() == -signal.SIGKILL
+    worker.join(10)
+    out = srv.output()
+    assert answered == [200]
+    assert "Remaining number of requests 1. Remaining requests remaining_rids=['r-1']." in out
+    assert "Receive: obj=GenerateReqInput(text='Main process exited, code=killed, status=9/KILL', input_ids=None" in out
 
 
 def test_too_small_fraction_exits_nonzero(start) -> None:

@@ -58,6 +58,7 @@ ARGUMENTS: list[tuple[tuple[str, ...], dict]] = [
     (("--log-level",), {"type": str, "default": "info"}),
     (("--log-level-http",), _STR),
     (("--log-requests",), _BOOL),
+    (("--log-requests-level",), {"type": int, "default": 2}),  # server_args.py: log_requests_level: int = 2
     (("--show-time-cost",), _BOOL),
     (("--enable-metrics",), _BOOL),
     (("--api-key",), _STR),

@@ -41,6 +41,8 @@ class App:
         self.rust_frontend = rust_frontend
         self.status = "Starting"  # ServerStatus: Starting -> Up
         self.gracefully_exit = False
+        self.rids: list[str] = []  # TokenizerManager.rid_to_state: the requests a graceful stop drains
+        self.log_requests_level: int | None = None  # --log-requests: its level, else None
 
     # JSON documents -------------------------------------------------------------------------------
     def server_info(self) -> dict:
@@ -250,6 +252,15 @@ class Handler(BaseHTTPRequestHandler):
             logs.main(f"[http_server] Error: {exc}")
             self._json(400, {"error": {"message": str(exc)}})
             return
+        if self.app.log_requests_level is not None:
+            logs.main(f"Receive: obj={received_repr(req, ids, params, stream, rid, self.app.log_requests_level)}")
+        self.app.rids.append(rid)
+        try:
+            self._generated(ids, max_new, stream, rid, created)
+        finally:
+            self.app.rids.remove(rid)
+
+    def _generated(self, ids: list[int], max_new: int, stream: bool, rid: str, created: float) -> None:
         gen = self.app.engine.generate(ids, max_new)
         if not stream:
             out: dict = {}
@@ -279,6 +290,50 @@ class Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+# --log-requests (TokenizerManager._handle_generate_request in 0.5.x, RequestLogger.log_received_request in
+# srt/utils/request_logger.py in 0.5.23: both `Receive: obj={dataclass_to_string_truncated(obj, max_length,
+# skip_names)}`); max_length and skip_names by --log-requests-level (get_log_request_metadata,
+# srt/managers/tokenizer_communicator_mixin.py): 0 and 1 skip the inputs (0 the sampling params too), 2 cuts a
+# value longer than 2048 to its two halves, 3 keeps everything. The stand-in renders the GenerateReqInput
+# fields it simulates (io_struct.py), in the dataclass's order.
+_LEVEL_SKIPS = {0: {"text", "input_ids", "sampling_params"}, 1: {"text", "input_ids"}}
+
+
+def _truncated(value: object, max_length: int) -> str:
+    """sglang's ``dataclass_to_string_truncated`` for one field (srt/utils/common.py)."""
+    half = max_length // 2
+    if isinstance(value, str):
+        return f"{value[:half]!r} ... {value[-half:]!r}" if len(value) > max_length else repr(value)
+    if isinstance(value, list):
+        return f"{value[:half]} ... {value[-half:]}" if len(value) > max_length else str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"'{k}': {_truncated(v, max_length)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def received_repr(req: dict, ids: list[int], params: dict, stream: bool, rid: str, level: int) -> str:
+    """``GenerateReqInput(text=…, input_ids=…, …)`` as the request log prints it at ``level``."""
+    max_length = 2048 if level == 2 else 1 << 30
+    fields = {
+        "text": req.get("text"),
+        "input_ids": req.get("input_ids"),
+        "input_embeds": None,
+        "image_data": None,
+        "video_data": None,
+        "audio_data": None,
+        "sampling_params": req.get("sampling_params", params),
+        "rid": rid,
+        "return_logprob": req.get("return_logprob"),
+        "stream": stream,
+    }
+    skip = _LEVEL_SKIPS.get(level, set())
+    return (
+        "GenerateReqInput("
+        + ", ".join(f"{k}={_truncated(v, max_length)}" for k, v in fields.items() if k not in skip)
+        + ")"
+    )
 
 
 def _parse_generate(req: dict) -> tuple[list[int], dict, bool, str]:

@@ -19,7 +19,7 @@ DEFAULTS: dict[str, object] = {
     "prefill_scale": 1.0,  # multiplies simulated prefill time
     "decode_scale": 1.0,  # multiplies simulated decode time
     "default_chunked_prefill_size": None,  # override the profile's resolution of an absent flag
-    "sigterm": "exit",  # "exit": exit 0 after the graceful line; "kill": SIGKILL itself like kill_process_tree
+    "sigterm": "version",  # a graceful stop ends as api_version does (README); "exit": exit 0; "kill": SIGKILL
     "access_log": True,
     "exit_message": "RuntimeError: No CUDA GPUs are available",
     "gpu_state_dir": None,  # where servers publish per-GPU usage for bin/nvidia-smi (None: /run/sglang-standin)
@@ -50,6 +50,8 @@ def load_knobs(environ: dict[str, str] | None = None) -> dict[str, object]:
         knobs["rust_frontend"] = True
     if knobs["failure"] not in FAILURES:
         raise ValueError(f"unknown failure mode {knobs['failure']!r}; one of {FAILURES}")
+    if knobs["sigterm"] not in ("version", "exit", "kill"):
+        raise ValueError(f"unknown sigterm {knobs['sigterm']!r}; 'version', 'exit' or 'kill'")
     if knobs["oom_style"] not in ("torch", "cuda_error", "flashinfer", "illegal_access"):
         raise ValueError(f"unknown oom_style {knobs['oom_style']!r}")
     if knobs["kv_admission"] not in ("queue", "crash"):

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
+from typing import NoReturn
 
 from . import __version__, args, gpus, knobs, logs, memory, runtime, startup
 from .engine import Engine
@@ -19,21 +20,62 @@ from .httpd import App, make_server
 class _State:
     app: App | None = None
     board: gpus.Board | None = None
-    sigterm = "exit"
+    sigterm = "version"
     version: tuple[int, ...] = (0, 5, 6)
+    tick_s = 5.0 * 0.004
+
+
+DRAIN_TICK_S = 5.0  # sigterm_watchdog's `await asyncio.sleep(5)`, simulated seconds (scaled by time_scale)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    """SignalHandler.sigterm_handler (srt/managers/tokenizer_manager.py, 0.4.10 through 0.5.23): the line and
+    ``gracefully_exit``; the watchdog thread (``_sigterm_watchdog``) drains and ends the process. Before the
+    server is up there is no watchdog: the stop ends at once, the same way."""
+    logs.main(f"SIGTERM received. signum={signum!r} frame={frame!r}. Draining requests and shutting down...")
     app = _State.app
-    remaining = app.engine.running if app is not None else 0
-    if app is not None:
-        app.gracefully_exit = True
-    logs.main(f"Gracefully exiting... remaining number of requests {remaining}")
+    if app is None:
+        _end_of_stop()
+    app.gracefully_exit = True
+
+
+def _sigterm_watchdog(app: App) -> None:
+    """TokenizerManager.sigterm_watchdog: it looks at ``gracefully_exit`` every 5 s (so a stop starts 0-5 s
+    after SIGTERM), then logs the remaining requests every 5 s until none is left, then ends the process."""
+    while not app.gracefully_exit:
+        time.sleep(_State.tick_s)
+    while True:
+        remaining = list(app.rids)
+        if _State.version < (0, 5, 3):  # 0.4.10.post2's wording
+            logs.main(f"Gracefully exiting... remaining number of requests {len(remaining)}")
+        else:  # 0.5.3 through 0.5.23
+            logs.main(
+                f"Gracefully exiting... Remaining number of requests {len(remaining)}. "
+                f"Remaining requests remaining_rids={remaining!r}."
+            )
+        if not remaining:
+            break
+        time.sleep(_State.tick_s)
+    _end_of_stop()
+
+
+def _end_of_stop() -> NoReturn:
+    """How the graceful stop ends. Before 0.5.23: ``kill_process_tree(os.getpid(), include_parent=True)``
+    (srt/utils/common.py) kills the children, then ``itself.kill()``: the main process dies by SIGKILL, so
+    systemd logs ``code=killed, status=9/KILL`` and ``Failed with result 'signal'`` for a stop it asked for.
+    0.5.23: ``kill_process_tree(os.getpid(), include_parent=False, wait_timeout=60)`` (which logs its call),
+    then ``sys.exit(0)``: a clean exit. The knob ``sigterm`` ("exit", "kill") overrides the version."""
+    how = _State.sigterm
+    if how == "version":
+        how = "exit" if _State.version >= (0, 5, 23) else "kill"
+    pid = os.getpid()
+    if _State.version >= (0, 5, 23):
+        logs.main(f"kill_process_tree called: parent_pid={pid}, include_parent={how != 'exit'}, pid={pid}")
     sys.stdout.flush()
     if _State.board is not None:
         _State.board.remove()
-    if _State.sigterm == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "kill":
+        os.kill(pid, signal.SIGKILL)
     os._exit(0)
 
 
@@ -108,6 +150,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     version_str = str(kn["api_version"])
     version = knobs.version_tuple(version_str)
     _State.version = version
+    _State.tick_s = DRAIN_TICK_S * scale
     load_s = float(kn["load_s"]) * (10 if failure == "slow_load" else 1)  # type: ignore[arg-type]
     sleep = startup.make_sleep(load_s, scale)
     nbs = gpus.neighbours(kn)
@@ -145,7 +188,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     app = App(
         engine, sa, version, version_str, access_log=bool(kn["access_log"]), rust_frontend=bool(kn["rust_frontend"])
     )
+    app.log_requests_level = int(sa["log_requests_level"]) if sa["log_requests"] else None
     _State.app = app
+    threading.Thread(target=_sigterm_watchdog, args=(app,), name="sigterm_watchdog", daemon=True).start()
     host, port = sa["host"], int(sa["port"])
     try:
         server = make_server(app, host, port)

@@ -17,5 +17,5 @@ def poll_unit(transport: Transport, unit: str, cursor: str | None, since_epoch: 
         result = transport.run(poll_command(unit, cursor, since_epoch), timeout=POLL_TIMEOUT_S)
     except TransportError:
         return None
-    poll = parse_poll(result.stdout)
+    poll = parse_poll(result.stdout, unit)
     return poll if poll.observation is not None else None

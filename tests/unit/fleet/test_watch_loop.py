@@ -42,7 +42,8 @@ class Unit:
         stamp = str(int(at * 1e6) + len(self.journal))
         line = "sglang.service: Main process exited, code=exited, status=1/FAILURE"
         self.journal.append({"__CURSOR": f"c{len(self.journal)}", "__REALTIME_TIMESTAMP": stamp, "MESSAGE": line,
-                             "INVOCATION_ID": f"i{self.invocation}"})  # fmt: skip
+                             "INVOCATION_ID": f"i{self.invocation}", "_PID": "1",
+                             "UNIT": "sglang.service"})  # fmt: skip
 
     def restarted(self) -> None:
         self.is_failed = False
@@ -360,7 +361,7 @@ class FollowedFleet(Fleet):
 
 
 def _systemd(message: str) -> bytes:
-    return json.dumps({"__CURSOR": "x", "_PID": "1", "MESSAGE": message}).encode()
+    return json.dumps({"__CURSOR": "x", "_PID": "1", "UNIT": "sglang.service", "MESSAGE": message}).encode()
 
 
 def test_a_followed_host_is_polled_when_systemd_speaks_and_polled_again_when_its_channel_dies(

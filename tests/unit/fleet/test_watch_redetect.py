@@ -34,7 +34,8 @@ class _Host:
 
     def crash(self) -> None:
         exited = "sglang.service: Main process exited, code=exited, status=1/FAILURE"
-        self.journal.append({"__CURSOR": "c1", "__REALTIME_TIMESTAMP": "2", "MESSAGE": exited})
+        self.journal.append({"__CURSOR": "c1", "__REALTIME_TIMESTAMP": "2", "MESSAGE": exited, "_PID": "1",
+                             "UNIT": "sglang.service"})  # fmt: skip
         self.n_restarts, self.invocation = 1, "b"
 
     def run(self, command: str, timeout: float) -> SimpleNamespace:

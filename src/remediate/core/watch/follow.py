@@ -2,10 +2,11 @@
 which of its lines are systemd telling us something (they wake the host's poll at once).
 
 systemd writes its own lines about a unit (``Main process exited, code=…``, ``Failed with result …``,
-``Scheduled restart job``, ``Started …``) from PID 1 with the unit's ``UNIT=`` field, which ``journalctl
--u UNIT`` matches (systemd's ``unit_log_*`` in src/core/unit.c, ``service_sigchld_event`` in
-src/core/service.c). The server's own lines (every request it serves) do not wake anything: a healthy,
-busy server costs a parse per line, no round trip.
+``Scheduled restart job``, ``Stopping …``, ``Started …``) from PID 1 with the unit's ``UNIT=`` field, which
+``journalctl -u UNIT`` matches (systemd's ``unit_log_*`` in src/core/unit.c, ``service_sigchld_event`` in
+src/core/service.c). Only those wake the poll, told by journald's trusted ``_PID`` (core/watch/detect.py
+``parse_entry``): the server's own lines — every request it serves, whatever their text or their
+``SYSLOG_IDENTIFIER`` — do not wake anything: a healthy, busy server costs a parse per line, no round trip.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from remediate.core.watch.detect import MAX_LINE_CHARS, JournalEntry, exit_lines, message_text
+from remediate.core.watch.detect import MAX_LINE_CHARS, parse_entry
 
 FOLLOWING = "@@following"
 MAX_LINES_PER_S = 2000  # lines parsed per host per second; past it the host is polled instead (a flood)
@@ -29,9 +30,9 @@ def follow_command(unit: str) -> str:
     )
 
 
-def is_told(line: bytes) -> bool:
-    """Whether a followed line is systemd's about the unit (or an exit line): the host's state changed.
-    Anything else — the server's output, a marker, a cut or unparsable line, binary — is not."""
+def is_told(line: bytes, unit: str) -> bool:
+    """Whether a followed line is systemd's (PID 1's) about the unit: the host's state changed. Anything
+    else — the server's output whatever it says, a marker, a cut or unparsable line, binary — is not."""
     if not line.startswith(b"{"):
         return False
     try:
@@ -40,6 +41,5 @@ def is_told(line: bytes) -> bool:
         return False
     if not isinstance(doc, dict):
         return False
-    if doc.get("_PID") == "1" or doc.get("SYSLOG_IDENTIFIER") == "systemd":
-        return True
-    return bool(exit_lines((JournalEntry("", 0.0, message_text(doc.get("MESSAGE"))),)))
+    entry = parse_entry(doc, unit)
+    return entry is not None and entry.is_systemd

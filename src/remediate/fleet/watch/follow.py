@@ -76,5 +76,5 @@ class Follower:
                     if parsed == MAX_LINES_PER_S + 1:
                         self.wake(self.host)
                     continue
-                if is_told(line):
+                if is_told(line, self.unit):
                     self.wake(self.host)
