@@ -3,7 +3,7 @@
 # Apache-2.0 (see the repository's pyproject.toml)
 """remediate.sglang.diagnose: why the server died, and the remediation to run (read-only)."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
@@ -33,10 +33,12 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; check mode runs it as is and reports the same.
   diff_mode:
     support: none
+    description: Nothing changes, so there is no diff.
 author:
-  - remediate maintainers
+  - remediate maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -67,6 +69,8 @@ outcome:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
     finish,
@@ -84,14 +88,14 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_library(module)
     from remediate import api
 
     p = module.params
 
-    def run():
+    def run() -> t.Any:  # a HostResult
         targets, factory = local()
         named = {k: p[k] for k in ("unit", "since", "lines", "smi_timeout")}
         return one_result(api.diagnose(targets, transport_factory=factory, **named))

@@ -3,7 +3,7 @@
 # Apache-2.0 (see the repository's pyproject.toml)
 """remediate.sglang.oom: the OOM fix as one verified transaction on the target (``remediate oom --local``)."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
@@ -88,7 +88,7 @@ attributes:
     support: full
     description: The unit's change as a unified diff, secrets masked.
 author:
-  - remediate maintainers
+  - remediate maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -170,6 +170,8 @@ error:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
     finish,
@@ -185,8 +187,8 @@ ARGUMENT_SPEC = dict(
     mem_fraction_step=dict(type="str"),
     chunked_prefill_size=dict(type="int"),
     alloc_conf=dict(type="str"),
-    min_tokens=dict(type="int"),
-    target_tokens=dict(type="int"),
+    min_tokens=dict(type="int", no_log=False),  # a token count, not a secret
+    target_tokens=dict(type="int", no_log=False),
     wait_timeout=dict(type="float", default=900.0),
     lock_timeout=dict(type="int"),
     smi_timeout=dict(type="int"),
@@ -199,7 +201,7 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
@@ -211,7 +213,7 @@ def main():
     p = module.params
     dry_run = module.check_mode or p["mode"] == "plan"
 
-    def run():
+    def run() -> t.Any:  # a HostResult
         targets, factory = local()
         desired = {k: p[k] for k in ("mem_fraction_static", "mem_fraction_step", "chunked_prefill_size", "alloc_conf")}
         request = api.OomRequest(

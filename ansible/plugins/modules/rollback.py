@@ -3,7 +3,7 @@
 # Apache-2.0 (see the repository's pyproject.toml)
 """remediate.sglang.rollback: restore the unit from its backup as a verified transaction on the target."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
@@ -36,10 +36,12 @@ options:
 attributes:
   check_mode:
     support: full
+    description: The dry run; C(changed) says whether the unit would be restored.
   diff_mode:
     support: full
+    description: The unit's change as a unified diff, secrets masked.
 author:
-  - remediate maintainers
+  - remediate maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -77,6 +79,8 @@ error:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
     finish,
@@ -94,14 +98,14 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_library(module)
     from remediate import api
 
     p = module.params
 
-    def run():
+    def run() -> t.Any:  # a HostResult
         targets, factory = local()
         rollout = api.rollback(
             targets,

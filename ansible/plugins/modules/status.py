@@ -3,7 +3,7 @@
 # Apache-2.0 (see the repository's pyproject.toml)
 """remediate.sglang.status: the sglang unit's state as facts (read-only)."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
@@ -25,12 +25,15 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; check mode runs it as is and reports the same.
   diff_mode:
     support: none
+    description: Nothing changes, so there is no diff.
   facts:
     support: full
+    description: Sets C(ansible_facts.remediate_sglang), the unit's state.
 author:
-  - remediate maintainers
+  - remediate maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -61,6 +64,8 @@ outcome:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
     finish,
@@ -70,16 +75,15 @@ from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module 
     require_library,
 )
 
-
 ARGUMENT_SPEC = dict(unit=dict(type="str"))
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_library(module)
     from remediate import api
 
-    def run():
+    def run() -> t.Any:  # a HostResult
         targets, factory = local()
         return one_result(api.status(targets, unit=module.params["unit"], transport_factory=factory))
 
