@@ -1,5 +1,6 @@
 """`ansible-test sanity`, which every collection in the Ansible package and every certified collection must pass,
-run on the collection (ansible/) copied to ``ansible_collections/<namespace>/<name>/`` as ansible-test requires.
+run on the collection (ansible/, remediate.serving) and on its old name's redirect collection (ansible-sglang/,
+remediate.sglang), each copied to ``ansible_collections/<namespace>/<name>/`` as ansible-test requires.
 
 Offline bootstrap: ansible-test makes a virtualenv per sanity test and bootstraps pip into it with a script it
 downloads from ci-files.testing.ansible.com, which this machine (like many CI runners) cannot reach; it uses
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "ansible"
+REDIRECTS = REPO / "ansible-sglang"  # remediate.sglang: the old FQCNs, redirected (meta/runtime.yml)
 BIN = Path(sys.executable).parent
 CACHE = Path.home() / ".ansible" / "test" / "cache"  # ansible-test's own (requirements.py: bootstrap())
 # The one finding a certified collection may list in its ignore file: the modules are Apache-2.0, not GPLv3.
@@ -69,11 +71,11 @@ def pip_bootstrap(version: str) -> Path:
     return script
 
 
-def collection_tree(into: Path) -> Path:
-    """The collection copied to ``into/ansible_collections/<namespace>/<name>`` (galaxy.yml's names)."""
-    galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+def collection_tree(source: Path, into: Path) -> Path:
+    """``source`` copied to ``into/ansible_collections/<namespace>/<name>`` (its galaxy.yml's names)."""
+    galaxy = yaml.safe_load((source / "galaxy.yml").read_text())
     tree = into / "ansible_collections" / galaxy["namespace"] / galaxy["name"]
-    shutil.copytree(COLLECTION, tree, ignore=shutil.ignore_patterns("__pycache__", "*.tar.gz", ".*cache"))
+    shutil.copytree(source, tree, ignore=shutil.ignore_patterns("__pycache__", "*.tar.gz", ".*cache"))
     return tree
 
 
@@ -85,13 +87,14 @@ def test_the_ignore_file_lists_only_what_certification_allows() -> None:
         assert code in ALLOWED_IGNORES and (COLLECTION / path).is_file(), line
 
 
-def test_ansible_test_sanity_passes_on_the_collection(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", [COLLECTION, REDIRECTS], ids=["remediate.serving", "remediate.sglang"])
+def test_ansible_test_sanity_passes_on_the_collection(source: Path, tmp_path: Path) -> None:
     pip_bootstrap(pip_version())
-    tree = collection_tree(tmp_path)
+    tree = collection_tree(source, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     argv = [str(BIN / "ansible-test"), "sanity", "--requirements", "--python", "3.11", "--color", "no"]
     ran = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=1500, check=False)
     out = ran.stdout + ran.stderr
     assert ran.returncode == 0, out[-6000:]
-    for name in ("validate-modules", "pylint", "import", "ansible-doc", "runtime-metadata", "yamllint"):
+    for name in ("validate-modules", "pylint", "import", "ansible-doc", "runtime-metadata", "yamllint", "changelog"):
         assert f'Running sanity test "{name}"' in out, name  # each ran, none was skipped

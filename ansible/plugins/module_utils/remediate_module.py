@@ -1,6 +1,6 @@
 # Copyright: remediate maintainers
 # Apache-2.0 (see the repository's pyproject.toml)
-"""What the remediate.sglang modules share: the library's import (``missing_required_lib`` when absent), one
+"""What the remediate.serving modules share: the library's import (``missing_required_lib`` when absent), one
 HostResult → the module's result (``changed``, ``failed`` with the tool's one-line message, ``diff``), the
 error boundary.
 
