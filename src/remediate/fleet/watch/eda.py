@@ -1,10 +1,10 @@
 """The watcher as the fleet's detector for Event-Driven Ansible: each ``decided`` event it notifies carries the
 diagnosis it was decided on, so that a rulebook can act on it without asking the host again.
 
-``remediate watch all -i inventory.yaml --dry-run --webhook URL`` is the report-only mode: it detects,
-diagnoses and decides under the same rails (the policy's kinds, cooldown, cap, breaker, concurrency,
-approval) and never acts. Each decision is POSTed as ``{"text": …, "event": {…}}`` (fleet/watch/webhook.py), the event being (docs/WATCH.md,
-"A detector for Event-Driven Ansible")::
+``remediate watch all -i inventory.yaml --dry-run --webhook URL`` is the report-only mode: it
+detects, diagnoses and decides under the same rails (the policy's kinds, cooldown, cap, breaker,
+concurrency, approval) and never acts. Each decision is POSTed as ``{"text": …, "event": {…}}``
+(fleet/watch/webhook.py), the event being (docs/WATCH.md, "A detector for Event-Driven Ansible")::
 
     {"event": "decided", "host": "gpu-3", "unit": "sglang.service", "incident": "1f0c9a2e",
      "verdict": "act", "reason": "…", "dry_run": true,
