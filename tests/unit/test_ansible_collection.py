@@ -171,8 +171,11 @@ def test_the_rulebook_validates_against_ansible_rulebooks_schema_and_throttles_p
     rulebook = yaml.safe_load((COLLECTION / "examples" / "rulebook.yml").read_text())
     jsonschema.validate(rulebook, _rulebook_schema())
     (rule,) = rulebook[0]["rules"]
-    assert rule["throttle"]["once_within"] and rule["throttle"]["group_by_attributes"] == ["event.alert.labels.host"]
-    assert rule["action"]["run_job_template"]["job_args"]["limit"] == "{{ event.alert.labels.host }}"
+    assert rule["throttle"]["once_within"] and rule["throttle"]["group_by_attributes"] == ["event.payload.event.host"]
+    (source,) = rulebook[0]["sources"]
+    assert "eda.builtin.webhook" in source  # builtin: nothing from Galaxy
+    assert source["filters"] == [{"eda.builtin.insert_hosts_to_meta": {"host_path": "payload.event.host"}}]
+    assert "run_playbook" in rule["action"]
     broken = [{**rulebook[0], "rules": [{**rule, "throttle": {"once_within": "soon"}}]}]
     with pytest.raises(jsonschema.ValidationError):  # the schema does check: a wrong throttle is refused
         jsonschema.validate(broken, _rulebook_schema())
