@@ -40,13 +40,13 @@ e2e: install
 	$(PYTEST) -m e2e
 
 check: $(STAMP)
-	$(VENV)/bin/ruff format --check src tests sandbox bench examples
-	$(VENV)/bin/ruff check src tests sandbox bench examples
+	$(VENV)/bin/ruff format --check src tests sandbox bench examples ansible
+	$(VENV)/bin/ruff check src tests sandbox bench examples ansible
 	$(VENV)/bin/mypy
 
 fmt: $(STAMP)
-	$(VENV)/bin/ruff format src tests sandbox bench examples
-	$(VENV)/bin/ruff check --fix src tests sandbox bench examples
+	$(VENV)/bin/ruff format src tests sandbox bench examples ansible
+	$(VENV)/bin/ruff check --fix src tests sandbox bench examples ansible
 
 demo: install
 	$(PY) examples/demo.py

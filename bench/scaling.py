@@ -1,4 +1,4 @@
-"""Throughput of `oom` over a sandbox fleet: our own rollout vs ansible-playbook with the remediate.sglang
+"""Throughput of `oom` over a sandbox fleet: our own rollout vs ansible-playbook with the remediate.serving
 collection (docs/SCALING.md), and what each costs the controller per fork.
 
 For each ``--forks`` value and each contender, on freshly reset hosts running the incident's unit (the stand-in
@@ -6,7 +6,7 @@ loads in ~0.1 s, so what remains is each tool's own cost plus the restart), with
 host from wheels (outside the timing):
 
 - ``remediate``: ``remediate oom HOST… --canary 0 --forks F --json`` from this controller over SSH;
-- ``ansible``: ``ansible-playbook --forks F`` of one play running ``remediate.sglang.oom`` on every host (the
+- ``ansible``: ``ansible-playbook --forks F`` of one play running ``remediate.serving.oom`` on every host (the
   collection built and installed from its tarball; Ansible's ssh connection, pipelining on, host keys checked).
 
 Both run the same transaction (lock, backup, write, daemon-reload, reset-failed, restart, health wait); no
@@ -51,7 +51,7 @@ PLAY = [
         "hosts": "gpu",
         "gather_facts": False,
         "become": True,
-        "tasks": [{"name": "oom", "remediate.sglang.oom": {"wait_timeout": 120}}],
+        "tasks": [{"name": "oom", "remediate.serving.oom": {"wait_timeout": 120}}],
     }
 ]
 

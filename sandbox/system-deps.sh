@@ -14,6 +14,10 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 [ -x /usr/bin/python3 ] || need+=(python3)
+# The Ansible path's tests: promtool checks the shipped Prometheus rules (Debian has it only in `prometheus`);
+# ansible-rulebook (tests/e2e/test_ansible_rulebook.py) needs a Java 17 runtime.
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 if ! command -v systemd-nspawn >/dev/null 2>&1; then
   sysver=$(dpkg-query -W -f='${Version}' systemd 2>/dev/null || true)
   if [ -n "$sysver" ]; then
@@ -34,5 +38,12 @@ if [ ${#need[@]} -gt 0 ]; then
   trap 'cp -p "$nss_backup" /etc/nsswitch.conf; rm -f "$nss_backup"' EXIT
   apt-get update -qq
   # --no-upgrade: never upgrade a package that is already installed (the machine's systemd stays as it is)
+  # No service started by a package's postinst (`prometheus` would start a server on :9090): policy-rc.d
+  # answers 101, "action forbidden", to invoke-rc.d/deb-systemd-invoke during this install.
+  policy_rc=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy_rc" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy_rc" && chmod 755 "$policy_rc"
+    trap 'cp -p "$nss_backup" /etc/nsswitch.conf; rm -f "$nss_backup" "$policy_rc"' EXIT
+  fi
   apt-get install -y -qq --no-install-recommends --no-upgrade "${need[@]}" >/dev/null
 fi

@@ -30,13 +30,16 @@ RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 
 @pytest.fixture(scope="session")
 def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The collection built with ``ansible-galaxy collection build`` and installed from that tarball."""
+    """The collection (remediate.serving) and its old name's redirects (remediate.sglang, which depends on it), built
+    with ``ansible-galaxy collection build`` and installed from those tarballs."""
     out = tmp_path_factory.mktemp("collection")
-    subprocess.run([BIN / "ansible-galaxy", "collection", "build", str(REPO / "ansible"), "--output-path", str(out)],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    (tarball,) = out.glob("remediate-sglang-*.tar.gz")
+    for source in ("ansible", "ansible-sglang"):
+        subprocess.run([BIN / "ansible-galaxy", "collection", "build", str(REPO / source), "--output-path", str(out)],
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
+    tarballs = [str(t) for t in sorted(out.glob("remediate-*.tar.gz"))]
+    assert len(tarballs) == 2, tarballs
     path = out / "collections"
-    subprocess.run([BIN / "ansible-galaxy", "collection", "install", "--offline", "-p", str(path), str(tarball)],
+    subprocess.run([BIN / "ansible-galaxy", "collection", "install", "--offline", "-p", str(path), *tarballs],
                    check=True, capture_output=True, timeout=120)  # fmt: skip
     return path
 
@@ -173,7 +176,7 @@ def test_each_module_ad_hoc_status_diagnose_oom_rollback(play: Play) -> None:
     play.run("--list-hosts")  # writes the inventory
     original = host.read(UNIT_PATH)
 
-    def module(name: str, *args: str) -> tuple[str, dict[str, Any]]:
+    def module(name: str, *args: str, collection: str = "remediate.serving") -> tuple[str, dict[str, Any]]:
         argv = [
             str(BIN / "ansible"),
             host.name,
@@ -182,7 +185,7 @@ def test_each_module_ad_hoc_status_diagnose_oom_rollback(play: Play) -> None:
             "-b",
             "-o",
             "-m",
-            f"remediate.sglang.{name}",
+            f"{collection}.{name}",
         ]
         ran = subprocess.run([*argv, *args], capture_output=True, text=True, env=play.env, cwd=play.tmp, timeout=300)
         (match,) = [m for m in ADHOC.finditer(ran.stdout) if m[1] == host.name]
@@ -204,3 +207,7 @@ def test_each_module_ad_hoc_status_diagnose_oom_rollback(play: Play) -> None:
     state, back = module("rollback")
     assert (state, back["outcome"]) == ("CHANGED", "restored"), back
     assert host.read(UNIT_PATH) == original
+
+    # The old name (remediate.sglang, redirects only) runs the same module on the host.
+    state, old = module("status", collection="remediate.sglang")
+    assert (state, old["ansible_facts"]["remediate_sglang"]["remediated"]) == ("SUCCESS", False), old

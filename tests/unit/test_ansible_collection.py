@@ -22,6 +22,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = ROOT / "ansible"
+REDIRECTS = ROOT / "ansible-sglang"  # remediate.sglang, the old name: redirects only
 BIN = Path(sys.executable).parent
 MODULES = ["oom", "rollback", "status", "diagnose"]
 RULEBOOK_VERSION = "1.3.2"  # ansible-rulebook, whose wheel carries ansible_rulebook/schema/ruleset_schema.json
@@ -30,10 +31,12 @@ TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
 
 @pytest.fixture(scope="module")
 def collections(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """An ANSIBLE_COLLECTIONS_PATH holding this tree's collection as remediate.sglang."""
+    """An ANSIBLE_COLLECTIONS_PATH holding this tree's collection as remediate.serving, and remediate.sglang (the old
+    name's redirects)."""
     root = tmp_path_factory.mktemp("collections")
     (root / "ansible_collections" / "remediate").mkdir(parents=True)
-    (root / "ansible_collections" / "remediate" / "sglang").symlink_to(COLLECTION)
+    (root / "ansible_collections" / "remediate" / "serving").symlink_to(COLLECTION)
+    (root / "ansible_collections" / "remediate" / "sglang").symlink_to(REDIRECTS)
     sys.path.insert(0, str(root))
     yield root
     sys.path.remove(str(root))
@@ -59,9 +62,9 @@ def test_ansible_doc_renders_each_module_with_exactly_its_argument_spec(
     name: str, collections: Path, tmp_path: Path
 ) -> None:
     env = _env(collections, tmp_path)
-    text = _run([str(BIN / "ansible-doc"), f"remediate.sglang.{name}"], env, tmp_path)
+    text = _run([str(BIN / "ansible-doc"), f"remediate.serving.{name}"], env, tmp_path)
     assert text.returncode == 0, text.stderr
-    assert f"remediate.sglang.{name}" in text.stdout and "EXAMPLES" in text.stdout and "RETURN VALUES" in text.stdout
+    assert f"remediate.serving.{name}" in text.stdout and "EXAMPLES" in text.stdout and "RETURN VALUES" in text.stdout
     doc = json.loads(
         _run(
             [
@@ -69,14 +72,14 @@ def test_ansible_doc_renders_each_module_with_exactly_its_argument_spec(
                     BIN / "ansible-doc",
                 ),
                 "--json",
-                f"remediate.sglang.{name}",
+                f"remediate.serving.{name}",
             ],
             env,
             tmp_path,
         ).stdout
     )
-    options = doc[f"remediate.sglang.{name}"]["doc"]["options"]
-    spec = importlib.import_module(f"ansible_collections.remediate.sglang.plugins.modules.{name}").ARGUMENT_SPEC
+    options = doc[f"remediate.serving.{name}"]["doc"]["options"]
+    spec = importlib.import_module(f"ansible_collections.remediate.serving.plugins.modules.{name}").ARGUMENT_SPEC
     assert set(options) == set(spec)
     for key, arg in spec.items():
         documented = options[key]
@@ -89,11 +92,11 @@ def test_galaxy_build_produces_the_tarball(tmp_path: Path) -> None:
     built = _run([str(BIN / "ansible-galaxy"), "collection", "build", str(COLLECTION), "--output-path", str(tmp_path)],
                  {**os.environ, "ANSIBLE_HOME": str(tmp_path / "home")}, tmp_path)  # fmt: skip
     assert built.returncode == 0, built.stderr
-    (tarball,) = tmp_path.glob("remediate-sglang-*.tar.gz")
+    (tarball,) = tmp_path.glob("remediate-serving-*.tar.gz")
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
         manifest = json.load(tar.extractfile("MANIFEST.json"))  # type: ignore[arg-type]
-    assert (manifest["collection_info"]["namespace"], manifest["collection_info"]["name"]) == ("remediate", "sglang")
+    assert (manifest["collection_info"]["namespace"], manifest["collection_info"]["name"]) == ("remediate", "serving")
     expected = {f"plugins/modules/{m}.py" for m in MODULES} | {
         "plugins/module_utils/remediate_module.py",
         "roles/install/tasks/main.yml",
@@ -119,13 +122,38 @@ def test_the_examples_pass_ansibles_syntax_check(collections: Path, tmp_path: Pa
         assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@pytest.mark.parametrize("name", MODULES)
+def test_the_old_fqcn_is_redirected_to_remediate_serving_with_a_deprecation(
+    name: str, collections: Path, tmp_path: Path
+) -> None:
+    ran = _run([str(BIN / "ansible-doc"), "--json", f"remediate.sglang.{name}"], _env(collections, tmp_path), tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    (doc,) = json.loads(ran.stdout).values()
+    assert doc["doc"]["filename"].endswith(f"remediate/serving/plugins/modules/{name}.py")
+    assert f"use remediate.serving.{name}" in ran.stderr  # the redirect's deprecation warning
+
+
+def test_a_play_with_the_old_names_passes_the_syntax_check(collections: Path, tmp_path: Path) -> None:
+    play = [
+        {"hosts": "gpu", "roles": ["remediate.sglang.install"], "tasks": [{"remediate.sglang.oom": {"min_tokens": 1}}]}
+    ]
+    (tmp_path / "old.yml").write_text(yaml.safe_dump(play))
+    (tmp_path / "inventory.yml").write_text("gpu:\n  hosts:\n    gpu-0: {}\n")
+    argv = [str(BIN / "ansible-playbook"), "--syntax-check", "-i", "inventory.yml", "old.yml"]
+    checked = _run(argv, _env(collections, tmp_path), tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    gone = [{"hosts": "gpu", "tasks": [{"remediate.sglang.nonesuch": {}}]}]  # the check does resolve names
+    (tmp_path / "old.yml").write_text(yaml.safe_dump(gone))
+    assert _run(argv, _env(collections, tmp_path), tmp_path).returncode != 0
+
+
 def test_the_oom_example_is_a_canary_then_batches_of_25_percent_with_no_failure_tolerated() -> None:
     canary, rest = yaml.safe_load((COLLECTION / "examples" / "oom.yml").read_text())
     assert (canary["serial"], canary["max_fail_percentage"], canary["any_errors_fatal"]) == (1, 0, True)
     assert canary["hosts"].endswith("[0]") and rest["hosts"].endswith("[1:]")
     assert (rest["serial"], rest["max_fail_percentage"]) == ("25%", 0)
     (task,) = rest["tasks"]
-    assert "remediate.sglang.oom" in task and "throttle" in task
+    assert "remediate.serving.oom" in task and "throttle" in task
 
 
 def _rulebook_schema() -> dict[str, Any]:
@@ -143,8 +171,11 @@ def test_the_rulebook_validates_against_ansible_rulebooks_schema_and_throttles_p
     rulebook = yaml.safe_load((COLLECTION / "examples" / "rulebook.yml").read_text())
     jsonschema.validate(rulebook, _rulebook_schema())
     (rule,) = rulebook[0]["rules"]
-    assert rule["throttle"]["once_within"] and rule["throttle"]["group_by_attributes"] == ["event.alert.labels.host"]
-    assert rule["action"]["run_job_template"]["job_args"]["limit"] == "{{ event.alert.labels.host }}"
+    assert rule["throttle"]["once_within"] and rule["throttle"]["group_by_attributes"] == ["event.payload.event.host"]
+    (source,) = rulebook[0]["sources"]
+    assert "eda.builtin.webhook" in source  # builtin: nothing from Galaxy
+    assert source["filters"] == [{"eda.builtin.insert_hosts_to_meta": {"host_path": "payload.event.host"}}]
+    assert "run_playbook" in rule["action"]
     broken = [{**rulebook[0], "rules": [{**rule, "throttle": {"once_within": "soon"}}]}]
     with pytest.raises(jsonschema.ValidationError):  # the schema does check: a wrong throttle is refused
         jsonschema.validate(broken, _rulebook_schema())
@@ -155,7 +186,7 @@ def test_a_target_without_the_library_fails_with_missing_required_lib(collection
     probe = subprocess.run([python, "-c", "import remediate"], capture_output=True, check=False)
     if probe.returncode == 0:
         pytest.skip(f"{python} can import remediate here")
-    argv = [str(BIN / "ansible"), "localhost", "-c", "local", "-m", "remediate.sglang.status",
+    argv = [str(BIN / "ansible"), "localhost", "-c", "local", "-m", "remediate.serving.status",
             "-e", f"ansible_python_interpreter={python}", "-o"]  # fmt: skip
     ran = _run(argv, _env(collections, tmp_path), tmp_path)
     assert ran.returncode == 2, ran.stdout + ran.stderr

@@ -1,6 +1,6 @@
 # Copyright: remediate maintainers
 # Apache-2.0 (see the repository's pyproject.toml)
-"""What the remediate.sglang modules share: the library's import (``missing_required_lib`` when absent), one
+"""What the remediate.serving modules share: the library's import (``missing_required_lib`` when absent), one
 HostResult → the module's result (``changed``, ``failed`` with the tool's one-line message, ``diff``), the
 error boundary.
 
@@ -8,11 +8,17 @@ The modules run on the target and call the library installed there (``ansible_py
 its venv) through its local transport: the same transaction as ``remediate oom --local``. Nothing of the library
 is vendored here (the collection README says why)."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 import traceback
+import typing as t
 
 from ansible.module_utils.basic import missing_required_lib
+
+if t.TYPE_CHECKING:
+    from ansible.module_utils.basic import AnsibleModule
+
+    from remediate.models import HostResult
 
 try:
     from remediate import api
@@ -31,7 +37,7 @@ except ImportError:
 RESTARTED = frozenset({"drift", "restored", "rolled_back"})
 
 
-def require_library(module):
+def require_library(module: AnsibleModule) -> None:
     """Fail the task, as Ansible's own modules do, when the library is not importable by the interpreter."""
     if not HAS_REMEDIATE:
         module.fail_json(
@@ -43,7 +49,7 @@ def require_library(module):
         )
 
 
-def check_params(module, **options):
+def check_params(module: AnsibleModule, **options: str) -> None:
     """Each option given checked as the command line and the Python API check it (the library's
     ``remediate.core.bounds``): a bad value fails the task with the CLI's one line, before anything is read.
     ``options``: the module's parameter → the library's option name (``probe="probe"``)."""
@@ -57,18 +63,20 @@ def check_params(module, **options):
             module.fail_json(msg=str(exc))
 
 
-def local():
+def local() -> t.Any:
     """This machine's target and the local transport factory (``remediate … --local``)."""
     return api.local_host()
 
 
-def _diff(result):
+def _diff(result: HostResult) -> dict[str, str]:
     text = mask_data(result.diff) if result.diff else ""
     path = result.unit_path or result.unit or "unit"
     return {"before_header": path, "after_header": path, "prepared": text}
 
 
-def finish(module, result, *, read_only=False, facts=None):
+def finish(
+    module: AnsibleModule, result: HostResult, *, read_only: bool = False, facts: dict[str, t.Any] | None = None
+) -> None:
     """Exit the module with ``result`` (a HostResult): its JSON fields (secrets masked) as the module's results,
     ``changed`` exactly when a file changed or a restart was issued (in check mode: would be), ``failed`` with
     the tool's one-line message when the outcome is not a success; ``facts`` as ``ansible_facts``."""
@@ -95,7 +103,7 @@ def finish(module, result, *, read_only=False, facts=None):
     module.exit_json(changed=changed, **doc)
 
 
-def one_result(results):
+def one_result(results: t.Sequence[HostResult]) -> HostResult:
     """The host's one result. A host with several sglang units (the library ran each): a task reports one unit,
     so it fails naming each unit and its outcome (give ``unit`` for one)."""
     if len(results) == 1:
@@ -104,7 +112,7 @@ def one_result(results):
     raise ConfigError(f"several sglang units on this host ({each}): give unit= to report one per task")
 
 
-def guarded(module, call):
+def guarded(module: AnsibleModule, call: t.Callable[[], HostResult]) -> HostResult:
     """``call()`` with the library's errors as a failed task (one line); a bug's traceback as ``exception``."""
     try:
         return call()
@@ -112,4 +120,4 @@ def guarded(module, call):
         module.fail_json(msg=mask_data(str(exc)))
     except Exception as exc:  # noqa: BLE001 - the module's boundary: a bug is reported with its traceback
         module.fail_json(msg=f"internal error (a bug): {exc}", exception=traceback.format_exc())
-    return None
+    raise RuntimeError("fail_json returned")  # it exits the module: never reached

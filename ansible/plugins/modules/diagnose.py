@@ -1,25 +1,19 @@
 #!/usr/bin/python
 # Copyright: remediate maintainers
 # Apache-2.0 (see the repository's pyproject.toml)
-"""remediate.sglang.diagnose: why the server died, and the remediation to run (read-only)."""
+"""remediate.serving.diagnose: why the server died, and the remediation to run (read-only)."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: diagnose
-short_description: Tell why an sglang server died (evidence, arithmetic) and what to run
+short_description: Tell why an sglang or vLLM server died (evidence, arithmetic) and what to run
 version_added: "0.1.0"
 description:
   - Read-only, on the GPU host (C(remediate diagnose --local)) - the journal's crash evidence, nvidia-smi,
     the memory arithmetic, and the recommendation; C(changed) is always false.
-requirements:
-  - the C(remediate) library importable by C(ansible_python_interpreter) (see the C(install) role)
-  - root on the target (C(become=true))
 options:
-  unit:
-    description: The systemd unit. Default, the unit whose ExecStart runs sglang.
-    type: str
   since:
     description: Restarts to look back over (C(0) this run) or a journalctl time (C(2 hours ago)).
     type: str
@@ -27,21 +21,15 @@ options:
     description: Journal lines to read.
     type: int
     default: 2000
-  smi_timeout:
-    description: Seconds each nvidia-smi query may take (default 10).
-    type: int
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-author:
-  - remediate maintainers
+extends_documentation_fragment:
+  - remediate.serving.common
+  - remediate.serving.common.read_only
+  - remediate.serving.common.smi
 """
 
 EXAMPLES = r"""
 - name: Why did it die
-  remediate.sglang.diagnose:
+  remediate.serving.diagnose:
     since: "1"
   become: true
   register: why
@@ -67,8 +55,10 @@ outcome:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+from ansible_collections.remediate.serving.plugins.module_utils.remediate_module import (
     check_params,
     finish,
     guarded,
@@ -85,18 +75,19 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_library(module)
     check_params(
         module,
-        lines="lines", smi_timeout="smi_timeout",
+        lines="lines",
+        smi_timeout="smi_timeout",
     )
     from remediate import api
 
     p = module.params
 
-    def run():
+    def run() -> t.Any:  # a HostResult
         targets, factory = local()
         named = {k: p[k] for k in ("unit", "since", "lines", "smi_timeout")}
         return one_result(api.diagnose(targets, transport_factory=factory, **named))

@@ -1,14 +1,14 @@
 #!/usr/bin/python
 # Copyright: remediate maintainers
 # Apache-2.0 (see the repository's pyproject.toml)
-"""remediate.sglang.oom: the OOM fix as one verified transaction on the target (``remediate oom --local``)."""
+"""remediate.serving.oom: the OOM fix as one verified transaction on the target (``remediate oom --local``)."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: oom
-short_description: Fix an sglang server that dies of CUDA OOM, as one verified transaction
+short_description: Fix an sglang or vLLM server that dies of CUDA OOM, as one verified transaction
 version_added: "0.1.0"
 description:
   - Runs on the GPU host itself and calls the C(remediate) library through its local transport, the same
@@ -20,13 +20,7 @@ description:
   - In check mode it is the dry run, C(changed) says whether the unit would change; with C(--diff) the unit's
     change is shown, secrets masked.
   - The task fails, with the tool's one-line message, when the host was rolled back or the transaction failed.
-requirements:
-  - the C(remediate) library importable by C(ansible_python_interpreter) (see the C(install) role)
-  - root on the target (C(become=true))
 options:
-  unit:
-    description: The systemd unit. Default, the unit whose ExecStart runs sglang.
-    type: str
   mem_fraction_static:
     description: Set C(--mem-fraction-static) to this value (0 < F < 1). Exclusive with I(mem_fraction_step).
     type: str
@@ -44,16 +38,6 @@ options:
     type: int
   target_tokens:
     description: Report the gap to this capacity (a warning, not a failure).
-    type: int
-  wait_timeout:
-    description: Seconds to wait for the server to come back.
-    type: float
-    default: 900
-  lock_timeout:
-    description: Seconds to wait for another run's lock on the unit (default 30).
-    type: int
-  smi_timeout:
-    description: Seconds each nvidia-smi query may take (default 10).
     type: int
   rollback:
     description: Roll back when the server does not come back healthy.
@@ -80,25 +64,20 @@ options:
     type: str
     choices: [fix, plan]
     default: fix
-attributes:
-  check_mode:
-    support: full
-    description: The dry run; C(changed) says whether the unit would change.
-  diff_mode:
-    support: full
-    description: The unit's change as a unified diff, secrets masked.
-author:
-  - remediate maintainers
+extends_documentation_fragment:
+  - remediate.serving.common
+  - remediate.serving.common.transaction
+  - remediate.serving.common.smi
 """
 
 EXAMPLES = r"""
 - name: Remediate the OOM (a --check --diff run first shows the change)
-  remediate.sglang.oom:
+  remediate.serving.oom:
     target_tokens: 200000
   become: true
 
 - name: An explicit fraction and a smaller chunk, failing below 150k tokens
-  remediate.sglang.oom:
+  remediate.serving.oom:
     unit: sglang.service
     mem_fraction_static: "0.90"
     chunked_prefill_size: 2048
@@ -170,8 +149,10 @@ error:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+from ansible_collections.remediate.serving.plugins.module_utils.remediate_module import (
     check_params,
     finish,
     guarded,
@@ -186,8 +167,8 @@ ARGUMENT_SPEC = dict(
     mem_fraction_step=dict(type="str"),
     chunked_prefill_size=dict(type="int"),
     alloc_conf=dict(type="str"),
-    min_tokens=dict(type="int"),
-    target_tokens=dict(type="int"),
+    min_tokens=dict(type="int", no_log=False),  # a token count, not a secret
+    target_tokens=dict(type="int", no_log=False),
     wait_timeout=dict(type="float", default=900.0),
     lock_timeout=dict(type="int"),
     smi_timeout=dict(type="int"),
@@ -200,7 +181,7 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
@@ -209,15 +190,19 @@ def main():
     require_library(module)
     check_params(
         module,
-        wait_timeout="wait_timeout", lock_timeout="lock_timeout", smi_timeout="smi_timeout", probe="probe",
-        min_tokens="min_tokens", target_tokens="target_tokens",
+        wait_timeout="wait_timeout",
+        lock_timeout="lock_timeout",
+        smi_timeout="smi_timeout",
+        probe="probe",
+        min_tokens="min_tokens",
+        target_tokens="target_tokens",
     )
     from remediate import api
 
     p = module.params
     dry_run = module.check_mode or p["mode"] == "plan"
 
-    def run():
+    def run() -> t.Any:  # a HostResult
         targets, factory = local()
         desired = {k: p[k] for k in ("mem_fraction_static", "mem_fraction_step", "chunked_prefill_size", "alloc_conf")}
         request = api.OomRequest(

@@ -1,54 +1,37 @@
 #!/usr/bin/python
 # Copyright: remediate maintainers
 # Apache-2.0 (see the repository's pyproject.toml)
-"""remediate.sglang.rollback: restore the unit from its backup as a verified transaction on the target."""
+"""remediate.serving.rollback: restore the unit from its backup as a verified transaction on the target."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: rollback
-short_description: Restore an sglang unit from its backup, as a verified transaction
+short_description: Restore an sglang or vLLM unit from its backup, as a verified transaction
 version_added: "0.1.0"
 description:
   - Runs on the GPU host and calls the C(remediate) library through its local transport, the same transaction
     as C(remediate rollback --local) - the current unit saved as C(<file>.bak.rollback.<epoch>) first, an atomic
     write, daemon-reload, reset-failed, restart and the health wait.
   - In check mode it is the dry run; with C(--diff) the restore's change is shown, secrets masked.
-requirements:
-  - the C(remediate) library importable by C(ansible_python_interpreter) (see the C(install) role)
-  - root on the target (C(become=true))
 options:
-  unit:
-    description: The systemd unit. Default, the unit whose ExecStart runs sglang.
-    type: str
   to:
     description: The backup to restore, a path, or C(latest).
     type: str
     default: latest
-  wait_timeout:
-    description: Seconds to wait for the server to come back.
-    type: float
-    default: 900
-  lock_timeout:
-    description: Seconds to wait for another run's lock on the unit (default 30).
-    type: int
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-author:
-  - remediate maintainers
+extends_documentation_fragment:
+  - remediate.serving.common
+  - remediate.serving.common.transaction
 """
 
 EXAMPLES = r"""
 - name: Undo the last remediation
-  remediate.sglang.rollback:
+  remediate.serving.rollback:
   become: true
 
 - name: Restore one backup
-  remediate.sglang.rollback:
+  remediate.serving.rollback:
     to: /etc/systemd/system/sglang.service.bak.oom.1795939200
   become: true
 """
@@ -77,8 +60,10 @@ error:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+from ansible_collections.remediate.serving.plugins.module_utils.remediate_module import (
     check_params,
     finish,
     guarded,
@@ -95,18 +80,19 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_library(module)
     check_params(
         module,
-        wait_timeout="wait_timeout", lock_timeout="lock_timeout",
+        wait_timeout="wait_timeout",
+        lock_timeout="lock_timeout",
     )
     from remediate import api
 
     p = module.params
 
-    def run():
+    def run() -> t.Any:  # a HostResult
         targets, factory = local()
         rollout = api.rollback(
             targets,

@@ -1,46 +1,38 @@
 #!/usr/bin/python
 # Copyright: remediate maintainers
 # Apache-2.0 (see the repository's pyproject.toml)
-"""remediate.sglang.status: the sglang unit's state as facts (read-only)."""
+"""remediate.serving.status: the serving unit's state as facts (read-only)."""
 
-from __future__ import absolute_import, annotations, division, print_function
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: status
-short_description: Read an sglang unit's state, settings and capacity as facts
+short_description: Read an sglang or vLLM unit's state, settings and capacity as facts
 version_added: "0.1.0"
 description:
   - Read-only, on the GPU host (C(remediate status --local)); never changes anything, so C(changed) is
     always false.
   - Sets the fact C(remediate_sglang) - unit, state, flags, allocator environment, tokens and whether the
-    unit is remediated.
-requirements:
-  - the C(remediate) library importable by C(ansible_python_interpreter) (see the C(install) role)
-  - root on the target (C(become=true))
-options:
-  unit:
-    description: The systemd unit. Default, the unit whose ExecStart runs sglang.
-    type: str
+    unit is remediated - for vLLM units too (the name is the collection's first, kept for the playbooks that
+    read it).
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
   facts:
     support: full
-author:
-  - remediate maintainers
+    description: Sets C(ansible_facts.remediate_sglang), the unit's state.
+extends_documentation_fragment:
+  - remediate.serving.common
+  - remediate.serving.common.read_only
 """
 
 EXAMPLES = r"""
 - name: Read the unit's state
-  remediate.sglang.status:
+  remediate.serving.status:
   become: true
 
 - name: Hosts not remediated yet
   ansible.builtin.debug:
-    msg: "{{ inventory_hostname }} needs remediate.sglang.oom"
+    msg: "{{ inventory_hostname }} needs remediate.serving.oom"
   when: not ansible_facts.remediate_sglang.remediated
 """
 
@@ -61,8 +53,10 @@ outcome:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module import (
+from ansible_collections.remediate.serving.plugins.module_utils.remediate_module import (
     finish,
     guarded,
     local,
@@ -70,16 +64,15 @@ from ansible_collections.remediate.sglang.plugins.module_utils.remediate_module 
     require_library,
 )
 
-
 ARGUMENT_SPEC = dict(unit=dict(type="str"))
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_library(module)
     from remediate import api
 
-    def run():
+    def run() -> t.Any:  # a HostResult
         targets, factory = local()
         return one_result(api.status(targets, unit=module.params["unit"], transport_factory=factory))
 

@@ -21,6 +21,7 @@ from remediate.errors import ConfigError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
+from remediate.fleet.watch.eda import DecisionContext
 from remediate.fleet.watch.loop import Watcher
 from remediate.fleet.watch.policy_file import load_policy
 from remediate.fleet.watch.sdnotify import sd_notify
@@ -91,15 +92,16 @@ def watch(
         metrics = WatchMetrics()
         metrics.listen(request.metrics_listen)
     factory = transports(transport_factory)
+    context = DecisionContext()  # each decision notified with its diagnosis: the detector for EDA
     watcher = Watcher(
         hosts,
         lambda entry: factory(entry, ssh_for(entry, request.ssh)),
-        _diagnose(request),
+        context.diagnose(_diagnose(request)),
         _fix(request, policy, transport_factory),
         state,
         policy,
         dry_run=request.dry_run,
-        notify=notify,
+        notify=None if notify is None else context.notify(notify),
         metrics=metrics,
         undo=_undo(request, transport_factory),
         follow=request.follow and not request.once,
