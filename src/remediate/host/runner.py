@@ -257,10 +257,10 @@ def _remediate_locked(
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
-        desired = guard_desired(sources, desired)  # no expandable segments where the unit's sglang refuses them
         # --all-instances: the change goes where the values are, the template included (host/instances.py).
         planner = plan_edit if options.all_instances else plan_instance_edit
         plan = planner(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        desired = guard_desired(sources, desired)  # what the plan holds: no alloc conf the unit's sglang refuses
         _fill_plan(result, plan)
         floor_step(transport, found, plan, options, result)
         shared = shared_with_instances(unit, [f.path for f in plan.files]) if options.all_instances else []

@@ -7,8 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_transport import INCIDENT
+from fake_transport import INCIDENT, listener_output, state_output
 from unit.host.test_diagnose_host import host, journal, run
+from unit.host.test_runner_remediate import COMMIT, POLL, commit_ok, info, make_host, written_texts
+from unit.host.test_runner_remediate import no_sleep  # noqa: F401 - autouse: no real naps
+from unit.host.test_runner_remediate import run as run_host
 
 from remediate import api
 
@@ -59,3 +62,24 @@ def test_graph_capture_advice_uses_the_spelling_the_unit_writes() -> None:
     unknown = run(host(journal("graph-capture-torch-oom-in-capture-frames")))["recommendation"]
     assert unknown["other_flags"] == {}
     assert "--cuda-graph-max-bs up to sglang 0.5.5, --cuda-graph-max-bs-decode in 0.5.23" in unknown["reasons"][0]
+
+
+def test_oom_on_a_weight_cache_daemon_unit_leaves_the_allocator_alone_and_verifies_without_it() -> None:
+    """sglang 0.5.23 weight_cache/daemon.py refuses expandable segments: the recipe writes the fraction and the
+    chunk only, the flag summary says why, and the server is not asked for an alloc conf it must not have (a
+    server without one is remediated, not rolled back)."""
+    text = INCIDENT.replace("--trust-remote-code", "--trust-remote-code --weight-cache-mode daemon")
+    running = {"ActiveState": "active", "SubState": "running", "NRestarts": 0, "InvocationID": "inv-2"}
+    host = make_host(text)
+    host.on(COMMIT, commit_ok())
+    host.on(POLL, state_output("activating", "start", invocation_id="inv-2"))
+    look = listener_output(listen="0.0.0.0:30000", state=running, environ="@@main 4242\n@@environ 4242\n\n@@end\n")
+    host.on(r"\A# remediate: listener", look)
+    host.http("/health", 200)
+    host.http("/server_info", info(206635))
+    result = run_host(host)
+    assert result.outcome == "remediated", result.error
+    [script] = host.scripts("# remediate commit")
+    (written,) = written_texts(script).values()
+    assert "expandable_segments" not in written and "--mem-fraction-static 0.93" in written
+    assert any("left without expandable segments: --weight-cache-mode daemon" in line for line in result.summary)
