@@ -8,12 +8,19 @@ from pathlib import Path
 
 import pytest
 from fake_transport import INCIDENT, listener_output, state_output
-from unit.host.test_diagnose_host import host, journal, run
-from unit.host.test_runner_remediate import COMMIT, POLL, commit_ok, info, make_host, written_texts
-from unit.host.test_runner_remediate import no_sleep  # noqa: F401 - autouse: no real naps
-from unit.host.test_runner_remediate import run as run_host
 
 from remediate import api
+from unit.host.test_diagnose_host import host, journal, run
+from unit.host.test_runner_remediate import (
+    COMMIT,
+    POLL,
+    commit_ok,
+    info,
+    make_host,
+    no_sleep,  # noqa: F401 - autouse: no real naps
+    written_texts,
+)
+from unit.host.test_runner_remediate import run as run_host
 
 
 @pytest.mark.parametrize(
