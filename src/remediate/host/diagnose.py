@@ -268,7 +268,8 @@ def read_diagnosis_evidence(
             fraction = read_settings(sources).mem_fraction_static
         except ConfigError:
             fraction = None
-        rec = engine.advise(verdict, fraction, len(foreign)) if verdict is not None else Recommendation()
+        total = min((g.total_bytes for g in gpus), default=None)  # the card's total: a number for "raise"
+        rec = engine.advise(verdict, fraction, len(foreign), total) if verdict is not None else Recommendation()
         return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes), engine.name, verdict)
     rec = advise(diagnosis, unit_settings(sources, server, gpus, foreign))
     return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))

@@ -17,7 +17,7 @@ from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, alloc_value, plan_al
 from remediate.core.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
 from remediate.core.unitfile.envfile import EnvAssignment
 from remediate.core.unitfile.guard import guard_alloc
-from remediate.core.unitfile.knobs import refuse_abbreviations, refuse_config_owned
+from remediate.core.unitfile.knobs import refuse_abbreviations, refuse_config_owned, refuse_kv_bytes
 from remediate.core.unitfile.model import TextEdit, apply_edits, removal
 from remediate.core.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
 from remediate.errors import ConfigError, OwnedElsewhereError
@@ -386,6 +386,7 @@ def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> 
     before = read_settings(sources)
     plan = _Plan(service)
     items = service.items()
+    refuse_kv_bytes(service, items)  # vLLM sized in bytes: the utilization (the recipe's knob) sizes nothing
     # The alloc line is planned first: at a shared insertion point the marker must come last,
     # directly above the directive it describes.
     _plan_alloc(plan, desired)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from remediate.core.engines import SGLANG
-from remediate.core.unitfile.argv import ArgItem, FlagHit
+from remediate.core.unitfile.argv import ArgItem, FlagHit, find_flags
 from remediate.core.unitfile.sources import Service
 from remediate.errors import ConfigError, OwnedElsewhereError
 
@@ -60,3 +60,15 @@ def graph_flag_written(items: Sequence[ArgItem]) -> tuple[str, int | None] | Non
     if _OLD_GRAPH in found:
         return _OLD_GRAPH, found[_OLD_GRAPH]
     return None
+
+
+def refuse_kv_bytes(service: Service, items: Sequence[ArgItem]) -> None:
+    """A vLLM unit that sizes its KV cache in bytes: its utilization sizes nothing, so the recipe is refused."""
+    engine = service.engine
+    if engine is SGLANG:
+        return
+    hits = find_flags(items, "kv-cache-memory-bytes", resolve=engine.resolve_flag, bool_flags=engine.bool_flags)
+    if hits and hits[-1].value_text is not None:
+        from remediate.core.engines.vllm.advice import kv_bytes_refusal  # the engines' texts, loaded when needed
+
+        raise ConfigError(kv_bytes_refusal(hits[-1].value_text), source=service.exec_start.path)
