@@ -91,3 +91,28 @@ def test_the_default_utilization_is_the_versions_own_where_the_server_says_its_m
     on = parse_cache_config(new % "True")
     assert on.gpu_memory_utilization is None and on.is_extensible is True and default_utilization(on) == 1.0
     assert default_utilization(parse_cache_config(new % "False")) == 0.92
+
+
+def test_vllm_0_34s_hint_names_the_resolved_utilization_or_that_none_higher_exists() -> None:
+    """0.34 v1/core/kv_cache_planning.py ``_more_kv_cache_memory_hint`` with the extensible KV cache."""
+    within = (
+        "ValueError: No available memory for the cache blocks. The KV cache gets what is left after the model and "
+        "its activations within `gpu_memory_utilization`=0.8; increase it (with the extensible KV cache it "
+        "defaults to 1.0) or decrease `max_model_len` or `max_num_seqs`. See "
+        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    )
+    lines = [*FAILED_AT_050[:2], f"{P}{within}"]
+    verdict = vllm_verdict(lines)
+    assert verdict is not None
+    rec = vllm_recommendation(verdict, None, 0, H100_SMI_TOTAL)  # the unit sets none: the line's 0.8 wins
+    assert rec.other_flags == {"--gpu-memory-utilization": "0.83"}
+    full = (
+        "ValueError: No available memory for the cache blocks. The extensible KV cache already takes all device "
+        "memory left after the model and its activations; decrease `max_model_len` or `max_num_seqs`, or the "
+        "model needs a device with more memory. See https://docs.vllm.ai/en/latest/configuration/"
+        "conserving_memory/ for more details."
+    )
+    verdict = vllm_verdict([*FAILED_AT_050[:2], f"{P}{full}"])
+    assert verdict is not None
+    rec = vllm_recommendation(verdict, None, 0, H100_SMI_TOTAL)
+    assert rec.other_flags == {} and "the extensible KV cache already takes all the memory" in rec.reasons[-1]

@@ -9,6 +9,7 @@ would fit; the startup failures and another process on the GPU block the lowerin
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal, InvalidOperation
 
 from remediate.core.diagnosis.advice import CHUNK, Recommendation
@@ -28,6 +29,10 @@ ALLOC_CONF = "expandable_segments:True"
 # and skipped memory profiling. This does (does) not respect the gpu_memory_utilization config. ...": the
 # utilization then sizes nothing, so lowering it (the recipe, a plan's rows) is meaningless.
 KV_BYTES_FLAG = "--kv-cache-memory-bytes"
+# vllm 0.34 v1/core/kv_cache_planning.py _more_kv_cache_memory_hint: the hint in "No available memory for the cache
+# blocks. {hint}" with the extensible KV cache names the resolved utilization, or says none higher exists
+_STATED = re.compile(r"within `gpu_memory_utilization`=(\d+(?:\.\d+)?); increase it")
+_EXTENSIBLE_FULL = "The extensible KV cache already takes all device memory"
 
 
 def kv_bytes_refusal(value: str) -> str:
@@ -81,7 +86,14 @@ def vllm_recommendation(
         reasons.append("lowering --gpu-memory-utilization would make the KV cache smaller still")
     elif kind == NO_CACHE_MEMORY:
         reasons.append("the weights and the profile run left nothing for the KV cache")
-        raised, said = _raised_utilization(verdict, _utilization(utilization), total_bytes)
+        if _EXTENSIBLE_FULL in verdict.line:  # 0.34: utilization 1.0 already, no higher one exists
+            reasons.append("the extensible KV cache already takes all the memory: lower --max-model-len or "
+                           "--max-num-seqs, or use a GPU with more memory")  # fmt: skip
+            return Recommendation(reasons=tuple(reasons), blocking=blocking, kind=kind)
+        stated = _STATED.search(verdict.line)  # 0.34 names the resolved utilization: it wins over the default
+        raised, said = _raised_utilization(
+            verdict, Decimal(stated[1]) if stated else _utilization(utilization), total_bytes
+        )
         reasons += said
         if raised is not None:
             other = {"--gpu-memory-utilization": format(raised, "f")}
