@@ -165,7 +165,9 @@ def parse_startup(lines: Iterable[str]) -> StartupNumbers:
     """The numbers of the last server start in journal/stderr text (a new ``server_args=`` starts over).
 
     A start still loading (or cut off) has no ``Load weight end`` yet: then the last start that has
-    both memory lines is returned (a restart in progress does not hide what the previous start measured).
+    both memory lines is returned (a restart in progress does not hide what the previous start measured). A
+    start of the same model that died before its KV pool (sglang 0.5.23's "Loaded weights leave no GPU memory
+    for the KV cache", a startup ``Not enough memory``) gives way to the last one that allocated one.
     """
     block = _Block()
     complete: StartupNumbers | None = None
@@ -184,7 +186,15 @@ def parse_startup(lines: Iterable[str]) -> StartupNumbers:
     last = block.numbers()
     if (last.free0_gib is None or last.free1_gib is None) and complete is not None:
         return complete
+    if last.kv_tokens is None and complete is not None and complete.kv_tokens and _same_server(last, complete):
+        return complete  # the last start died before its pool (sglang's startup floor): the one that had one
     return last
+
+
+def _same_server(a: StartupNumbers, b: StartupNumbers) -> bool:
+    """Two starts of the same weights on the same ranks (what the args say; unknown is no difference)."""
+    return all(a.server_args.get(k) == b.server_args.get(k) for k in ("model_path", "tp_size")
+               if k in a.server_args and k in b.server_args)  # fmt: skip
 
 
 @dataclass

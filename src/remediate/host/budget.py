@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
+from remediate.core.budget.floor import StatedFloor, hold_stated_floor, stated_floor
 from remediate.core.budget.headroom import BudgetPlan, Knobs, Spike, choose
 from remediate.core.budget.observation import matching
 from remediate.core.budget.pool import (
@@ -25,7 +26,7 @@ from remediate.core.budget.pool import (
     offline_model,
 )
 from remediate.core.budget.pool import model_from_server as _model_from_server
-from remediate.core.diagnosis import parse_journal
+from remediate.core.diagnosis import Diagnosis, parse_journal
 from remediate.core.numbers import as_int
 from remediate.core.probe import ProbeResult
 from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
@@ -57,6 +58,7 @@ class BudgetEvidence:
     spike_note: str | None = None
     model_path: str | None = None
     tp_size: int | None = None
+    floor: StatedFloor | None = None  # sglang's own "Raise --mem-fraction-static above Y" (core/budget/floor.py)
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,9 @@ class HostBudget:
     notes: tuple[str, ...] = ()
 
 
-def diagnosed_spike(journal: list[str]) -> tuple[Spike | None, str | None]:
+def diagnosed_spike(journal: list[str], result: Diagnosis | None = None) -> tuple[Spike | None, str | None]:
     """The newest runtime CUDA OOM of a prefill with its numbers, as a spike (plus what was missing)."""
-    result = parse_journal(journal)
+    result = result if result is not None else parse_journal(journal)
     ooms = [f for f in result.findings if f.kind == "cuda_oom_runtime" and f.tried_bytes]
     if not ooms:
         return None, "no runtime CUDA OOM in the journal"
@@ -143,7 +145,7 @@ def evidence_from(
         chunk = startup.chunked_prefill_size
     if chunk is None:
         chunk = as_int(unit.chunked_prefill_size, text=True)
-    spike, note = diagnosed_spike(journal)
+    spike, note = diagnosed_spike(journal, diagnosis := parse_journal(journal))
     model_path = (info.model_path if info else None) or args.get("model_path")
     tp_size = (info.tp_size if info else None) or args.get("tp_size")
     return BudgetEvidence(
@@ -155,6 +157,7 @@ def evidence_from(
         spike_note=note,
         model_path=model_path if isinstance(model_path, str) else None,
         tp_size=tp_size if isinstance(tp_size, int) else None,
+        floor=stated_floor(diagnosis.findings),
     )
 
 
@@ -171,6 +174,7 @@ def plan_budget(evidence: BudgetEvidence, options: BudgetOptions, host: str) -> 
     """Model (calibrated with this host's observations and its running server), then choose."""
     built = _model_from_server(evidence.startup, evidence.info, anchor=False)
     notes = [evidence.spike_note] if evidence.spike_note else []
+    notes += [f"{evidence.floor.describe()}: {evidence.floor.line}"] if evidence.floor else []
     if isinstance(built, Unmodelled):
         return HostBudget(evidence, None, None, notes=(*notes, built.reason))
     if evidence.fraction is None:
@@ -190,7 +194,7 @@ def plan_budget(evidence: BudgetEvidence, options: BudgetOptions, host: str) -> 
         margin=options.margin,
         max_running_requests=evidence.info.max_running_requests if evidence.info else None,
     )
-    return HostBudget(evidence, model, plan, errors, tuple(notes))
+    return HostBudget(evidence, model, hold_stated_floor(plan, model, evidence.floor), errors, tuple(notes))
 
 
 def crashed_fraction(budget: HostBudget) -> float | None:
@@ -206,6 +210,9 @@ def auto_desired(
     The fraction never goes above the one that crashed unless ``allow_raise``: the margin is estimated from
     one sample of the spike, and a wrong estimate crashes again with less headroom than before."""
     plan = budget.plan
+    floor = budget.evidence.floor
+    if (plan is None or plan.chosen is None) and floor is not None:  # never the plain recipe's step down
+        return replace(desired, mem_fraction_static=floor.lowest_decimal), [floor.auto_note()]
     if plan is None or plan.chosen is None:
         why = "; ".join([*budget.notes, *(plan.reasons if plan else ()), *(plan.warnings if plan else ())])
         return desired, [f"--auto: no plan from evidence ({why or 'no startup numbers'}): the plain recipe"]
@@ -213,6 +220,9 @@ def auto_desired(
     tokens = plan.chosen.prediction.tokens
     held: list[str] = []
     ceiling = crashed_fraction(budget)
+    if floor is not None and floor.is_above(ceiling):  # the fraction that failed cannot start: no ceiling
+        ceiling = None
+        held.append(f"--auto: {floor.describe()}: above the fraction that failed, without --allow-raise")
     if not allow_raise and ceiling is not None and plan.chosen.fraction > ceiling + 1e-9:
         kept = Decimal(f"{ceiling:.4f}").normalize()
         held.append(

@@ -19,17 +19,18 @@ from remediate.core.budget.pool import Measured, Unmodelled, calibrate
 from remediate.core.budget.vllm import (
     CHUNK_FLAG,
     DEFAULT_BLOCK_SIZE,
-    DEFAULT_UTILIZATION,
     FRACTION_FLAG,
     CacheConfig,
     VllmNumbers,
     below_floor,
+    default_utilization,
     floor_utilization,
     parse_cache_config,
     vllm_model,
 )
 from remediate.core.budget.vllm import hold_floor as _hold_floor
 from remediate.core.diagnosis.torch_oom import parse_torch_oom
+from remediate.core.engines.vllm.advice import kv_bytes_refusal
 from remediate.core.engines.vllm.argv import VllmArgs, parse_vllm_args
 from remediate.core.engines.vllm.failures import RUNTIME_OOM, diagnose_vllm
 from remediate.core.engines.vllm.startup import STARTUP_LINES_ERE, parse_vllm_startup
@@ -102,6 +103,7 @@ class VllmEvidence:
     spike_note: str | None
     model: str | None
     tp_size: int | None
+    kv_bytes: str | None = None  # --kv-cache-memory-bytes (the unit's, else the size the last start logged)
 
 
 def read_vllm_journal(transport: Transport, unit: str) -> tuple[list[str], list[str], list[str]]:
@@ -183,7 +185,7 @@ def evidence_from(
     def number(name: str) -> str | None:
         return args.value(name) if args else None
 
-    utilization = cache.gpu_memory_utilization or _float(number("gpu-memory-utilization")) or DEFAULT_UTILIZATION
+    utilization = cache.gpu_memory_utilization or _float(number("gpu-memory-utilization")) or default_utilization(cache)
     block = cache.block_size or _int(number("block-size")) or DEFAULT_BLOCK_SIZE
     mml = max_model_len or startup.max_model_len or _int(number("max-model-len"))
     spike, torch_total, note = vllm_spike(tail, utilization)
@@ -207,6 +209,8 @@ def evidence_from(
         spike_note=note,
         model=model,
         tp_size=_int(number("tensor-parallel-size")),
+        kv_bytes=number("kv-cache-memory-bytes")
+        or (f"({startup.kv_bytes_gib:g} GiB at the last start)" if startup.kv_bytes_gib is not None else None),
     )
 
 
@@ -242,6 +246,8 @@ def plan_vllm(evidence: VllmEvidence, options: BudgetOptions, host: str) -> Host
         model_path=evidence.model, tp_size=evidence.tp_size,
     )  # fmt: skip
     notes = [evidence.spike_note] if evidence.spike_note else []
+    if evidence.kv_bytes is not None:  # the utilization sizes nothing: no row to plan
+        return HostBudget(base, None, None, notes=(*notes, kv_bytes_refusal(evidence.kv_bytes)))
     built = vllm_model(numbers)
     if isinstance(built, Unmodelled):
         return HostBudget(base, None, None, notes=(*notes, built.reason))

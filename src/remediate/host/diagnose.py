@@ -12,7 +12,7 @@ import re
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from remediate.core.diagnosis import (
     AdvisorInput,
@@ -36,6 +36,7 @@ from remediate.core.engines import SGLANG, Engine, Verdict
 from remediate.core.numbers import as_float
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import UnitSettings, UnitSources, read_settings
+from remediate.core.unitfile.knobs import graph_flag_written
 from remediate.core.unitfile.report import MASK, mask_secrets
 from remediate.core.unitfile.sources import load_service
 from remediate.errors import ConfigError
@@ -153,7 +154,12 @@ def unit_settings(
         current = read_settings(sources)
     except ConfigError:
         current = None
-    return advisor_input(current, server, gpus, foreign)
+    try:
+        graph = graph_flag_written(load_service(sources).items())
+    except ConfigError:
+        graph = None
+    settings = advisor_input(current, server, gpus, foreign)
+    return replace(settings, graph_flag=graph[0], cuda_graph_max_bs=graph[1]) if graph else settings
 
 
 def advisor_input(
@@ -262,7 +268,8 @@ def read_diagnosis_evidence(
             fraction = read_settings(sources).mem_fraction_static
         except ConfigError:
             fraction = None
-        rec = engine.advise(verdict, fraction, len(foreign)) if verdict is not None else Recommendation()
+        total = min((g.total_bytes for g in gpus), default=None)  # the card's total: a number for "raise"
+        rec = engine.advise(verdict, fraction, len(foreign), total) if verdict is not None else Recommendation()
         return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes), engine.name, verdict)
     rec = advise(diagnosis, unit_settings(sources, server, gpus, foreign))
     return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))

@@ -143,7 +143,7 @@ def _engine_evidence(
         if verdict is None and unit is None:
             continue
         fraction = unit.mem_fraction_static if unit is not None else None
-        rec = engine.advise(verdict, fraction, 0) if verdict is not None else Recommendation()
+        rec = engine.advise(verdict, fraction, 0, None) if verdict is not None else Recommendation()
         return DiagnosisEvidence(diagnosis, rec, (), (), (), tuple(notes), engine.name, verdict)
     return None
 

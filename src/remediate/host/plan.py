@@ -6,10 +6,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from remediate.core.engines.vllm.advice import kv_bytes_refusal
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import DesiredState, UnitEdit
 from remediate.core.unitfile.sources import UnitSources
-from remediate.errors import RefusedError
+from remediate.errors import ConfigError, RefusedError
 from remediate.host.budget import HostBudget, auto_desired, plan_budget, plan_document, read_budget_evidence
 from remediate.host.budget_vllm import (
     auto_desired_vllm,
@@ -96,6 +97,8 @@ def floor_step(
     if after is None or after == plan.before.mem_fraction_static:
         return
     evidence = read_vllm_evidence(transport, found, options)
+    if evidence.kv_bytes is not None:  # the start logged it (a --config file's): lowering the utilization is moot
+        raise ConfigError(kv_bytes_refusal(evidence.kv_bytes), source=found.state.unit if found.state else None)
     reason = recipe_warning(plan_vllm(evidence, BudgetOptions(), result.host), evidence, float(after))
     if reason is None:
         return

@@ -19,7 +19,8 @@ from remediate.core.probe import ProbeResult, refuse_unsafe
 from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.dropin import plan_instance_edit
-from remediate.core.unitfile.edit import UnitEdit, UnitSettings, UnitSources, plan_edit
+from remediate.core.unitfile.edit import DesiredState, UnitEdit, UnitSettings, UnitSources, plan_edit
+from remediate.core.unitfile.guard import guard_alloc
 from remediate.core.unitfile.report import flag_values, summary_lines, unified_diff
 from remediate.core.unitfile.sources import load_service, refuse_template_edit, shared_with_instances
 from remediate.errors import ConfigError, RefusedError, RemediationError, UnhealthyError
@@ -228,6 +229,16 @@ def remediate_host(
     return run_locked(transport, options, body, label=label, progress=progress, now=now, journal_lines=GATE_LINES)
 
 
+def guard_desired(sources: UnitSources, desired: DesiredState) -> DesiredState:
+    """The desired state ``plan_edit`` really plans for this unit, so the server is verified against it: no
+    expandable segments where the unit's sglang refuses them (core/unitfile/guard.py)."""
+    try:
+        service = load_service(sources)
+    except ConfigError:
+        return desired  # plan_edit says why
+    return replace(desired, alloc_conf=guard_alloc(service, desired.alloc_conf)[0])
+
+
 def _remediate_locked(
     transport: Transport,
     options: RunOptions,
@@ -249,6 +260,7 @@ def _remediate_locked(
         # --all-instances: the change goes where the values are, the template included (host/instances.py).
         planner = plan_edit if options.all_instances else plan_instance_edit
         plan = planner(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        desired = guard_desired(sources, desired)  # what the plan holds: no alloc conf the unit's sglang refuses
         _fill_plan(result, plan)
         floor_step(transport, found, plan, options, result)
         shared = shared_with_instances(unit, [f.path for f in plan.files]) if options.all_instances else []
@@ -343,8 +355,9 @@ def _status_drift(
         verify_server_args(result.host, info, plan)
     except RemediationError as exc:
         drift.append(exc.message)
-    if options.desired.alloc_conf:
-        drift += env_problems(_server_env(transport, unit, sources), options.desired.alloc_conf)
+    alloc_conf = guard_desired(sources, options.desired).alloc_conf
+    if alloc_conf:
+        drift += env_problems(_server_env(transport, unit, sources), alloc_conf)
     if drift:
         result.outcome = "drift"
         result.extra["drift"] = drift

@@ -170,3 +170,27 @@ def test_the_hosts_journal_filter_keeps_the_0_5_23_args_line() -> None:
     text = "\n".join([DICT_ARGS.split("] ", 1)[1], "a request quoting server_args={'x': 1}", CAPACITY]) + "\n"
     run = subprocess.run(["grep", "-E", STARTUP_LINES_ERE], input=text, capture_output=True, text=True, check=False)
     assert run.stdout.splitlines() == [DICT_ARGS.split("] ", 1)[1], CAPACITY]
+
+
+def test_a_start_that_died_before_its_pool_gives_way_to_the_last_one_that_had_one() -> None:
+    """sglang 0.5.23 mem_cache/kv_cache_configurator.py ``_profile_available_bytes`` raises before the KV line
+    when the weights leave nothing: its memory lines are there, its pool is not; the same model's previous
+    start (the same weights) still measures the KV cell. Another model's start does not stand in."""
+    good = [
+        "[2026-12-01 09:06:33] server_args=ServerArgs(model_path='m', tp_size=8, mem_fraction_static=0.94)",
+        "[2026-12-01 09:06:33 TP0] Load weight begin. avail mem=91.60 GB",
+        "[2026-12-01 09:06:33 TP0] Load weight end. type=X, avail mem=19.17 GB, mem usage=72.43 GB.",
+        "[2026-12-01 09:06:33 TP0] KV Cache is allocated. #tokens: 209007, KV size: 13.68 GB",
+    ]
+    failed = [
+        "[2026-12-01 10:00:01] server_args=ServerArgs(model_path='m', tp_size=8, mem_fraction_static=0.75)",
+        "[2026-12-01 10:00:01 TP0] Load weight begin. avail mem=91.60 GB",
+        "[2026-12-01 10:00:40 TP0] Load weight end. type=X, avail mem=19.17 GB, mem usage=72.43 GB.",
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.75. Raise "
+        "--mem-fraction-static above 0.791 (minimum viable = 1 - available/pre = 0.7907). If using speculative "
+        "decoding, draft weights are now counted.",
+    ]
+    numbers = parse_startup([*good, *failed])
+    assert numbers.kv_tokens == 209007 and numbers.server_args["mem_fraction_static"] == 0.94
+    other = [line.replace("model_path='m'", "model_path='n'") for line in failed]
+    assert parse_startup([*good, *other]).kv_tokens is None

@@ -13,7 +13,7 @@ import yaml
 
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.core.unitfile.model import parse_unit, render_unit
-from remediate.core.unitfile.report import unified_diff
+from remediate.core.unitfile.report import summary_lines, unified_diff
 from remediate.errors import ConfigError
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "unitfile_cases"
@@ -103,6 +103,10 @@ def test_golden_case(case: Case) -> None:
     assert got == expected
     for note in case.params.get("expect_notes", []):
         assert any(note in n for n in plan.notes), plan.notes
+    if "expect_kept" in case.params:  # what the recipe leaves alone, in the flag summary (core/unitfile/guard.py)
+        want = case.params["expect_kept"]
+        assert len(plan.kept) == len(want) and all(w in k for w, k in zip(want, plan.kept, strict=True)), plan.kept
+        assert all(k in summary_lines(plan) for k in plan.kept)
     for text in case.params.get("expect_diff_contains", []):
         assert any(text in unified_diff(f.path, f.old_text, f.new_text) for f in plan.files)
     for text in case.params.get("expect_diff_lacks", []):

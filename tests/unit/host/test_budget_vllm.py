@@ -159,3 +159,31 @@ def test_plan_host_reads_a_running_vllm_unit_in_one_journal_round_trip() -> None
     assert plan["choice"]["mem_fraction_static"] == 0.92 and [c["source"] for c in plan["calibration"]] == [
         "running server"
     ]
+
+
+PV = "Dec 04 03:20:01 gpu1 vllm[4242]: (EngineCore_DP0 pid=4300) "
+
+# vllm 0.11 vllm/v1/worker/gpu_worker.py Worker.determine_available_memory, kv_cache_memory_bytes set (its own
+# "does does" typo kept); the GPU KV cache size line follows as in any start.
+KV_BYTES_START = [
+    f"{PV}INFO 12-04 03:20:09 [gpu_worker.py:251] Initial free memory 78.62 GiB, reserved 40.00GiB memory for KV "
+    "Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. This does does not respect "
+    "the gpu_memory_utilization config. Only use kv_cache_memory_bytes config when you want manual control of KV "
+    "cache memory size. If OOM'ed, check the difference of initial free memory between the current run and the "
+    "previous run where kv_cache_memory_bytes is suggested and update it correspondingly.",
+    f"{PV}INFO 12-04 03:20:09 [kv_cache_utils.py:1087] GPU KV cache size: 52,416 tokens",
+]
+
+
+def test_a_unit_sized_in_bytes_is_not_planned_and_auto_falls_to_the_refused_recipe() -> None:
+    """plan and `oom --auto`: one line naming the flag, from the unit's argv or from the start's own line (a
+    --config file's value); the plain recipe is then refused by plan_edit (tests/data/unitfile_cases/
+    vllm-kv-cache-memory-bytes)."""
+    args = parse_vllm_args("--model m --kv-cache-memory-bytes 40G".split(), serve=False)
+    ev = evidence_from(args, KV_BYTES_START, KV_BYTES_START, SMI, CacheConfig(), None)
+    planned = plan_vllm(ev, BudgetOptions(), "gpu-01")
+    assert planned.plan is None and planned.notes[-1].startswith("--kv-cache-memory-bytes 40G sizes the KV cache")
+    desired, notes = auto_desired_vllm(planned, DesiredState())
+    assert desired == DesiredState() and "--kv-cache-memory-bytes 40G" in notes[0]
+    logged = evidence_from(parse_vllm_args(["--model", "m"], serve=False), KV_BYTES_START, [], [], CacheConfig(), None)
+    assert logged.kv_bytes == "(40 GiB at the last start)"

@@ -19,6 +19,9 @@ _WHAT = {
     "cuda_error_oom": "a CUDA error that means out of memory",
     "tp_memory_unbalanced": "GPU memory was unbalanced across TP ranks at startup",
     "crash_loop": "systemd kept restarting the unit",
+    "invalid_server_argument": "the server refused its command line at startup (argparse, exit 2)",
+    "expandable_segments_refused": "sglang refused expandable segments at startup (Mooncake over EFA or the "
+    "weight-cache daemon)",
     # vLLM (core/engines/vllm/failures.py)
     "other-process": "another process holds memory on the server's GPU (vLLM's startup check)",
     "no-cache-memory": "vLLM found no memory left for the KV cache at startup",

@@ -32,7 +32,15 @@ from remediate.core.engines.vllm.startup import VllmStartup
 
 FRACTION_FLAG = "--gpu-memory-utilization"
 CHUNK_FLAG = "--max-num-batched-tokens"
-DEFAULT_UTILIZATION = 0.9  # vllm/config/cache.py CacheConfig.gpu_memory_utilization
+# vLLM's own default --gpu-memory-utilization, per version (its CacheConfig): 0.8.5 vllm/config.py and 0.11.0
+# vllm/config/cache.py ``gpu_memory_utilization: float = 0.9``; 0.34.0 vllm/config/cache.py: None, resolved by
+# ``CacheConfig.resolved_gpu_memory_utilization`` to 1.0 with the extensible KV cache (``enable_extensible_kv_cache``,
+# on by default on CUDA and ROCm) and to ``DEFAULT_GPU_MEMORY_UTILIZATION = 0.92`` without it. The host's version
+# is not read yet: 0.9 (the releases before the extensible KV cache) stands unless the running server says which
+# mode it runs (:func:`default_utilization`).
+DEFAULT_UTILIZATION = 0.9
+EXTENSIBLE_UTILIZATION = 1.0  # 0.34 CacheConfig.resolved_gpu_memory_utilization, extensible KV cache
+ESTIMATED_UTILIZATION = 0.92  # 0.34 CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION, estimate-based sizing
 DEFAULT_BLOCK_SIZE = 16  # vllm/platforms/cuda.py check_and_update_config
 
 
@@ -156,6 +164,7 @@ class CacheConfig:
     num_gpu_blocks: int | None = None
     block_size: int | None = None
     gpu_memory_utilization: float | None = None
+    is_extensible: bool | None = None  # enable_extensible_kv_cache (0.34+; None: the label is absent, older)
 
     @property
     def tokens(self) -> int | None:
@@ -174,9 +183,11 @@ def parse_cache_config(text: str) -> CacheConfig:
         if not line.startswith("vllm:cache_config_info{"):
             continue
         labels = dict(_LABEL.findall(line[line.index("{") : line.rfind("}") + 1]))
+        extensible = labels.get("enable_extensible_kv_cache")
         return CacheConfig(
             _int(labels.get("num_gpu_blocks")), _int(labels.get("block_size")),
             _float(labels.get("gpu_memory_utilization")),
+            None if extensible not in ("True", "False") else extensible == "True",
         )  # fmt: skip
     return CacheConfig()
 
@@ -191,3 +202,11 @@ def _float(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if value is not None and math.isfinite(value) and 0 < value <= 1 else None
+
+
+def default_utilization(cache: CacheConfig) -> float:
+    """The utilization a server runs at when its unit sets none: 0.34's by the mode its ``/metrics`` reports
+    (``CacheConfig.metrics_info`` holds every field, ``gpu_memory_utilization=None`` when unset), else 0.9."""
+    if cache.is_extensible is None:
+        return DEFAULT_UTILIZATION
+    return EXTENSIBLE_UTILIZATION if cache.is_extensible else ESTIMATED_UTILIZATION

@@ -28,6 +28,7 @@ class AdvisorInput:
     free_after_weights_bytes: int | None = None
     max_running_requests: int | None = None
     cuda_graph_max_bs: int | None = None
+    graph_flag: str | None = None  # the decode graph's batch flag as the unit writes it (its version's spelling)
     server_pids: tuple[int, ...] = ()
     # (pid, bytes) of GPU processes outside the server's process tree (nvidia-smi), when that tree is known
     neighbour_processes: tuple[tuple[int, int], ...] = ()

@@ -3,7 +3,8 @@
 Directions (the pool is sized from the fraction in sglang mem_cache/kv_cache_configurator.py
 ``_profile_available_bytes``; model_executor/pool_configurator.py raises ``Not enough memory``): a runtime
 CUDA OOM wants more headroom (expandable segments, chunked prefill, a *lower* fraction); a startup ``Not
-enough memory`` wants a *higher* fraction; KV-pool exhaustion wants fewer running requests; another process on
+enough memory`` wants a *higher* fraction; a flag argparse refused or expandable segments sglang refused are
+configuration errors (no fraction); KV-pool exhaustion wants fewer running requests; another process on
 the GPU is fixed by no knob of ours. The fraction is never raised for a runtime OOM nor lowered for a startup
 one.
 """
@@ -15,12 +16,15 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from remediate.core.diagnosis.advice import CHUNK, AdvisorInput, Recommendation, fmt_fraction, resolved
+from remediate.core.diagnosis.config_errors import advise_expandable_refused, advise_invalid_argument
 from remediate.core.diagnosis.findings import Diagnosis, Finding
 from remediate.core.diagnosis.pools import advise_kv_exhausted, advise_startup, advise_unbalanced, uncounted_draft
 from remediate.core.diagnosis.runtime import advise_graph_capture, advise_runtime
 from remediate.core.diagnosis.sizes import format_size as fs
 
 _PRIORITY = (
+    "invalid_server_argument",
+    "expandable_segments_refused",
     "kv_pool_too_small_at_startup",
     "tp_memory_unbalanced",
     "kv_pool_exhausted",
@@ -62,6 +66,8 @@ def advise(diagnosis: Diagnosis, settings: AdvisorInput | None = None) -> Recomm
 _MEMORY_KINDS = frozenset({"cuda_oom_runtime", "cuda_oom_graph_capture", "cuda_error_oom", "tp_memory_unbalanced"})
 
 _ADVISORS: dict[str, Callable[[list[Finding], AdvisorInput], Recommendation]] = {
+    "invalid_server_argument": advise_invalid_argument,
+    "expandable_segments_refused": advise_expandable_refused,
     "kv_pool_too_small_at_startup": advise_startup,
     "tp_memory_unbalanced": advise_unbalanced,
     "kv_pool_exhausted": advise_kv_exhausted,

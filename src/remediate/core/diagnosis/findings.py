@@ -16,6 +16,8 @@ Kind = Literal[
     "cuda_error_oom",
     "tp_memory_unbalanced",
     "crash_loop",
+    "invalid_server_argument",
+    "expandable_segments_refused",
 ]
 KINDS: tuple[Kind, ...] = get_args(Kind)  # every kind, in the order above
 LOADING_NOTE = "while loading weights"  # a runtime-kind OOM whose traceback is in the weight loader
@@ -45,6 +47,8 @@ class Finding:
     tokens_available: int | None = None
     slots_available: int | None = None  # alloc_req_slots: free request slots when it failed
     graph_flag: str | None = None  # the --cuda-graph-max-bs spelling sglang's hint names
+    bad_flag: str | None = None  # the option argparse refused (as written, without "=value")
+    flag_choices: tuple[str, ...] | None = None  # what an ambiguous option could match, as argparse lists them
     min_gpu_memory_bytes: int | None = None
     local_gpu_memory_bytes: int | None = None
     restarts: int | None = None
@@ -60,8 +64,9 @@ class Finding:
             if name == "processes":
                 if value:
                     out["processes"] = [p.to_dict() for p in value]
-            elif name == "evidence":
-                out["evidence"] = list(value)
+            elif name in ("evidence", "flag_choices"):
+                if value is not None:
+                    out[name] = list(value)
             elif name == "is_possible":
                 if value:
                     out["possible"] = True
@@ -122,8 +127,8 @@ _JSON_ORDER = (
     "torch_format", "gpu", "tried_bytes", "total_bytes", "free_bytes", "allocated_bytes", "private_pools_bytes",
     "reserved_unallocated_bytes", "reserved_bytes", "allowed_bytes", "processes",
     "phase", "prefill_tokens", "running_requests", "mem_fraction_static", "suggested_fraction", "minimum_fraction",
-    "tokens_requested", "tokens_available", "slots_available", "graph_flag", "min_gpu_memory_bytes",
-    "local_gpu_memory_bytes", "restarts", "is_possible", "note",
+    "tokens_requested", "tokens_available", "slots_available", "graph_flag", "bad_flag", "flag_choices",
+    "min_gpu_memory_bytes", "local_gpu_memory_bytes", "restarts", "is_possible", "note",
 )  # fmt: skip
 
 

@@ -1,6 +1,8 @@
 """The crash texts of sglang and torch, one matcher per kind: torch c10/cuda/CUDACachingAllocator.cpp (the CUDA
 OOM), sglang model_executor/pool_configurator.py (``Not enough memory``), model_executor/runner/
-decode_cuda_graph_runner.py (``Capture cuda graph failed``), managers/scheduler.py (``hit an exception``).
+decode_cuda_graph_runner.py (``Capture cuda graph failed``), managers/scheduler.py (``hit an exception``);
+Python's argparse.py ``ArgumentParser.error`` (``PROG: error: …``, exit 2) for a flag the server's version
+rejects; sglang disaggregation/mooncake/utils.py and weight_cache/daemon.py for expandable segments refused.
 
 Each text is matched only where its message starts (``logline.at_message``): a request or prompt that sglang
 logs in the middle of a line is never evidence. The numbers inside a matched message are read after it.
@@ -41,6 +43,29 @@ _FLASHINFER = re.compile(r"Failed to allocate memory for (\S+) with size (\d+)")
 _OUT_OF_MEMORY = re.compile(r"out of memory", re.IGNORECASE)
 _ILLEGAL = re.compile(r"an illegal memory access was encountered")
 _UNBALANCED = re.compile(r"The memory capacity is unbalanced")
+# Python argparse.py ArgumentParser.error: "%(prog)s: error: %(message)s", then sys.exit(2); the messages are
+# _parse_optional's "ambiguous option: %(option)s could match %(matches)s" (the option as written, "=value"
+# included), parse_args's "unrecognized arguments: %s" and _get_values's "argument %s: …". sglang 0.5.23's
+# prog is "sglang serve" (server_args.py prepare_server_args); 0.5.5's the script's name ("launch_server.py").
+_ARGPARSE = re.compile(
+    r"(?P<prog>[\w./-]+(?: [\w./-]+)?): error: (?:"
+    r"ambiguous option: (?P<ambiguous>--?[\w-]+)(?:=\S*)? could match (?P<matches>--?[\w-]+(?:, --?[\w-]+)*)"
+    r"|unrecognized arguments: (?P<unknown>.+)"
+    r"|argument (?P<argument>--?[\w-]+)(?:/--?[\w-]+)*: (?P<why>.+))"
+)
+# systemd src/core/service.c service_sigchld_event: "Main process exited, code=exited, status=2/INVALIDARGUMENT"
+# (exit status names from src/basic/exit-status.c: 2 is EXIT_INVALIDARGUMENT)
+_EXIT_2 = re.compile(r"(?:\S+: )?Main process exited, code=exited, status=2/INVALIDARGUMENT")
+# sglang 0.5.23 disaggregation/mooncake/utils.py _validate_efa_allocator_compatibility (a ValueError at the
+# MooncakeKVManager's start, disaggregation/mooncake/conn.py) and weight_cache/daemon.py
+# WeightCacheDaemon._assert_ipc_compatible_allocator (a RuntimeError before the daemon loads weights)
+_EFA_EXPANDABLE = re.compile(
+    r"(PYTORCH_(?:CUDA_)?ALLOC_CONF) enables expandable_segments, which is incompatible with MOONCAKE_PROTOCOL=efa"
+)
+_DAEMON_EXPANDABLE = re.compile(
+    r"\[WeightCacheDaemon\] (PYTORCH_(?:CUDA_)?ALLOC_CONF) sets expandable_segments:True, which is incompatible "
+    r"with CUDA IPC weight sharing"
+)
 _MIN_GPU = re.compile(rf"min_per_gpu_memory={_NUM}")
 _LOCAL_GPU = re.compile(rf"local_gpu_memory={_NUM}")
 
@@ -158,6 +183,33 @@ def _unbalanced(line: LogLine) -> Match | None:
     return Match("tp_memory_unbalanced", values)
 
 
+def _argparse(line: LogLine, following: Sequence[LogLine]) -> Match | None:
+    """argparse refused the command line (exit 2 at startup): the flag, and what the parser offered instead."""
+    if (m := at_message(_ARGPARSE, line.text)) is None:
+        return None
+    values: dict[str, Any] = {"note": f"{m['prog']} exited 2 (argparse): a configuration error, not an OOM"}
+    if m["ambiguous"]:
+        values["bad_flag"] = m["ambiguous"]
+        values["flag_choices"] = tuple(m["matches"].split(", "))
+    elif m["unknown"]:
+        values["bad_flag"] = m["unknown"].split()[0]
+    else:
+        values["bad_flag"] = m["argument"]
+    extra = tuple(f for f in following[:4] if _EXIT_2.match(f.text))[:1]
+    return Match("invalid_server_argument", values, extra=extra, dedupe=str(values["bad_flag"]))
+
+
+def _allocator(line: LogLine) -> Match | None:
+    """sglang refused expandable segments at startup (Mooncake over EFA, the weight-cache daemon)."""
+    if m := at_message(_EFA_EXPANDABLE, line.text):
+        note = f"{m[1]} enables expandable_segments and MOONCAKE_PROTOCOL=efa is set (sglang's Mooncake over EFA)"
+        return Match("expandable_segments_refused", {"note": note}, dedupe="efa")
+    if m := at_message(_DAEMON_EXPANDABLE, line.text):
+        note = f"{m[1]} sets expandable_segments:True and the weight-cache daemon runs (--weight-cache-mode daemon)"
+        return Match("expandable_segments_refused", {"note": note}, dedupe="daemon")
+    return None
+
+
 def match_line(line: LogLine, following: Sequence[LogLine]) -> Match | None:
     """The finding one line carries (checked most specific first), or None."""
     text = line.text
@@ -166,4 +218,11 @@ def match_line(line: LogLine, following: Sequence[LogLine]) -> Match | None:
     if (capture := at_message(_CAPTURE, text)) and _OUT_OF_MEMORY.search(text, capture.end()):
         flag = _graph_flag(following)
         return Match("cuda_oom_graph_capture", {"graph_flag": flag} if flag else {}, phase="graph_capture")
-    return _startup(line) or _kv(line, following) or _cuda_error(line) or _unbalanced(line)
+    return (
+        _startup(line)
+        or _kv(line, following)
+        or _cuda_error(line)
+        or _unbalanced(line)
+        or _argparse(line, following)
+        or _allocator(line)
+    )

@@ -157,18 +157,31 @@ def _fraction_for(f: Finding, s: AdvisorInput, remaining: int, have_numbers: boo
     return new, reasons
 
 
+OLD_GRAPH_FLAG = "--cuda-graph-max-bs"  # sglang 0.5.5 server_args.py ServerArgs.add_cli_args
+NEW_GRAPH_FLAG = "--cuda-graph-max-bs-decode"  # sglang 0.5.23 arg_groups/fields/exec_.py cuda_graph_max_bs_decode
+
+
 def advise_graph_capture(findings: list[Finding], s: AdvisorInput) -> Recommendation:
     """Graph capture OOM at startup: fewer captured batch sizes, or the smallest step down."""
     f = _worst(findings)
     reasons: list[str] = []
     other: dict[str, int | str] = {}
-    flag = f.graph_flag or "--cuda-graph-max-bs"
+    # The spelling the running version accepts (sglang 0.5.23 has only --cuda-graph-max-bs-decode/-prefill, and
+    # the old --cuda-graph-max-bs is an ambiguous prefix there: argparse exits 2): sglang's own hint line names it,
+    # else the unit's argv (a unit that already writes -decode runs a new sglang); unknown: both are said.
+    flag = f.graph_flag or s.graph_flag
     bs = s.cuda_graph_max_bs
-    if bs and bs > 1:
+    if flag and bs and bs > 1:
         other[flag] = max(1, bs // 2)
         reasons.append(f"CUDA graph capture ran out of memory: {flag} {bs} → {bs // 2} captures fewer batch sizes")
-    else:
+    elif flag:
         reasons.append(f"CUDA graph capture ran out of memory: a smaller {flag} captures fewer batch sizes")
+    else:
+        smaller = f" ({bs} → {bs // 2})" if bs and bs > 1 else ""
+        reasons.append(
+            f"CUDA graph capture ran out of memory: a smaller decode graph batch{smaller} captures fewer batch sizes: "
+            f"{OLD_GRAPH_FLAG} up to sglang 0.5.5, {NEW_GRAPH_FLAG} in 0.5.23 (the other spelling stops it at startup)"
+        )
     have = f.tried_bytes is not None and f.free_bytes is not None
     remaining = max(0, (f.tried_bytes or 0) - (f.free_bytes or 0))
     if have:

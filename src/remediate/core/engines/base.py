@@ -64,8 +64,9 @@ class Engine:
     health_path: str = "/health"
     info_paths: tuple[str, ...] = ()  # JSON documents holding the resolved args and the pool (none: journal only)
     verdict: Callable[[Sequence[str]], Verdict | None] | None = None  # None: sglang's own diagnosis pipeline
-    # (verdict, the unit's fraction as written, GPU processes outside the unit) → what diagnose recommends
-    advise: Callable[[Verdict, str | None, int], Recommendation] | None = None
+    # (verdict, the unit's fraction as written, GPU processes outside the unit, the smallest GPU's total bytes
+    # from nvidia-smi or None) → what diagnose recommends
+    advise: Callable[[Verdict, str | None, int, int | None], Recommendation] | None = None
     abbreviates: Callable[[str], bool] = lambda _name: False  # an option word abbreviating a knob: refused
 
     @property

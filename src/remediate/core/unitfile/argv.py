@@ -29,6 +29,7 @@ SGLANG_FLAGS: frozenset[str] = frozenset(
     speculative-algorithm speculative-draft-model-path speculative-num-steps
     reasoning-parser tool-call-parser watchdog-timeout nnodes node-rank dist-init-addr
     max-micro-batch-size enable-ep-moe moe-a2a-backend dist-timeout base-gpu-id gpu-id-step
+    weight-cache-mode
     """.split()
 )
 # Flags that take no value (argparse store_true); every other flag consumes the next argument.

@@ -16,7 +16,8 @@ from remediate.core.engines import Engine
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, alloc_value, plan_alloc
 from remediate.core.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
 from remediate.core.unitfile.envfile import EnvAssignment
-from remediate.core.unitfile.knobs import refuse_abbreviations, refuse_config_owned
+from remediate.core.unitfile.guard import guard_alloc
+from remediate.core.unitfile.knobs import refuse_abbreviations, refuse_config_owned, refuse_kv_bytes
 from remediate.core.unitfile.model import TextEdit, apply_edits, removal
 from remediate.core.unitfile.sources import Service, SourceFile, UnitSources, load_service, runs_sglang
 from remediate.errors import ConfigError, OwnedElsewhereError
@@ -92,6 +93,7 @@ class UnitEdit:
     notes: tuple[str, ...]
     before: UnitSettings
     after: UnitSettings
+    kept: tuple[str, ...] = ()  # settings the recipe leaves alone on this unit, each with why (the flag summary)
 
     @property
     def is_changed(self) -> bool:
@@ -379,9 +381,12 @@ def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> 
     service = load_service(sources)
     desired = desired.resolved_for(service.engine.name)
     validate_desired(desired)
+    alloc_conf, kept = guard_alloc(service, desired.alloc_conf)
+    desired = replace(desired, alloc_conf=alloc_conf)
     before = read_settings(sources)
     plan = _Plan(service)
     items = service.items()
+    refuse_kv_bytes(service, items)  # vLLM sized in bytes: the utilization (the recipe's knob) sizes nothing
     # The alloc line is planned first: at a shared insertion point the marker must come last,
     # directly above the directive it describes.
     _plan_alloc(plan, desired)
@@ -406,4 +411,4 @@ def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> 
     }
     files = tuple(FileEdit(p, old_texts[p], new_texts[p]) for p in old_texts if old_texts[p] != new_texts[p])
     notes = tuple(dict.fromkeys([*service.notes, *plan.notes]))
-    return UnitEdit(files, tuple(plan.changes), notes, before, after)
+    return UnitEdit(files, tuple(plan.changes), notes, before, after, (kept,) if kept else ())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from remediate.core.engines import SGLANG
-from remediate.core.unitfile.argv import ArgItem, FlagHit
+from remediate.core.unitfile.argv import ArgItem, FlagHit, find_flags
 from remediate.core.unitfile.sources import Service
 from remediate.errors import ConfigError, OwnedElsewhereError
 
@@ -35,3 +35,40 @@ def refuse_config_owned(service: Service, configs: Sequence[FlagHit], flag: str,
     for config in configs:
         raise OwnedElsewhereError(f"--{flag}", f"--config {config.value_text} (not read)",
                                   source=service.exec_start.path)  # fmt: skip
+
+
+# sglang's decode graph batch flag in each version's spelling: 0.5.5 server_args.py ServerArgs.add_cli_args
+# ("--cuda-graph-max-bs"); 0.5.23 arg_groups/fields/exec_.py ExecConfig (cuda_graph_max_bs_decode/_prefill only).
+_NEW_GRAPH = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill")
+_OLD_GRAPH = "--cuda-graph-max-bs"
+
+
+def graph_flag_written(items: Sequence[ArgItem]) -> tuple[str, int | None] | None:
+    """The decode graph batch flag in the spelling the unit already writes (its sglang accepts it, or it would
+    not start) and its value: ``--cuda-graph-max-bs-decode`` where a split flag is written (the decode one's
+    value), ``--cuda-graph-max-bs`` where the old one is; None when the unit writes neither (its version is not
+    told by the unit)."""
+    found: dict[str, int | None] = {}
+    for index, item in enumerate(items):
+        name, eq, value = item.text.partition("=")
+        if name in (*_NEW_GRAPH, _OLD_GRAPH):
+            if not eq:
+                value = items[index + 1].text if index + 1 < len(items) else ""
+            found[name] = int(value) if value.isdigit() else None
+    if any(name in found for name in _NEW_GRAPH):
+        return _NEW_GRAPH[0], found.get(_NEW_GRAPH[0])
+    if _OLD_GRAPH in found:
+        return _OLD_GRAPH, found[_OLD_GRAPH]
+    return None
+
+
+def refuse_kv_bytes(service: Service, items: Sequence[ArgItem]) -> None:
+    """A vLLM unit that sizes its KV cache in bytes: its utilization sizes nothing, so the recipe is refused."""
+    engine = service.engine
+    if engine is SGLANG:
+        return
+    hits = find_flags(items, "kv-cache-memory-bytes", resolve=engine.resolve_flag, bool_flags=engine.bool_flags)
+    if hits and hits[-1].value_text is not None:
+        from remediate.core.engines.vllm.advice import kv_bytes_refusal  # the engines' texts, loaded when needed
+
+        raise ConfigError(kv_bytes_refusal(hits[-1].value_text), source=service.exec_start.path)

@@ -63,6 +63,7 @@ def summary_lines(plan: UnitEdit) -> list[str]:
         old = display_text(change.old or "(unset)")
         new = display_text(change.new or "(unset)")
         lines.append(f"{change.setting} {old} → {new} ({change.where})")
+    lines += [display_text(kept) for kept in plan.kept]  # what the recipe leaves alone here, and why
     return lines
 
 
@@ -73,6 +74,7 @@ def plan_to_dict(plan: UnitEdit) -> dict[str, Any]:
             "changed": plan.is_changed,
             "changes": [asdict(change) for change in plan.changes],
             "notes": list(plan.notes),
+            "kept": list(plan.kept),
             "before": asdict(plan.before),
             "after": asdict(plan.after),
             "files": [{"path": f.path, "diff": unified_diff(f.path, f.old_text, f.new_text)} for f in plan.files],

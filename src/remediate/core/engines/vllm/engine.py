@@ -22,6 +22,7 @@ from remediate.core.engines.vllm.failures import (
     NO_CACHE_MEMORY,
     OTHER_PROCESS,
     diagnose_vllm,
+    start_memory,
 )
 from remediate.core.engines.vllm.logline import vllm_message
 from remediate.core.engines.vllm.startup import STARTUP_LINES_ERE, TOKENS_RE, parse_vllm_startup
@@ -72,15 +73,18 @@ def vllm_verdict(lines: Sequence[str]) -> Verdict | None:
     stale = cause.kind in _STARTUP and any(TOKENS_RE.match(text) for text in later)
     evidence = [cause.evidence]
     evidence += [f.evidence for f in diagnosis.failures if f.kind == INIT_FAILED and f.index > cause.index][-1:]
+    numbers = dict(cause.numbers)
+    if cause.kind == NO_CACHE_MEMORY:  # what the start measured: the number to raise the utilization to
+        numbers.update(start_memory(messages, cause.index))
     return Verdict(cause.kind, cause.direction, cause.kind in BLOCKING, cause.evidence, cause.index,
-                   dict(cause.numbers), tuple(evidence), stale)  # fmt: skip
+                   numbers, tuple(evidence), stale)  # fmt: skip
 
 
-def _advise(verdict: Verdict, utilization: str | None, foreign: int) -> Recommendation:
+def _advise(verdict: Verdict, utilization: str | None, foreign: int, total_bytes: int | None = None) -> Recommendation:
     # core/diagnosis reads the unit (core/unitfile), which reads this registry: imported when first asked
     from remediate.core.engines.vllm.advice import vllm_recommendation
 
-    return vllm_recommendation(verdict, utilization, foreign)
+    return vllm_recommendation(verdict, utilization, foreign, total_bytes)
 
 
 VLLM = Engine(
@@ -95,7 +99,7 @@ VLLM = Engine(
     capacity_name="GPU KV cache size",
     process_entry="vllm[.]entrypoints[.].*|(.*/)?vllm",
     startup_lines_ere=STARTUP_LINES_ERE,
-    fraction_default=Decimal("0.9"),
+    fraction_default=Decimal("0.9"),  # 0.8.5/0.11's; 0.34 resolves 1.0 or 0.92 (core/budget/vllm.py): not keyed yet
     prefill_can_disable=False,
     verdict=vllm_verdict,
     advise=_advise,

@@ -14,7 +14,7 @@ error.`` (vllm/v1/engine/core.py ``run_engine_core``) with torch's ``CUDA out of
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from remediate.core.engines.vllm.logline import vllm_message
@@ -67,6 +67,13 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (INIT_FAILED, re.compile(r"Engine core initialization failed\.")),
 )
 _FATAL = re.compile(r"EngineCore encountered a fatal error\.")
+# The start's own memory lines before a "No available memory": vllm/v1/worker/gpu_worker.py
+# Worker.determine_available_memory logs "Available KV cache memory: %.2f GiB" (0.11; 0.34: "%s GiB" of
+# mem_utils.format_gib, round(…, 2)) before the check that raises, so a failing start logs a figure ≤ 0;
+# vllm/v1/worker/gpu_model_runner.py GPUModelRunner.load_model: "Model loading took %.4f GiB and %.6f seconds"
+# (0.8.5, 0.11; 0.34's v1/worker/gpu/model_runner.py: "Model loading took %s GiB memory and %.6f seconds").
+_AVAILABLE = re.compile(rf"Available KV cache memory: (-?{_NUM}) GiB\b")
+_LOADING = re.compile(rf"Model loading took ({_NUM}) GiB(?: memory)? and ")
 _TORCH_OOM = re.compile(rf"CUDA out of memory\. Tried to allocate ({_NUM}) (GiB|MiB)")
 _NAMES: Mapping[str, tuple[tuple[str, ...], ...]] = {
     OTHER_PROCESS: (("free_gib", "total_gib", "utilization", "requested_gib"),),
@@ -116,6 +123,25 @@ def _numbers(kind: str, variant: int, match: re.Match[str]) -> dict[str, float]:
     groups = match.groups()
     return {name: float(value) for name, value in zip(names[min(variant, len(names) - 1)], groups, strict=False)
             if value is not None}  # fmt: skip
+
+
+def start_memory(messages: Sequence[str], index: int) -> dict[str, float]:
+    """The failing start's own memory lines before ``index``: its weights (``weights_gib``) and the KV memory its
+    profile left (``available_kv_gib``, ≤ 0 when nothing was left). An "Available" line of an earlier start
+    (before the last "Model loading took") is not this start's, unless it is ≤ 0 (no good start logs that)."""
+    found: dict[str, float] = {}
+    loaded_at = -1
+    for i in range(index - 1, -1, -1):
+        if (m := at_message(_LOADING, messages[i])) is not None:
+            found["weights_gib"] = float(m[1])
+            loaded_at = i
+            break
+    for i in range(index - 1, -1, -1):
+        if (m := at_message(_AVAILABLE, messages[i])) is not None:
+            if i > loaded_at or float(m[1]) <= 0:
+                found["available_kv_gib"] = float(m[1])
+            break
+    return found
 
 
 def diagnose_vllm(lines: Iterable[str]) -> VllmDiagnosis:

@@ -30,10 +30,18 @@ V0_REQUESTED_RE = re.compile(
     rf"\(({_NUM})\) = ({_NUM}) ?GiB"
 )
 V0_KV_RE = re.compile(rf".*the rest of the memory reserved for KV Cache is ({_NUM}) ?GiB")
+# vllm/v1/worker/gpu_worker.py Worker.determine_available_memory with kv_cache_memory_bytes: "reserved %.2fGiB"
+# (0.11; 0.34: "reserved %s GiB") "memory for KV Cache as specified by kv_cache_memory_bytes config and skipped
+# memory profiling"
+KV_BYTES_RE = re.compile(
+    rf"Initial free memory {_NUM} ?GiB, reserved ({_NUM}) ?GiB memory for KV Cache as specified by "
+    r"kv_cache_memory_bytes config and skipped memory profiling"
+)
 # The same lines for ``grep -E`` over the journal (any prefix in front).
 STARTUP_LINES_ERE = (
     r"(Available KV cache memory: |GPU KV cache size: |Maximum concurrency for |init engine \(profile"
-    r"|# (GPU|cuda|CUDA) blocks: |total_gpu_memory \(|reserved for KV Cache is )"
+    r"|# (GPU|cuda|CUDA) blocks: |total_gpu_memory \(|reserved for KV Cache is "
+    r"|memory for KV Cache as specified by kv_cache_memory_bytes)"
 )
 
 
@@ -51,6 +59,7 @@ class VllmStartup:
     total_gib: float | None = None  # V0's requested-memory line
     utilization: float | None = None  # V0's requested-memory line
     is_v0: bool = False
+    kv_bytes_gib: float | None = None  # --kv-cache-memory-bytes: the size vLLM reserved, profiling skipped
 
     @property
     def is_complete(self) -> bool:
@@ -74,6 +83,8 @@ def parse_vllm_startup(lines: Iterable[str]) -> VllmStartup:
 def _one(found: VllmStartup, text: str) -> VllmStartup:
     if (match := AVAILABLE_RE.match(text)) is not None:
         return VllmStartup(available_kv_gib=float(match.group(1)))  # a new start: its numbers only
+    if (match := KV_BYTES_RE.match(text)) is not None:
+        return VllmStartup(kv_bytes_gib=float(match.group(1)))  # a new start, sized in bytes
     if (match := TOKENS_RE.match(text)) is not None:
         return replace(found, kv_tokens=_int(match.group(1)))
     if (match := CONCURRENCY_RE.match(text)) is not None:
