@@ -19,6 +19,7 @@ from remediate.core.watch.policy import Policy
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
+from remediate.fleet.watch.clock import SteadyClock
 from remediate.fleet.watch.loop import Watcher
 from remediate.fleet.watch.policy_file import load_policy
 from remediate.fleet.watch.sdnotify import sd_notify
@@ -57,12 +58,17 @@ def watch(
     *,
     should_stop: Callable[[], bool] = lambda: False,
     sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
     notify: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[Watcher], None] | None = None,
     transport_factory: TransportFactory | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> int:
-    """Watch until ``should_stop()`` (or one round with ``once``); bad input fails before any host is read."""
+    """Watch until ``should_stop()`` (or one round with ``once``); bad input fails before any host is read.
+    The rounds' clock (``clock``, default :class:`SteadyClock`) never goes back: the wall time at the start
+    plus the monotonic time since, so a step of the system clock moves no cooldown, cap or breaker window.
+    ``warn``: one line for a person per host left unwatched (no engine unit found, the named one missing)."""
+    clock = clock or SteadyClock()
     policy = load_policy(request.policy)
     if request.lookback_s is not None:
         policy = replace(policy, lookback_s=request.lookback_s)
@@ -98,6 +104,7 @@ def watch(
         metrics=metrics,
         undo=_undo(request, transport_factory),
         follow=request.follow and not request.once,
+        warn=warn,
     )
     try:
         while True:
@@ -133,11 +140,13 @@ def _fix(request: WatchRequest, policy: Policy, factory: TransportFactory | None
     def one(entry: HostEntry) -> HostResult:
         from remediate.api.change import remediate_oom
 
+        # The host as it was polled (its address, its ssh settings, the unit watched in its ``unit``): never
+        # its name resolved again (a re-addressed inventory, a host named `all` or like a group or a glob).
         oom = OomRequest(
             targets=(entry.name,),
+            hosts=(entry,),
             inventory=request.inventory,
             ssh=request.ssh,
-            unit=request.unit,
             timeout=request.wait_timeout,
             auto=policy.how == "auto",
             allow_raise=False,  # the watcher never raises a fraction
@@ -153,9 +162,9 @@ def _undo(request: WatchRequest, factory: TransportFactory | None) -> Callable[[
 
         return rollback(
             (entry.name,),
+            hosts=(entry,),
             inventory=request.inventory,
             ssh=request.ssh,
-            unit=request.unit,
             to=backup,
             timeout=request.wait_timeout,
             transport_factory=factory,
@@ -169,11 +178,17 @@ def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[s
     state = _state(directory)
     try:
         hosts: dict[str, str] = {}
+        no_unit: dict[str, str] = {}
         for event in read_events(state.directory):
             host = event.get("host")
             if isinstance(host, str):
                 hosts[host] = _host_state(event, hosts.get(host, "healthy"))
+                if event.get("event") == "no_unit":
+                    no_unit[host] = str(event.get("reason"))
+                elif event.get("event") == "units_found":
+                    no_unit.pop(host, None)
         return {
+            "no_unit": no_unit,
             "breaker": state.breaker_reason(),
             "paused": state.is_paused(),
             "pending_approvals": [{"id": a, "incident": i, "host": h} for a, i, h in state.pending()],
@@ -186,6 +201,10 @@ def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[s
 
 def _host_state(event: dict[str, Any], before: str) -> str:
     kind = event.get("event")
+    if kind == "no_unit":
+        return "no_unit"
+    if kind == "units_found":
+        return "healthy" if before == "no_unit" else before
     if kind == "detected":
         return "crashed"
     if kind == "unreachable":
@@ -200,9 +219,10 @@ def _host_state(event: dict[str, Any], before: str) -> str:
 
 
 def answer(approval_id: str, *, approve: bool, who: str, directory: str | None = None) -> None:
+    """``approve``/``deny``; ConfigError when it is not pending (or expired: the policy's ``approval_ttl``)."""
     state = _state(directory)
     try:
-        state.answer(approval_id, approve=approve, who=who)
+        state.answer(approval_id, approve=approve, who=who, now=time.time())
     finally:
         state.close()
 
@@ -228,8 +248,8 @@ def set_breaker(reason: str | None, directory: str | None = None) -> None:
 
 
 def _one_unit(host: HostEntry, base: OomRequest) -> str | None:
-    """The one unit the watcher follows on ``host``: an inventory's ``unit:`` glob or list is bad input there
-    too (the watcher follows one unit per host), named with its host."""
+    """The one unit the watcher follows on ``host`` (None: none named, the host's engine units are found at
+    its first connection): an inventory's ``unit:`` glob or list is bad input there too, named with its host."""
     from remediate.errors import ConfigError
 
     unit = run_options_for(host, base).unit
