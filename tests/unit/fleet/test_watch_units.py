@@ -38,10 +38,10 @@ class Host:
         return CommandResult(command, 0, f"@@now {NOW}\n@@analyze 1\n@@units {' '.join(self.units)}\n@@end\n", "")
 
     def connect(self, entry: HostEntry) -> FakeTransport:
-        t = FakeTransport(host=entry.name).on(r"remediate probe", self.listing)
-        for unit in self.units.values():
-            t.on(rf"systemctl show {unit.name} ", unit.answer)
-        return t
+        return FakeTransport(host=entry.name).on(r"remediate probe", self.listing).on(r"systemctl show", self.show)
+
+    def show(self, command: str, stdin: str | None) -> CommandResult:
+        return self.units[command.split()[2]].answer(command, stdin)  # `systemctl show UNIT …`: that unit's
 
 
 def _watch(tmp_path: Path, hosts: list[Host], fix: object, warned: list[str]) -> Watcher:
@@ -76,8 +76,7 @@ def test_each_hosts_engine_units_are_found_and_watched(tmp_path: Path) -> None:
     (missing,) = _events(tmp_path, "no_unit")
     assert missing["host"] == "gpu-2" and "no systemd unit runs sglang or vLLM" in str(missing["reason"])
     assert warned == [f"gpu-2: nothing watched: {missing['reason']}"]
-    found = {e["host"]: e["units"] for e in _events(tmp_path, "units_found")}
-    assert found == {"gpu-0": ["vllm.service"], "gpu-1": ["llm-a.service", "llm-b.service"]}
+    assert not _events(tmp_path, "units_found"), "units found at the first look: silent, as a healthy poll"
 
     two.units["llm-b.service"].crash(NOW + 5)
     vllm.units["vllm.service"].crash(NOW + 5)
@@ -94,6 +93,13 @@ def test_each_hosts_engine_units_are_found_and_watched(tmp_path: Path) -> None:
     assert bare.listings == 2 and len(_events(tmp_path, "no_unit")) == 1 and len(warned) == 1
     status = watch_status(str(tmp_path))
     assert status["hosts"]["gpu-2"] == "no_unit" and "no systemd unit" in status["no_unit"]["gpu-2"]
+
+    bare.units["sglang.service"] = Unit("sglang.service")  # a person installs the engine: found at the next look
+    watcher.round(NOW + 200)
+    assert [e["units"] for e in _events(tmp_path, "units_found")] == [["sglang.service"]]
+    assert watcher.host_states()["gpu-2 sglang.service"] == "healthy"
+    status = watch_status(str(tmp_path))
+    assert status["hosts"]["gpu-2"] == "healthy" and status["no_unit"] == {}
     watcher.close()
     watcher.state.close()
 
@@ -133,8 +139,10 @@ def test_the_outcome_record_says_what_the_fix_changed(tmp_path: Path) -> None:
     fleet.units["h1"].crash(NOW + 5)
     watcher.round(NOW + 10)
     (outcome,) = _events(tmp_path, "outcome")
-    assert outcome["flags"] == {"before": {"--mem-fraction-static": "0.94", "--chunked-prefill-size": None},
-                                "after": {"--mem-fraction-static": "0.88", "--chunked-prefill-size": "4096"}}  # fmt: skip
+    assert outcome["flags"] == {
+        "before": {"--mem-fraction-static": "0.94", "--chunked-prefill-size": None},
+        "after": {"--mem-fraction-static": "0.88", "--chunked-prefill-size": "4096"},
+    }
     assert outcome["env"]["after"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # type: ignore[index]
     assert outcome["tokens"] == 195011 and outcome["backup"] == "/etc/x.bak.oom.1"
     watcher.close()

@@ -294,7 +294,8 @@ class Watcher:
             if not found.units:
                 self._no_unit(h, now, found.reason or "no engine unit found")
                 continue
-            self.event("units_found", now, host=h.entry.name, units=list(found.units))
+            if h.no_unit is not None:  # said when a host said to have none has some now (else silent, as a poll)
+                self.event("units_found", now, host=h.entry.name, units=list(found.units))
             del self._hosts[h.key]
             for i, unit in enumerate(found.units):
                 entry = replace(h.entry, settings={**h.entry.settings, "unit": unit})
