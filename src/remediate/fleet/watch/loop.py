@@ -179,9 +179,9 @@ class Watcher:
         """One poll of every host, then the decisions; pending approvals answered since are acted on.
         First, a fix a dead watcher left ``remediating`` is resolved (read back, re-checked, never redone),
         and the fixes running in parallel that ended since are recorded."""
+        self._discover(now)  # first: a dead watcher's fix is recovered on the unit found (keyed by host and unit)
         self._recover(now)
         self._reap(now)
-        self._discover(now)
         crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
         if crashed:
             self._count([h for h, _ in crashed], now)
