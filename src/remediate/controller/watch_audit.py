@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from remediate.core.unitfile.secrets import mask_secrets
+from remediate.models import HostResult
 
 AUDIT = "watch-audit.jsonl"
 
@@ -39,3 +40,18 @@ def read_events(directory: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def fix_change(result: HostResult) -> dict[str, Any]:
+    """What a fix changed, for its outcome record: the flags before → after (fraction, chunk…), the allocator
+    environment, the tokens, the backup (a result over several units lists each unit's)."""
+    if result.units:
+        return {"units": {str(u.unit): fix_change(u) for u in result.units}}
+    return {
+        "flags": {"before": result.flags_before, "after": result.flags_after},
+        "env": {"before": result.env_before, "after": result.env_after},
+        "tokens": result.max_total_num_tokens,
+        "target_tokens": result.target_tokens,
+        "backup": result.backup,
+        "changed": result.changed,
+    }

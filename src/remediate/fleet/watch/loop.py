@@ -15,15 +15,13 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from remediate.controller.watch_audit import append_event
+from remediate.controller.watch_audit import append_event, fix_change
 from remediate.controller.watch_state import WatchState
 from remediate.core.watch.decide import Decision, FleetView, breaker_crossing, decide
 from remediate.core.watch.detect import CrashTime, Observation, crash_reason, crash_times
 from remediate.core.watch.incident import (
     Crash,
-    HostHistory,
     Incident,
-    clamp_future,
     fold,
     note_crash,
     note_fix,
@@ -31,17 +29,18 @@ from remediate.core.watch.incident import (
     recovered_outcome,
 )
 from remediate.core.watch.policy import Policy
-from remediate.errors import RemediateError, TransportError
+from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.follow import Follower
 from remediate.fleet.watch.metrics import WatchMetrics
+from remediate.fleet.watch.rails import answered, history_at
 from remediate.fleet.watch.recover import is_state_unknown, recover
-from remediate.host.watch import FoundUnits, UnitMissing, find_units, poll_unit
+from remediate.fleet.watch.units import discover, fixing, host_key, no_unit, unit_back
+from remediate.host.watch import UnitMissing, poll_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
 MAX_BACKOFF_S = 300.0
-NO_UNIT_BACKOFF_S = 30.0  # a host with no engine unit is looked at again after this, doubling up to MAX_BACKOFF_S
 CUT = "cut"  # the `acting` instance of a fix whose connection was cut before its commit: the recovery re-runs it
 FOLLOWED_POLL_S = 300.0  # a followed host's safety poll (its journal wakes it at once otherwise)
 REDECIDED = ("report", "wait")  # an open incident in these is decided again when a crash folds into it
@@ -49,12 +48,6 @@ REDECIDED = ("report", "wait")  # an open incident in these is decided again whe
 Diagnose = Callable[[Transport, HostEntry], HostResult]
 Fix = Callable[[HostEntry], HostResult]
 Undo = Callable[[HostEntry, str], HostResult]  # restore this backup on the host (`rollback --to`)
-FindUnits = Callable[[Transport, str | None], FoundUnits]
-
-
-def host_key(host: str, unit: str) -> str:
-    """A watched (host, unit)'s key: a host runs several engine units, each watched as its own."""
-    return f"{host} {unit}"
 
 
 @dataclass
@@ -92,7 +85,6 @@ class Watcher:
     notify: Callable[[dict[str, Any]], None] | None = None
     metrics: WatchMetrics | None = None
     undo: Undo | None = None
-    find_units: FindUnits = find_units  # a host's engine units, found as `oom` finds them (host/watch.py)
     warn: Callable[[str], None] | None = None  # one line for a person (stderr): a host with no unit to watch
     _hosts: dict[str, _Host] = field(default_factory=dict)  # host_key(host, unit) → the watched unit
     _running: dict[str, tuple[Future[HostResult], str]] = field(default_factory=dict)  # key → (fix, incident)
@@ -100,18 +92,12 @@ class Watcher:
     follow: bool = False  # follow each host's journal (fleet/watch/follow.py); the poll stays the fallback
     _woken: set[str] = field(default_factory=set)
     _wake: threading.Condition = field(default_factory=threading.Condition)
-
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # this watcher's start: written with `acting`
     _approval_waits: dict[str, str] = field(default_factory=dict)  # incident → why its approved fix waits
 
     def __post_init__(self) -> None:
-        for entry in self.hosts:  # no unit named: found at the host's first connection (_discover)
-            h = _Host(entry, str(entry.settings.get("unit") or ""))
-            self._hosts[h.key] = h
-
-    def _fixing(self, host: str) -> bool:
-        """A fix runs on one of the host's units: never two transactions on one host, none of its units polled."""
-        return any(key.split(" ", 1)[0] == host for key in self._running)
+        hosts = (_Host(e, str(e.settings.get("unit") or "")) for e in self.hosts)  # "": found at its first look
+        self._hosts.update((h.key, h) for h in hosts)
 
     def host_states(self) -> dict[str, str]:
         return {name: h.state for name, h in self._hosts.items()}
@@ -138,18 +124,13 @@ class Watcher:
             self._woken.add(host)
             self._wake.notify_all()
 
-    def _waker(self, key: str) -> Callable[[str], None]:
-        """A follower's wake-up, for its own unit of the host (a host may run several)."""
-        return lambda _host: self.woken(key)
-
     def wait(self, timeout: float, settle: float = 0.25) -> bool:
         """Sleep until ``timeout`` or a follower's wake-up (then ``settle`` more, so systemd's lines of one
         crash — exited, failed, restart scheduled — are read by one poll); True when woken."""
 
         def due() -> bool:  # a woken host being fixed or backing off waits for its turn: no spinning rounds
             return any(
-                (h := self._hosts.get(n)) is not None and not self._fixing(h.entry.name) and h.retry_at <= time.time()
-                for n in self._woken
+                not fixing(self, n.split(" ")[0]) and self._hosts[n].retry_at <= time.time() for n in self._woken
             )
 
         with self._wake:
@@ -179,7 +160,7 @@ class Watcher:
         """One poll of every host, then the decisions; pending approvals answered since are acted on.
         First, a fix a dead watcher left ``remediating`` is resolved (read back, re-checked, never redone),
         and the fixes running in parallel that ended since are recorded."""
-        self._discover(now)  # first: a dead watcher's fix is recovered on the unit found (keyed by host and unit)
+        discover(self, now)  # first: a dead watcher's fix is recovered on the unit found (keyed by host and unit)
         self._recover(now)
         self._reap(now)
         crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
@@ -218,7 +199,7 @@ class Watcher:
     # -- one host ------------------------------------------------------------------------------------
     def _poll(self, h: _Host, now: float) -> str | None:
         """The host's poll; the reason of a new crash, else None."""
-        if not h.unit or now < h.retry_at or self._fixing(h.entry.name):  # a host being fixed is not polled
+        if not h.unit or now < h.retry_at or fixing(self, h.entry.name):  # a host being fixed is not polled
             return None
         with self._wake:
             is_woken = h.key in self._woken
@@ -235,7 +216,7 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.poll.observe(time.monotonic() - started)
         if isinstance(poll, UnitMissing):  # never polled as a unit that does not exist (it would read inactive)
-            self._no_unit(h, now, f"unit {h.unit} not found (LoadState={poll.load_state})")
+            no_unit(self, h, now, f"unit {h.unit} not found (LoadState={poll.load_state})")
             return None
         if poll is None:  # unreachable: never a crash; reconnect later, backing off (capped)
             if h.follower is not None:
@@ -250,11 +231,9 @@ class Watcher:
             h.state = "unreachable"
             return None
         h.failures = 0
-        if h.no_unit is not None:  # the named unit is back
-            h.no_unit, h.state = None, "unknown"
-            self.event("units_found", now, host=h.entry.name, units=[h.unit])
+        unit_back(self, h, now)
         if self.follow and h.follower is None:
-            h.follower = Follower(h.transport, h.unit, h.entry.name, self._waker(h.key))
+            h.follower = Follower(h.transport, h.unit, h.key, self.woken)  # it wakes its unit (a host runs several)
             h.follower.start()
         reason = crash_reason(h.previous, poll)
         h.crashes = crash_times(h.previous, poll, max(now, time.time()), self.policy.lookback_s) if reason else ()
@@ -270,50 +249,6 @@ class Watcher:
                     if h.state in ("unknown", "unreachable", "crashed"):
                         h.state = "healthy"
         return reason
-
-    def _discover(self, now: float) -> None:
-        """Each host with no unit named, at its first connection: its engine units found as `oom` finds them
-        (the ExecStart of every unit file, sglang or vLLM; a template's loaded instances), each then watched
-        as its own unit. A host with none is named in one line and looked at again later, backing off."""
-        for h in [h for h in self._hosts.values() if not h.unit]:
-            if now < h.retry_at or self._fixing(h.entry.name):
-                continue
-            if h.transport is None:
-                h.transport = self.connect(h.entry)
-            try:
-                found = self.find_units(h.transport, None)
-            except TransportError:  # unreachable: as a poll that cannot read the host (reconnect, back off)
-                h.transport.close()
-                h.transport = None
-                h.failures += 1
-                h.retry_at = now + min(MAX_BACKOFF_S, 2.0**h.failures)
-                if h.state != "unreachable":
-                    self.event("unreachable", now, host=h.entry.name, unit=None, retry_in=h.retry_at - now)
-                h.state = "unreachable"
-                continue
-            if not found.units:
-                self._no_unit(h, now, found.reason or "no engine unit found")
-                continue
-            if h.no_unit is not None:  # said when a host said to have none has some now (else silent, as a poll)
-                self.event("units_found", now, host=h.entry.name, units=list(found.units))
-            del self._hosts[h.key]
-            for i, unit in enumerate(found.units):
-                entry = replace(h.entry, settings={**h.entry.settings, "unit": unit})
-                one = _Host(entry, unit, transport=h.transport if i == 0 else None)  # the first keeps the connection
-                self._hosts[one.key] = one
-
-    def _no_unit(self, h: _Host, now: float, reason: str) -> None:
-        """No unit to watch on the host: said once per reason (audit ``no_unit``, one line to ``warn``), the
-        host looked at again later (backing off), its state ``no_unit`` in `watch status`."""
-        h.failures += 1
-        h.retry_at = now + min(MAX_BACKOFF_S, NO_UNIT_BACKOFF_S * 2.0 ** (h.failures - 1))
-        h.previous = None
-        if h.no_unit != reason:
-            self.event("no_unit", now, host=h.entry.name, unit=h.unit or None, reason=reason,
-                       retry_in=h.retry_at - now)  # fmt: skip
-            if self.warn is not None:
-                self.warn(f"{h.entry.name}: nothing watched: {reason}")
-        h.no_unit, h.state = reason, "no_unit"
 
     def _crashed(self, h: _Host, now: float, reason: str) -> None:
         name = h.entry.name
@@ -353,7 +288,7 @@ class Watcher:
         """Inside the caller's transaction: the rails' decision for the incident, and its state saved. A
         re-decision (``before``: the outcome it had) that changes nothing is None (the crash just folds)."""
         name = h.entry.name
-        history = self._history(name, now)
+        history = history_at(self, name, now)
         fleet = self.fleet_view(now)
         decision = decide(incident.kinds, history, fleet, self.policy, now)
         if before is not None and decision.verdict in ("report", "wait"):
@@ -368,17 +303,6 @@ class Watcher:
             self.state.request_approval(incident.id, incident.id, name, now, self.policy.approval_ttl_s)
         self.state.save_incident(incident, "remediating" if decision.verdict == "act" else decision.verdict)
         return decision
-
-    def _history(self, host: str, now: float) -> HostHistory:
-        """Inside the caller's transaction: the host's history as the rails weigh it at ``now``. A time
-        stored from the future (a run whose clock was ahead) is clamped to ``now``, saved so, and said in the
-        audit: else a fix stamped ahead would escape the cooldown and the cap until the clock caught up."""
-        history, future = clamp_future(self.state.history(host), now)
-        if future:
-            self.state.save_history(host, history)
-            self.event("clock", now, host=host, clamped=list(future),
-                       reason=f"{len(future)} fix time(s) ahead of this watcher's clock taken as now")  # fmt: skip
-        return history
 
     def _decided(self, h: _Host, incident_id: str, decision: Decision, now: float, redecided: str | None) -> None:
         self.event(
@@ -402,7 +326,7 @@ class Watcher:
         rows = [r for r in self.state.incidents(limit=50) if r["outcome"] == "wait" and not r["closed"]]
         for row in reversed(rows):
             h = self._hosts.get(host_key(str(row["host"]), str(row["unit"])))
-            if h is None or self._fixing(h.entry.name) or len(self._running) >= self.policy.concurrency:
+            if h is None or fixing(self, h.entry.name) or len(self._running) >= self.policy.concurrency:
                 continue
             with self.state.transaction():
                 incident = self.state.open_incident(h.entry.name, h.unit)
@@ -469,7 +393,7 @@ class Watcher:
             unit=h.unit,
             incident=incident_id,
             outcome=outcome,
-            **change_of(result),
+            **fix_change(result),
             error=result.error,
             **({} if recheck is None else {"recheck": recheck}),
         )
@@ -489,76 +413,7 @@ class Watcher:
             self.state.set_acting(incident_id, None)
 
     def _answered(self, now: float) -> None:
-        """Approvals answered since: a denial closes the incident; an approved fix is decided again with the
-        rails as they are now (``decide(approved=True)``: the breaker, the pause, the cap, the cooldown, the
-        concurrency) and acted on only when they allow — meanwhile it waits, the audit saying why once per
-        reason; an approval (asked or given) older than the policy's ``approval_ttl`` expires."""
-        for row in self.state.incidents(limit=50):
-            if row["outcome"] != "wait_approval" or row["closed"]:
-                continue
-            incident_id = str(row["id"])
-            answer = self.state.approval(incident_id)
-            h = self._hosts.get(host_key(str(row["host"]), str(row["unit"])))
-            if answer is None or h is None:
-                continue
-            name = h.entry.name
-            expires_at = self.state.approval_expires_at(incident_id)
-            if answer[0] in ("pending", "approved") and expires_at is not None and now > expires_at:
-                with self.state.transaction():
-                    self.state.expire_approval(incident_id)
-                self.event("outcome", now, host=name, unit=h.unit, incident=incident_id, outcome="expired",
-                           approval=answer[0], by=answer[1], expired_at=expires_at,
-                           ttl=self.policy.approval_ttl_s)  # fmt: skip
-                self._close(incident_id, name, h.unit, "expired")
-                self._approval_waits.pop(incident_id, None)
-                continue
-            if answer[0] == "pending":
-                continue
-            if answer[0] == "denied":
-                self.event("outcome", now, host=name, unit=h.unit, incident=incident_id, outcome="denied", by=answer[1])
-                self._close(incident_id, name, h.unit, "denied")
-                continue
-            decision = self._approved(h, incident_id, now)
-            if decision is None:
-                continue
-            if decision.verdict != "act":
-                why = f"{decision.verdict}: {decision.reason.split(' (')[0]}"  # not the seconds left: once per reason
-                if self._approval_waits.get(incident_id) != why:
-                    self._approval_waits[incident_id] = why
-                    self.event("approval_waiting", now, host=name, unit=h.unit, incident=incident_id,
-                               verdict=decision.verdict, reason=decision.reason, by=answer[1])  # fmt: skip
-                continue
-            self._approval_waits.pop(incident_id, None)
-            if h.transport is None:
-                h.transport = self.connect(h.entry)
-            self._act(h, incident_id, now, approved_by=answer[1])
-
-    def _approved(self, h: _Host, incident_id: str, now: float) -> Decision | None:
-        """The rails' word on an approved fix at ``now`` (None: the incident is gone, or its host is being
-        fixed: never two fixes on one host)."""
-        if self._fixing(h.entry.name):
-            return None
-        with self.state.transaction():
-            incident = self.state.open_incident(h.entry.name, h.unit)
-            if incident is None or incident.id != incident_id:
-                return None
-            history = self._history(h.entry.name, now)
-            return decide(incident.kinds, history, self.fleet_view(now), self.policy, now, approved=True)
-
-
-def change_of(result: HostResult) -> dict[str, Any]:
-    """What a fix changed, for its outcome record: the flags before → after (fraction, chunk…), the allocator
-    environment, the tokens, the backup (a result over several units lists each unit's)."""
-    if result.units:
-        return {"units": {str(u.unit): change_of(u) for u in result.units}}
-    return {
-        "flags": {"before": result.flags_before, "after": result.flags_after},
-        "env": {"before": result.env_before, "after": result.env_after},
-        "tokens": result.max_total_num_tokens,
-        "target_tokens": result.target_tokens,
-        "backup": result.backup,
-        "changed": result.changed,
-    }
+        answered(self, now)  # fleet/watch/rails.py
 
 
 def _new_id() -> str:

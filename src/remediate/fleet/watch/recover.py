@@ -9,17 +9,11 @@ from typing import TYPE_CHECKING
 from remediate.controller.transactions import read_transactions
 from remediate.core.watch.incident import ROLLED_BACK_BY_PERSON, backup_to_restore, note_fix, recovery
 from remediate.errors import RemediateError
+from remediate.fleet.watch.units import host_key
 from remediate.models import HostResult
 
 if TYPE_CHECKING:
     from remediate.fleet.watch.loop import Watcher, _Host
-
-
-def host_key(host: str, unit: str) -> str:
-    """The loop's key of a watched (host, unit) (fleet/watch/loop.py ``host_key``)."""
-    from remediate.fleet.watch.loop import host_key as key
-
-    return key(host, unit)
 
 
 def recover(w: Watcher, now: float) -> None:
