@@ -35,9 +35,13 @@ def _changing(node: Node) -> list[str]:
     return [line for line in node.audit() if line.split(" ", 1)[0] in CHANGING]
 
 
-def _kill_after_the_commit(node: Node, state: Path) -> subprocess.Popen[str]:
-    """The watcher as a subprocess, SIGKILLed (by PID) once its fix's commit is logged: in the health wait."""
-    argv = node.argv("watch", "--once", "--state-dir", str(state), "--wait-timeout", "60")
+PIDNS = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")  # PID 1 of its own pid namespace
+
+
+def _kill_after_the_commit(node: Node, state: Path, *, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    """The watcher as a subprocess, SIGKILLed (by PID) once its fix's commit is logged: in the health wait.
+    ``prefix``: PIDNS runs it as PID 1 of a pid namespace (unshare's ``--kill-child`` SIGKILLs it with unshare)."""
+    argv = [*prefix, *node.argv("watch", "--once", "--state-dir", str(state), "--wait-timeout", "60")]
     proc = subprocess.Popen(argv, cwd=node.tmp_path, env=node.env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
     node.children.append(proc)
@@ -67,7 +71,8 @@ def test_sigkill_in_the_health_wait_then_restart(incident: Node, tmp_path: Path)
     assert [e["event"] for e in events] == ["detected", "diagnosed", "decided", "acted", "recovered", "outcome"]
     assert _changing(node).count("restart sglang.service") == restarts, "the loading server was waited for"
     recovered, outcome = events[4], events[5]
-    assert recovered["pid"] == proc.pid and recovered["step"] == "recheck", recovered
+    assert recovered["acting"] == killed[3]["instance"] and killed[3]["pid"] == proc.pid, (recovered, killed)
+    assert recovered["step"] == "recheck", recovered
     assert outcome["outcome"] == "remediated" and outcome["recheck"] in ("unchanged", "drift"), outcome
     assert node.bytes(UNIT_PATH) != original
     node.wait_healthy()
@@ -82,6 +87,57 @@ def test_sigkill_in_the_health_wait_then_restart(incident: Node, tmp_path: Path)
         assert len(history.fixes) == 1 and counted_fixes(history, float(history.fixes[0])) == 1
     finally:
         db.close()
+
+
+def test_two_watchers_as_pid_1_recover_the_killed_fix_once(incident: Node, tmp_path: Path) -> None:
+    """Both watchers PID 1 of their own pid namespace (a container's, a deterministic boot's): the second
+    still knows the fix is a dead watcher's (another instance) and recovers it, once."""
+    node, state = incident, tmp_path / "watch-state"
+    assert _watch(node, state).returncode == 0
+    _crash(node)
+    node.host.set_standin(time_scale=0.02)  # the kill lands in the fix's health wait
+    _kill_after_the_commit(node, state, prefix=PIDNS)
+    killed = _events(state)
+    assert [e["event"] for e in killed] == ["detected", "diagnosed", "decided", "acted"], killed
+    assert killed[3]["pid"] == 1, "the first watcher was PID 1"
+
+    node.host.set_standin(**FAST_KNOBS)
+    argv = [*PIDNS, *node.argv("watch", "--once", "--state-dir", str(state), "--wait-timeout", "60")]
+    run = subprocess.run(argv, cwd=node.tmp_path, env=node.env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    events = _events(state)
+    assert [e["event"] for e in events] == ["detected", "diagnosed", "decided", "acted", "recovered", "outcome"]
+    assert events[4]["acting"] == killed[3]["instance"] and events[4]["step"] == "recheck", events[4]
+    assert events[5]["outcome"] == "remediated", events[5]
+    again = subprocess.run(argv, cwd=node.tmp_path, env=node.env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert [e["event"] for e in _events(state)].count("recovered") == 1, "recovered once"
+    assert [r["event"] for r in _transactions(node)].count("committed") == 1, "the fix was made once"
+    assert len(node.backups(UNIT_PATH)) == 1
+
+
+def test_a_fix_a_person_rolled_back_is_not_redone(incident: Node, tmp_path: Path) -> None:
+    """The watcher killed in its fix's health wait; a person then rolls the unit back: the next watcher
+    closes the incident ``rolled_back_by_person`` and makes no fix (the person's bytes stay)."""
+    node, state = incident, tmp_path / "watch-state"
+    original = node.bytes(UNIT_PATH)
+    assert _watch(node, state).returncode == 0
+    _crash(node)
+    node.host.set_standin(time_scale=0.02)
+    _kill_after_the_commit(node, state)
+    node.host.set_standin(**FAST_KNOBS)
+    back = node.cli("rollback", "--wait-timeout", "60")
+    assert back.returncode == 0, back
+    assert node.bytes(UNIT_PATH) == original
+    changes = _changing(node)
+    run = _watch(node, state)
+    assert run.returncode == 0, run
+    events = _events(state)
+    assert [e["event"] for e in events][-2:] == ["recovered", "outcome"], events
+    assert events[-2]["step"] == "rolled_back_by_person" and events[-1]["outcome"] == "rolled_back_by_person"
+    assert node.bytes(UNIT_PATH) == original and _changing(node) == changes, "no fix made again"
+    row = WatchState(state).incidents()[0]
+    assert row["closed"] == 1 and row["outcome"] == "rolled_back_by_person"
 
 
 def test_sigkill_while_the_new_server_cannot_start(incident: Node, tmp_path: Path) -> None:

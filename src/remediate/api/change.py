@@ -12,7 +12,7 @@ from remediate.controller.state import check_state_dir
 from remediate.core.bounds import check_options
 from remediate.errors import ConfigError
 from remediate.fleet import jobs
-from remediate.fleet.inventory import Inventory
+from remediate.fleet.inventory import HostEntry, Inventory, load_inventory
 from remediate.fleet.request import OomRequest
 from remediate.fleet.retry import check_retry_target
 from remediate.fleet.settings import (
@@ -25,6 +25,15 @@ from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions
 
 __all__ = ["OomRequest", "desired_args", "remediate_oom", "rollback"]
+
+
+def given_hosts(hosts: Sequence[HostEntry], inventory: str | None) -> tuple[Inventory | None, list[HostEntry]] | None:
+    """Hosts a caller resolved already, with the inventory for the run's defaults and retry file; None: none
+    given (the targets are resolved). A name is never resolved again: a host named `all`, like a group or a
+    glob stays that one host, and the address is the one given, whatever the inventory says now."""
+    if not hosts:
+        return None
+    return (load_inventory(inventory) if inventory else None), list(hosts)
 
 
 def check_results_kept(inventory: Inventory | None, retry_dir: str | None, retry_file: str | None) -> None:
@@ -70,7 +79,9 @@ def remediate_oom(
     ``stop_when(result) -> reason | None`` is a custom policy: return a reason to halt the
     rollout after any host (e.g. too few tokens); in-flight hosts finish, the rest are not attempted.
     """
-    inventory, hosts = resolve_hosts(request.targets, request.inventory)
+    inventory, hosts = given_hosts(request.hosts, request.inventory) or resolve_hosts(
+        request.targets, request.inventory
+    )
     strategy = build_strategy(request.strategy, inventory)
     per_host = {h.name: run_options_for(h, request) for h in hosts}  # validate all input before touching any host
     if not request.dry_run:
@@ -105,10 +116,12 @@ def rollback(
     retry_file: str | None = None,
     lock_timeout: int | None = None,
     all_instances: bool = False,
+    hosts: Sequence[HostEntry] = (),
 ) -> RolloutResult:
-    """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too."""
+    """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too. ``hosts``: the
+    hosts themselves, already resolved (the watcher's, as polled): ``targets`` are not resolved again."""
     check_options(wait_timeout=timeout, lock_timeout=lock_timeout)  # before anything is read, as the CLI does
-    inventory_obj, hosts = resolve_hosts(targets, inventory)
+    inventory_obj, hosts = given_hosts(hosts, inventory) or resolve_hosts(targets, inventory)
     if to != "latest" and len(hosts) > 1:
         raise ConfigError("--to PATH names one file: use it with one host")
     plan = build_strategy(strategy or {}, inventory_obj)

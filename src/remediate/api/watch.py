@@ -21,6 +21,7 @@ from remediate.errors import ConfigError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
+from remediate.fleet.watch.clock import SteadyClock
 from remediate.fleet.watch.eda import DecisionContext
 from remediate.fleet.watch.loop import Watcher
 from remediate.fleet.watch.policy_file import load_policy
@@ -63,12 +64,17 @@ def watch(
     *,
     should_stop: Callable[[], bool] = lambda: False,
     sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
     notify: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[Watcher], None] | None = None,
     transport_factory: TransportFactory | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> int:
-    """Watch until ``should_stop()`` (or one round with ``once``); bad input fails before any host is read."""
+    """Watch until ``should_stop()`` (or one round with ``once``); bad input fails before any host is read.
+    The rounds' clock (``clock``, default :class:`SteadyClock`) never goes back: the wall time at the start
+    plus the monotonic time since, so a step of the system clock moves no cooldown, cap or breaker window.
+    ``warn``: one line for a person per host left unwatched (no engine unit found, the named one missing)."""
+    clock = clock or SteadyClock()
     policy = load_policy(request.policy)
     if request.lookback_s is not None:
         policy = replace(policy, lookback_s=request.lookback_s)
@@ -105,6 +111,7 @@ def watch(
         metrics=metrics,
         undo=_undo(request, transport_factory),
         follow=request.follow and not request.once,
+        warn=warn,
     )
     try:
         while True:
@@ -140,11 +147,13 @@ def _fix(request: WatchRequest, policy: Policy, factory: TransportFactory | None
     def one(entry: HostEntry) -> HostResult:
         from remediate.api.change import remediate_oom
 
+        # The host as it was polled (its address, its ssh settings, the unit watched in its ``unit``): never
+        # its name resolved again (a re-addressed inventory, a host named `all` or like a group or a glob).
         oom = OomRequest(
             targets=(entry.name,),
+            hosts=(entry,),
             inventory=request.inventory,
             ssh=request.ssh,
-            unit=request.unit,
             timeout=request.wait_timeout,
             auto=policy.how == "auto",
             allow_raise=False,  # the watcher never raises a fraction
@@ -160,9 +169,9 @@ def _undo(request: WatchRequest, factory: TransportFactory | None) -> Callable[[
 
         return rollback(
             (entry.name,),
+            hosts=(entry,),
             inventory=request.inventory,
             ssh=request.ssh,
-            unit=request.unit,
             to=backup,
             timeout=request.wait_timeout,
             transport_factory=factory,
@@ -178,14 +187,26 @@ def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[s
     folder = ensure_dir(Path(directory) if directory else state_dir())
     audit = read_audit(folder)
     hosts: dict[str, str] = {}
+    no_unit: dict[str, str] = {}
     for event in audit.events:
         host = event.get("host")
         if isinstance(host, str):
             hosts[host] = _host_state(event, hosts.get(host, "healthy"))
+            if event.get("event") == "no_unit":
+                no_unit[host] = str(event.get("reason"))
+            elif event.get("event") == "units_found":
+                no_unit.pop(host, None)
     problems = []
     if audit.skipped:
         problems.append(f"{audit.path}: {audit.skipped} line(s) not an event, skipped (a cut or edited line)")
-    doc: dict[str, Any] = {"breaker": None, "paused": None, "pending_approvals": [], "incidents": [], "hosts": hosts}
+    doc: dict[str, Any] = {
+        "no_unit": no_unit,
+        "breaker": None,
+        "paused": None,
+        "pending_approvals": [],
+        "incidents": [],
+        "hosts": hosts,
+    }
     try:
         state = open_state(folder)
         try:
@@ -207,6 +228,10 @@ def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[s
 
 def _host_state(event: dict[str, Any], before: str) -> str:
     kind = event.get("event")
+    if kind == "no_unit":
+        return "no_unit"
+    if kind == "units_found":
+        return "healthy" if before == "no_unit" else before
     if kind == "detected":
         return "crashed"
     if kind == "unreachable":
@@ -221,10 +246,11 @@ def _host_state(event: dict[str, Any], before: str) -> str:
 
 
 def answer(approval_id: str, *, approve: bool, who: str, directory: str | None = None) -> None:
+    """``approve``/``deny``; ConfigError when it is not pending (or expired: the policy's ``approval_ttl``)."""
     state = _state(directory)
     try:
         with database_errors(state.directory):
-            state.answer(approval_id, approve=approve, who=who)
+            state.answer(approval_id, approve=approve, who=who, now=time.time())
     finally:
         state.close()
 
@@ -252,8 +278,8 @@ def set_breaker(reason: str | None, directory: str | None = None) -> None:
 
 
 def _one_unit(host: HostEntry, base: OomRequest) -> str | None:
-    """The one unit the watcher follows on ``host``: an inventory's ``unit:`` glob or list is bad input there
-    too (the watcher follows one unit per host), named with its host."""
+    """The one unit the watcher follows on ``host`` (None: none named, the host's engine units are found at
+    its first connection): an inventory's ``unit:`` glob or list is bad input there too, named with its host."""
     from remediate.errors import ConfigError
 
     unit = run_options_for(host, base).unit

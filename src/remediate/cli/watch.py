@@ -6,8 +6,9 @@ subcommand is reached as ``remediate watch run NAME``.
 
 from __future__ import annotations
 
-import getpass
 import json
+import os
+import pwd
 import signal
 import sys
 import threading
@@ -113,9 +114,25 @@ def run(**kw: Any) -> None:
         stop.wait(seconds)  # SIGTERM cuts the pause short
 
     try:
-        api_watch.watch(request, should_stop=stop.is_set, sleep=pause_between, on_round=on_round)
+        api_watch.watch(request, should_stop=stop.is_set, sleep=pause_between, on_round=on_round, warn=_warn)
     finally:
         sd_notify("STOPPING=1")
+
+
+def _warn(line: str) -> None:
+    click.echo(f"remediate: watch: {line}", err=True)
+
+
+def approver() -> str:
+    """Who answers an approval: the person behind sudo (``SUDO_USER``, believed only when this process is
+    root, as sudo sets it), else the account of the real uid — never ``$LOGNAME``/``$USER``, which anyone sets."""
+    sudo_user = os.environ.get("SUDO_USER")
+    if sudo_user and os.geteuid() == 0:
+        return sudo_user
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid with no passwd entry (a container): the number is who it is
+        return f"uid {os.getuid()}"
 
 
 @watch.command("status")
@@ -149,6 +166,8 @@ def status(as_json: bool, state_dir: str | None) -> None:
 def _status_lines(doc: dict[str, Any]) -> None:
     for host, state in doc["hosts"].items():
         click.echo(f"  {host}: {state}")
+    for host, why in doc.get("no_unit", {}).items():
+        click.echo(f"  {host}: nothing watched: {why}")
     for a in doc["pending_approvals"]:
         click.echo(f"  pending approval {a['id']} ({a['host']}): remediate watch approve {a['id']}")
     for i in doc["incidents"]:
@@ -168,7 +187,7 @@ def approve(approval_id: str, state_dir: str | None) -> None:
     """
     from remediate.api.watch import answer
 
-    answer(approval_id, approve=True, who=getpass.getuser(), directory=state_dir)
+    answer(approval_id, approve=True, who=approver(), directory=state_dir)
 
 
 @watch.command("deny")
@@ -184,7 +203,7 @@ def deny(approval_id: str, state_dir: str | None) -> None:
     """
     from remediate.api.watch import answer
 
-    answer(approval_id, approve=False, who=getpass.getuser(), directory=state_dir)
+    answer(approval_id, approve=False, who=approver(), directory=state_dir)
 
 
 @watch.command("pause")

@@ -14,6 +14,7 @@ from typing import Any
 
 from remediate.controller.state import append_line, read_state_file
 from remediate.core.unitfile.secrets import mask_secrets
+from remediate.models import HostResult
 
 AUDIT = "watch-audit.jsonl"
 
@@ -68,3 +69,18 @@ def read_audit(directory: Path) -> AuditRead:
 def read_events(directory: Path) -> list[dict[str, Any]]:
     """The audit log's events (:func:`read_audit`, the lines that do not parse skipped)."""
     return read_audit(directory).events
+
+
+def fix_change(result: HostResult) -> dict[str, Any]:
+    """What a fix changed, for its outcome record: the flags before → after (fraction, chunk…), the allocator
+    environment, the tokens, the backup (a result over several units lists each unit's)."""
+    if result.units:
+        return {"units": {str(u.unit): fix_change(u) for u in result.units}}
+    return {
+        "flags": {"before": result.flags_before, "after": result.flags_after},
+        "env": {"before": result.env_before, "after": result.env_after},
+        "tokens": result.max_total_num_tokens,
+        "target_tokens": result.target_tokens,
+        "backup": result.backup,
+        "changed": result.changed,
+    }

@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS crashes (host TEXT, unit TEXT, key TEXT, at REAL, see
     forgiven INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (host, unit, key));
 CREATE INDEX IF NOT EXISTS crashes_at ON crashes (at);
 CREATE TABLE IF NOT EXISTS approvals (id TEXT PRIMARY KEY, incident TEXT, host TEXT, created_at REAL,
-    status TEXT NOT NULL DEFAULT 'pending', who TEXT);
+    status TEXT NOT NULL DEFAULT 'pending', who TEXT, expires_at REAL);
 """
 
 
@@ -84,6 +84,9 @@ class WatchState:
         if columns and "key" not in columns:  # the first window's table (host, at): counted at detection
             self._db.execute("DROP TABLE crashes")
         self._db.executescript(_SCHEMA)
+        approvals = [r[1] for r in self._db.execute("PRAGMA table_info(approvals)")]
+        if "expires_at" not in approvals:  # an older state: its approvals never expire (NULL)
+            self._db.execute("ALTER TABLE approvals ADD COLUMN expires_at REAL")
         self._depth = 0
 
     def close(self) -> None:
@@ -153,13 +156,13 @@ class WatchState:
         self._set("breaker", None)
         self._db.execute("UPDATE crashes SET forgiven = 1")
 
-    def acting(self, incident: str) -> int | None:
-        """The pid of the watcher that started this incident's fix (kept until the incident is closed)."""
-        value = self._get(f"acting:{incident}")
-        return None if value is None else int(value)
+    def acting(self, incident: str) -> str | None:
+        """The instance id of the watcher that started this incident's fix (kept until the incident is
+        closed): a random id per watcher start, never a PID (as PID 1 of a container every watcher has the same)."""
+        return self._get(f"acting:{incident}")
 
-    def set_acting(self, incident: str, pid: int | None) -> None:
-        self._set(f"acting:{incident}", None if pid is None else str(pid))
+    def set_acting(self, incident: str, instance: str | None) -> None:
+        self._set(f"acting:{incident}", instance)
 
     # cursors and hosts -----------------------------------------------------------------------------------
     def cursor(self, host: str, unit: str) -> str | None:
@@ -254,24 +257,38 @@ class WatchState:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
-    def request_approval(self, approval_id: str, incident: str, host: str, at: float) -> None:
+    def request_approval(self, approval_id: str, incident: str, host: str, at: float, ttl_s: float) -> None:
         self._db.execute(
-            "INSERT OR IGNORE INTO approvals (id, incident, host, created_at) VALUES (?, ?, ?, ?)",
-            (approval_id, incident, host, at),
+            "INSERT OR IGNORE INTO approvals (id, incident, host, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+            (approval_id, incident, host, at, at + ttl_s),
         )
 
-    def answer(self, approval_id: str, *, approve: bool, who: str) -> None:
-        """``approve ID`` / ``deny ID``; ConfigError when no such approval is pending."""
+    def answer(self, approval_id: str, *, approve: bool, who: str, now: float) -> None:
+        """``approve ID`` / ``deny ID`` at ``now``; ConfigError when no such approval is pending, or it expired
+        (the watcher marks it ``expired`` at its next round; an answer after its time is refused meanwhile)."""
+        where = str(self.directory / DB)
+        row = self._db.execute("SELECT status, expires_at FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+        if row is not None and (row[0] == "expired" or (row[0] == "pending" and row[1] is not None and now > row[1])):
+            raise ConfigError(
+                f"approval {approval_id!r} expired (the policy's approval_ttl): nothing done", source=where
+            )
         status = "approved" if approve else "denied"
         cur = self._db.execute(
             "UPDATE approvals SET status = ?, who = ? WHERE id = ? AND status = 'pending'", (status, who, approval_id)
         )
         if cur.rowcount != 1:
-            raise ConfigError(f"no pending approval {approval_id!r}", source=str(self.directory / DB))
+            raise ConfigError(f"no pending approval {approval_id!r}", source=where)
 
     def approval(self, approval_id: str) -> tuple[str, str | None] | None:
         row = self._db.execute("SELECT status, who FROM approvals WHERE id = ?", (approval_id,)).fetchone()
         return None if row is None else (str(row[0]), row[1])
+
+    def approval_expires_at(self, approval_id: str) -> float | None:
+        row = self._db.execute("SELECT expires_at FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def expire_approval(self, approval_id: str) -> None:
+        self._db.execute("UPDATE approvals SET status = 'expired' WHERE id = ?", (approval_id,))
 
     def pending(self) -> list[tuple[str, str, str]]:
         rows = self._db.execute("SELECT id, incident, host FROM approvals WHERE status = 'pending' ORDER BY created_at")

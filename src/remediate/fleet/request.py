@@ -7,6 +7,7 @@ from typing import Any
 
 from remediate.core.bounds import check_options
 from remediate.core.units import normalise_unit_spec
+from remediate.fleet.inventory import HostEntry
 from remediate.transport.base import SSHOptions
 
 
@@ -35,6 +36,9 @@ class OomRequest:
     allow_raise: bool = False  # --auto --allow-raise: the plan may raise the fraction above the one that crashed
     observations: str | None = None  # the calibration log (None: the state dir's observations.jsonl)
     all_instances: bool = False  # --all-instances: change a template once, restart its running instances in turn
+    # The hosts themselves, as a caller already resolved them (the watcher: the host as it polled it, address
+    # and ssh settings included): ``targets`` are then only their names, never resolved or expanded again.
+    hosts: tuple[HostEntry, ...] = ()
 
     def __post_init__(self) -> None:
         """Every option checked as the command line checks it (core/bounds.py): the API and the Ansible modules

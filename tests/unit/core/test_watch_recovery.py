@@ -7,23 +7,37 @@ import pytest
 from remediate.core.watch.incident import backup_to_restore, recovered_outcome, recovery
 
 
+def test_the_instance_not_the_pid_tells_a_dead_watchers_fix() -> None:
+    """Two watchers as PID 1 of their containers: the same PID, other instances; the dead one's fix is recovered."""
+    assert recovery("1", "1", ("committed",)) == "none"  # what a PID key did: a restarted PID 1 never recovered
+    assert recovery("a3f0c2", "9b1e77", ("committed",)) == "recheck"
+
+
+@pytest.mark.parametrize(
+    "logged", [("committed", "restored"), ("committed", "remediated", "committed", "restored"), ("restored",)]
+)
+def test_a_persons_rollback_since_the_fix_is_never_redone(logged: tuple[str, ...]) -> None:
+    assert recovery("w41", "w42", logged) == "rolled_back_by_person"
+    assert recovered_outcome("rolled_back_by_person") == "rolled_back_by_person"
+
+
 def test_this_watchers_own_fix_is_left_alone() -> None:
-    assert recovery(41, 41, ()) == "none"
-    assert recovery(41, 41, ("committed",)) == "none"
+    assert recovery("w41", "w41", ()) == "none"
+    assert recovery("w41", "w41", ("committed",)) == "none"
 
 
 @pytest.mark.parametrize("end", ["rolled_back", "failed"])
 def test_a_logged_end_is_taken_as_it_is(end: str) -> None:
-    assert recovery(41, 42, ("committed", end)) == end
-    assert recovery(None, 42, (end,)) == end
+    assert recovery("w41", "w42", ("committed", end)) == end
+    assert recovery(None, "w42", (end,)) == end
 
 
 @pytest.mark.parametrize(
     "logged", [(), ("committed",), ("committed", "unknown"), ("committed", "remediated"), ("committed", "drift")]
 )
 def test_anything_else_is_rechecked_by_the_same_transaction(logged: tuple[str, ...]) -> None:
-    assert recovery(41, 42, logged) == "recheck"
-    assert recovery(None, 42, logged) == "recheck"
+    assert recovery("w41", "w42", logged) == "recheck"
+    assert recovery(None, "w42", logged) == "recheck"
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ class Unit:
 class Fleet:
     def __init__(self, names: list[str]) -> None:
         self.units = {n: Unit(n) for n in names}
-        self.entries = [HostEntry(name=n, address="127.0.0.1") for n in names]
+        self.entries = [HostEntry(name=n, address="127.0.0.1", settings={"unit": "sglang.service"}) for n in names]
 
     def connect(self, entry: HostEntry) -> FakeTransport:
         return FakeTransport(host=entry.name).on("systemctl show", self.units[entry.name].answer)

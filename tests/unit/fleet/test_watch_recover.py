@@ -24,7 +24,7 @@ def _left_remediating(directory: Path) -> None:
     state = WatchState(directory)
     state.save_history("h2", HostHistory(fixes=(NOW,)))
     state.save_incident(Incident("inc1", "h2", "sglang.service", NOW, NOW, 1, ("cuda_oom_runtime",)), "remediating")
-    state.set_acting("inc1", 999_999_999)
+    state.set_acting("inc1", "a-dead-watcher")
     state.close()
 
 
@@ -36,7 +36,7 @@ def _watcher(directory: Path, fixes: list[str], outcome: str) -> Watcher:
     def no_connect(entry: HostEntry) -> object:
         raise AssertionError("recovery needs no poll")
 
-    hosts = [HostEntry(name="h2", address="127.0.0.1")]
+    hosts = [HostEntry(name="h2", address="127.0.0.1", settings={"unit": "sglang.service"})]
     return Watcher(hosts, no_connect, lambda t, e: HostResult(host=e.name), fix, WatchState(directory), Policy())  # type: ignore[arg-type]
 
 
@@ -147,9 +147,9 @@ def test_a_fix_whose_host_state_is_unknown_is_rechecked_not_closed_failed(tmp_pa
     _log(txlog, "committed", "unknown")
     fixes: list[str] = []
     watcher = _watcher(tmp_path, fixes, "unchanged")
-    h = watcher._hosts["h2"]
+    h = watcher._hosts["h2 sglang.service"]
     watcher._finish(h, "inc1", NOW + 1, HostResult(host="h2", outcome="failed", error="whether ... is unknown"))
-    assert watcher.state.incidents()[0]["outcome"] == "remediating" and watcher.state.acting("inc1") == 0
+    assert watcher.state.incidents()[0]["outcome"] == "remediating" and watcher.state.acting("inc1") == "cut"
     assert not read_events(tmp_path), "no outcome yet"
     watcher._recover(NOW + 5)
     assert fixes == ["h2"]
@@ -164,5 +164,5 @@ def test_a_failed_fix_with_a_known_end_is_closed_failed(tmp_path: Path, txlog: P
     _left_remediating(tmp_path)
     _log(txlog, "committed", "failed")
     watcher = _watcher(tmp_path, [], "unchanged")
-    watcher._finish(watcher._hosts["h2"], "inc1", NOW + 1, HostResult(host="h2", outcome="failed"))
+    watcher._finish(watcher._hosts["h2 sglang.service"], "inc1", NOW + 1, HostResult(host="h2", outcome="failed"))
     assert watcher.state.incidents()[0]["outcome"] == "failed"

@@ -54,7 +54,7 @@ class _Killed(BaseException):
 
 
 def _watcher(directory: Path, host: _Host, diagnose: object) -> Watcher:
-    entry = HostEntry(name="h1", address="127.0.0.1")
+    entry = HostEntry(name="h1", address="127.0.0.1", settings={"unit": "sglang.service"})
     policy = Policy(fixed_kinds=frozenset({"cuda_oom_runtime"}))
     return Watcher([entry], lambda e: host, diagnose, lambda e: HostResult(host=e.name), WatchState(directory),  # type: ignore[arg-type]
                    policy)  # fmt: skip

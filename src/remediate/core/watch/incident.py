@@ -79,6 +79,19 @@ def note_fix(history: HostHistory, at: float) -> HostHistory:
     return replace(history, fixes=(*history.fixes, at))
 
 
+def clamp_future(history: HostHistory, now: float) -> tuple[HostHistory, tuple[float, ...]]:
+    """The history with every time past ``now`` brought back to ``now``, and the times so clamped. A fix
+    stamped in the future (written by a run whose clock was ahead, or before the clock was stepped back)
+    would otherwise be outside every window — no cooldown, not counted against the cap — until the clock
+    caught up with it; clamped, it is the most recent fix, which errs on the side of the rails."""
+    future = tuple(t for t in history.fixes if t > now)
+    if not future and history.count_from <= now and (history.healthy_since or 0.0) <= now:
+        return history, ()
+    fixes = tuple(min(t, now) for t in history.fixes)
+    healthy = None if history.healthy_since is None else min(history.healthy_since, now)
+    return replace(history, fixes=fixes, count_from=min(history.count_from, now), healthy_since=healthy), future
+
+
 def counted_fixes(history: HostHistory, now: float) -> int:
     """Fixes that count against the daily cap at ``now``."""
     start = max(now - DAY_S, history.count_from)
@@ -94,18 +107,26 @@ _RECHECKED = {
     "remediated": "remediated",
     "drift": "remediated",
     "rolled_back": "rolled_back",
+    "rolled_back_by_person": "rolled_back_by_person",
 }
+ROLLED_BACK_BY_PERSON = "rolled_back_by_person"
+_RESTORED = "restored"  # a `rollback` transaction's success (host/restore.py): a person undid the change
 
 
-def recovery(acting_pid: int | None, my_pid: int, logged: tuple[str, ...]) -> str:
-    """How to resolve an incident left ``remediating``: ``"none"`` (this process is acting on it),
-    ``"rolled_back"`` / ``"failed"`` (the attempt's transaction logged that end: taken as it is), or
-    ``"recheck"`` (committed, succeeded, unknown or never logged: run the same one-host `oom` transaction
-    again, which is idempotent — a finished healthy change is ``unchanged``, a changed unit whose server was
-    not restarted is ``drift`` and is restarted and verified, a server that does not come up is undone).
-    ``logged`` is the host's transaction events since the fix started, oldest first."""
-    if acting_pid == my_pid:
+def recovery(acting: str | None, me: str, logged: tuple[str, ...]) -> str:
+    """How to resolve an incident left ``remediating``: ``"none"`` (this watcher instance is acting on it),
+    ``"rolled_back_by_person"`` (a `rollback` of the unit was logged after the fix started: a person undid it,
+    and it is never made again behind their back), ``"rolled_back"`` / ``"failed"`` (the attempt's transaction
+    logged that end: taken as it is), or ``"recheck"`` (committed, succeeded, unknown or never logged: run the
+    same one-host `oom` transaction again, which is idempotent — a finished healthy change is ``unchanged``, a
+    changed unit whose server was not restarted is ``drift`` and is restarted and verified, a server that
+    does not come up is undone). ``acting`` is the instance id the fix's watcher wrote with it (``me``: this
+    watcher's, random per start: a PID is no identity, every watcher of a container is PID 1); ``logged`` is
+    the unit's transaction events since the fix started, oldest first."""
+    if acting == me:
         return "none"
+    if _RESTORED in logged:
+        return ROLLED_BACK_BY_PERSON
     return _FINAL.get(logged[-1], "recheck") if logged else "recheck"
 
 

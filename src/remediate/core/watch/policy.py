@@ -15,6 +15,8 @@ the file, the line and the key, the way the inventory's do. Defaults, and the ra
 - ``lookback: 1h`` — how far back the first poll reads when there is no saved cursor.
 - ``fold_window: 10m`` — a crash this soon after the last one of an open incident joins it (one crash loop).
 - ``approval: false`` — when true, a decided fix waits for ``approve ID``.
+- ``approval_ttl: 1h`` — an approval (asked for, or given and waiting for the rails) older than this expires:
+  the host it was asked about may be another story by then (StackStorm ``core.ask``'s ``ttl``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ _TOP = (
     "lookback",
     "fold_window",
     "approval",
+    "approval_ttl",
 )
 
 
@@ -61,6 +64,7 @@ class Policy:
     lookback_s: float = 3600.0
     fold_window_s: float = 600.0
     approval: bool = False
+    approval_ttl_s: float = 3600.0
 
     @property
     def breaker_keep_s(self) -> float:
@@ -100,7 +104,7 @@ def parse_policy(data: Any, *, source: str | None = None, lines: Mapping[str, in
             values.update(_fix(value, where))
         elif key == "breaker":
             values.update(_breaker(value, where))
-        elif key in ("cooldown", "healthy_period", "lookback", "fold_window"):
+        elif key in ("cooldown", "healthy_period", "lookback", "fold_window", "approval_ttl"):
             values[f"{key}_s"] = where.wrap(key, parse_duration, value, key)
         elif key in ("cap_per_day", "concurrency"):
             values[key] = _positive_int(value, key, where)

@@ -15,7 +15,7 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from remediate.controller.watch_audit import append_event
+from remediate.controller.watch_audit import append_event, fix_change
 from remediate.controller.watch_state import WatchState
 from remediate.core.watch.decide import Decision, FleetView, breaker_crossing, decide
 from remediate.core.watch.detect import CrashTime, Observation, crash_reason, crash_times
@@ -33,14 +33,15 @@ from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.follow import Follower
 from remediate.fleet.watch.metrics import WatchMetrics
+from remediate.fleet.watch.rails import answered, history_at
 from remediate.fleet.watch.recover import is_state_unknown, recover
-from remediate.host.watch import poll_unit
+from remediate.fleet.watch.units import discover, fixing, host_key, no_unit, unit_back
+from remediate.host.watch import UnitMissing, poll_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
-DEFAULT_UNIT = "sglang.service"
 MAX_BACKOFF_S = 300.0
-CUT_PID = 0  # the `acting` pid of a fix whose connection was cut before its commit: the recovery re-runs it
+CUT = "cut"  # the `acting` instance of a fix whose connection was cut before its commit: the recovery re-runs it
 FOLLOWED_POLL_S = 300.0  # a followed host's safety poll (its journal wakes it at once otherwise)
 REDECIDED = ("report", "wait")  # an open incident in these is decided again when a crash folds into it
 
@@ -51,8 +52,8 @@ Undo = Callable[[HostEntry, str], HostResult]  # restore this backup on the host
 
 @dataclass
 class _Host:
-    entry: HostEntry
-    unit: str
+    entry: HostEntry  # as polled: its address and ssh settings, its ``unit`` setting the unit watched
+    unit: str  # "" until the host's first connection found its engine unit(s) (no unit named)
     transport: Transport | None = None
     previous: Observation | None = None
     state: str = "unknown"
@@ -63,6 +64,11 @@ class _Host:
     crash_cursor: str | None = None  # the journal past a crash: saved with its decision, not before
     crashes: tuple[CrashTime, ...] = ()  # the crashes the last poll found, each with its own time and key
     counted: list[dict[str, object]] = field(default_factory=list)  # the same, as the audit says them
+    no_unit: str | None = None  # why no unit is watched here (none found, or the named one does not exist)
+
+    @property
+    def key(self) -> str:
+        return host_key(self.entry.name, self.unit)
 
 
 @dataclass
@@ -79,16 +85,19 @@ class Watcher:
     notify: Callable[[dict[str, Any]], None] | None = None
     metrics: WatchMetrics | None = None
     undo: Undo | None = None
-    _hosts: dict[str, _Host] = field(default_factory=dict)
-    _running: dict[str, tuple[Future[HostResult], str]] = field(default_factory=dict)  # host → (fix, incident)
+    warn: Callable[[str], None] | None = None  # one line for a person (stderr): a host with no unit to watch
+    _hosts: dict[str, _Host] = field(default_factory=dict)  # host_key(host, unit) → the watched unit
+    _running: dict[str, tuple[Future[HostResult], str]] = field(default_factory=dict)  # key → (fix, incident)
     _pool: ThreadPoolExecutor | None = None
     follow: bool = False  # follow each host's journal (fleet/watch/follow.py); the poll stays the fallback
     _woken: set[str] = field(default_factory=set)
     _wake: threading.Condition = field(default_factory=threading.Condition)
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # this watcher's start: written with `acting`
+    _approval_waits: dict[str, str] = field(default_factory=dict)  # incident → why its approved fix waits
 
     def __post_init__(self) -> None:
-        for entry in self.hosts:
-            self._hosts[entry.name] = _Host(entry, str(entry.settings.get("unit") or DEFAULT_UNIT))
+        hosts = (_Host(e, str(e.settings.get("unit") or "")) for e in self.hosts)  # "": found at its first look
+        self._hosts.update((h.key, h) for h in hosts)
 
     def host_states(self) -> dict[str, str]:
         return {name: h.state for name, h in self._hosts.items()}
@@ -120,7 +129,9 @@ class Watcher:
         crash — exited, failed, restart scheduled — are read by one poll); True when woken."""
 
         def due() -> bool:  # a woken host being fixed or backing off waits for its turn: no spinning rounds
-            return any(n not in self._running and self._hosts[n].retry_at <= time.time() for n in self._woken)
+            return any(
+                not fixing(self, n.split(" ")[0]) and self._hosts[n].retry_at <= time.time() for n in self._woken
+            )
 
         with self._wake:
             if not self._wake.wait_for(due, timeout):
@@ -149,6 +160,7 @@ class Watcher:
         """One poll of every host, then the decisions; pending approvals answered since are acted on.
         First, a fix a dead watcher left ``remediating`` is resolved (read back, re-checked, never redone),
         and the fixes running in parallel that ended since are recorded."""
+        discover(self, now)  # first: a dead watcher's fix is recovered on the unit found (keyed by host and unit)
         self._recover(now)
         self._reap(now)
         crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
@@ -187,11 +199,11 @@ class Watcher:
     # -- one host ------------------------------------------------------------------------------------
     def _poll(self, h: _Host, now: float) -> str | None:
         """The host's poll; the reason of a new crash, else None."""
-        if now < h.retry_at or h.entry.name in self._running:  # a host being fixed is not polled meanwhile
+        if not h.unit or now < h.retry_at or fixing(self, h.entry.name):  # a host being fixed is not polled
             return None
         with self._wake:
-            is_woken = h.entry.name in self._woken
-            self._woken.discard(h.entry.name)
+            is_woken = h.key in self._woken
+            self._woken.discard(h.key)
         # A followed host is polled when its journal says something, else only as a safety net.
         if h.follower is not None and h.follower.is_following and not is_woken and now - h.polled_at < FOLLOWED_POLL_S:
             return None
@@ -203,6 +215,9 @@ class Watcher:
         poll = poll_unit(h.transport, h.unit, cursor, None if cursor else now - self.policy.lookback_s)
         if self.metrics is not None:
             self.metrics.poll.observe(time.monotonic() - started)
+        if isinstance(poll, UnitMissing):  # never polled as a unit that does not exist (it would read inactive)
+            no_unit(self, h, now, f"unit {h.unit} not found (LoadState={poll.load_state})")
+            return None
         if poll is None:  # unreachable: never a crash; reconnect later, backing off (capped)
             if h.follower is not None:
                 h.follower.ask_stop()
@@ -216,8 +231,9 @@ class Watcher:
             h.state = "unreachable"
             return None
         h.failures = 0
+        unit_back(self, h, now)
         if self.follow and h.follower is None:
-            h.follower = Follower(h.transport, h.unit, h.entry.name, self.woken)
+            h.follower = Follower(h.transport, h.unit, h.key, self.woken)  # it wakes its unit (a host runs several)
             h.follower.start()
         reason = crash_reason(h.previous, poll)
         h.crashes = crash_times(h.previous, poll, max(now, time.time()), self.policy.lookback_s) if reason else ()
@@ -272,7 +288,7 @@ class Watcher:
         """Inside the caller's transaction: the rails' decision for the incident, and its state saved. A
         re-decision (``before``: the outcome it had) that changes nothing is None (the crash just folds)."""
         name = h.entry.name
-        history = self.state.history(name)
+        history = history_at(self, name, now)
         fleet = self.fleet_view(now)
         decision = decide(incident.kinds, history, fleet, self.policy, now)
         if before is not None and decision.verdict in ("report", "wait"):
@@ -284,7 +300,7 @@ class Watcher:
             self.state.save_history(name, replace(history, is_needs_human=True))
             h.state = "needs_human"
         if decision.verdict == "wait_approval":
-            self.state.request_approval(incident.id, incident.id, name, now)
+            self.state.request_approval(incident.id, incident.id, name, now, self.policy.approval_ttl_s)
         self.state.save_incident(incident, "remediating" if decision.verdict == "act" else decision.verdict)
         return decision
 
@@ -309,8 +325,8 @@ class Watcher:
         """Incidents that waited for a free slot (the fleet-wide concurrency) decided again, oldest first."""
         rows = [r for r in self.state.incidents(limit=50) if r["outcome"] == "wait" and not r["closed"]]
         for row in reversed(rows):
-            h = self._hosts.get(str(row["host"]))
-            if h is None or h.entry.name in self._running or len(self._running) >= self.policy.concurrency:
+            h = self._hosts.get(host_key(str(row["host"]), str(row["unit"])))
+            if h is None or fixing(self, h.entry.name) or len(self._running) >= self.policy.concurrency:
                 continue
             with self.state.transaction():
                 incident = self.state.open_incident(h.entry.name, h.unit)
@@ -329,9 +345,10 @@ class Watcher:
         h.state = "remediating"
         with self.state.transaction():
             self.state.save_history(name, note_fix(self.state.history(name), now))  # a rolled-back fix counts too
-            self.state.set_acting(incident_id, os.getpid())  # a watcher restarted after this one died reads it
+            self.state.set_acting(incident_id, self.instance)  # a watcher restarted after this one died reads it
             self.state.save_incident_outcome(incident_id, "remediating")
-        self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by, pid=os.getpid())
+        self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by,
+                   pid=os.getpid(), instance=self.instance)  # fmt: skip
         if self.policy.concurrency == 1:  # kured's one-at-a-time: the round waits for the fix
             self._finish(h, incident_id, now, self._run_fix(h))
             return
@@ -340,18 +357,18 @@ class Watcher:
         # Only the fix runs on the pool's thread: every state write and event stays on the loop's.
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.policy.concurrency, thread_name_prefix="watch-fix")
-        self._running[name] = (self._pool.submit(self._run_fix, h), incident_id)
+        self._running[h.key] = (self._pool.submit(self._run_fix, h), incident_id)
 
     def _reap(self, now: float, *, wait: float = 0.0, every: bool = False) -> None:
         """Record the parallel fixes that ended; ``wait``: seconds to wait for one (``every``: for all)."""
         if not self._running:
             return
-        futures = {future: name for name, (future, _) in self._running.items()}
+        futures = {future: key for key, (future, _) in self._running.items()}
         done, _ = futures_wait(futures, timeout=wait, return_when=ALL_COMPLETED if every else FIRST_COMPLETED)
         for future in done:
-            name = futures[future]
-            _, incident_id = self._running.pop(name)
-            self._finish(self._hosts[name], incident_id, now, future.result())
+            key = futures[future]
+            _, incident_id = self._running.pop(key)
+            self._finish(self._hosts[key], incident_id, now, future.result())
 
     def _run_fix(self, h: _Host) -> HostResult:
         try:
@@ -362,10 +379,10 @@ class Watcher:
     def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
         """The incident's outcome event and close; ``recheck``: what a recovery's re-run found. A fix whose
         connection was cut before its commit, or after it for good (the host's state unknown), stays
-        ``remediating`` (acting ``CUT_PID``): the next round's recovery runs the same fix again, counted once."""
+        ``remediating`` (acting ``CUT``): the next round's recovery runs the same fix again, counted once."""
         if recheck is None and (result.outcome == "unreachable" or is_state_unknown(result)):
             with self.state.transaction():
-                self.state.set_acting(incident_id, CUT_PID)
+                self.state.set_acting(incident_id, CUT)
             h.previous = None
             return
         outcome = result.outcome if recheck is None else recovered_outcome(result.outcome)
@@ -376,8 +393,7 @@ class Watcher:
             unit=h.unit,
             incident=incident_id,
             outcome=outcome,
-            flags=getattr(result, "flags", None),
-            tokens=getattr(result, "max_total_num_tokens", None),
+            **fix_change(result),
             error=result.error,
             **({} if recheck is None else {"recheck": recheck}),
         )
@@ -397,23 +413,7 @@ class Watcher:
             self.state.set_acting(incident_id, None)
 
     def _answered(self, now: float) -> None:
-        for row in self.state.incidents(limit=50):
-            if row["outcome"] != "wait_approval" or row["closed"]:
-                continue
-            answer = self.state.approval(str(row["id"]))
-            if answer is None or answer[0] == "pending":
-                continue
-            h = self._hosts.get(str(row["host"]))
-            busy = len(self._running) >= self.policy.concurrency
-            if h is None or h.entry.name in self._running or busy:  # never two fixes on one host; a free slot
-                continue
-            if answer[0] == "denied":
-                self.event("outcome", now, host=h.entry.name, incident=row["id"], outcome="denied", by=answer[1])
-                self._close(str(row["id"]), h.entry.name, h.unit, "denied")
-            else:
-                if h.transport is None:
-                    h.transport = self.connect(h.entry)
-                self._act(h, str(row["id"]), now, approved_by=answer[1])
+        answered(self, now)  # fleet/watch/rails.py
 
 
 def _new_id() -> str:

@@ -3,13 +3,13 @@ by the same one-host `oom` run again (idempotent), never a second fix counted.""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from remediate.controller.transactions import read_transactions
-from remediate.core.watch.incident import backup_to_restore, note_fix, recovery
+from remediate.core.watch.incident import ROLLED_BACK_BY_PERSON, backup_to_restore, note_fix, recovery
 from remediate.errors import RemediateError
+from remediate.fleet.watch.units import host_key
 from remediate.models import HostResult
 
 if TYPE_CHECKING:
@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 
 
 def recover(w: Watcher, now: float) -> None:
-    """Resolve the incidents a dead watcher left ``remediating`` (the state's flock says it is gone):
-    the attempt's end as the transaction log has it, else the same one-host `oom` run again. The
+    """Resolve the incidents a dead watcher left ``remediating`` (the state's flock says it is gone: any
+    ``acting`` instance but this watcher's own is a dead one's, whatever its PID was): the attempt's end as
+    the transaction log has it, else the same one-host `oom` run again — never after a person's `rollback`
+    of the unit since the fix started (closed ``rolled_back_by_person``, nothing run). The
     original fix was counted against the cap when it started: this counts nothing more. A ``--dry-run``
     watcher never acts: it leaves them for a real one."""
     if w.dry_run:
@@ -26,18 +28,18 @@ def recover(w: Watcher, now: float) -> None:
     for row in w.state.incidents(limit=50):
         if row["outcome"] != "remediating" or row["closed"]:
             continue
-        h = w._hosts.get(str(row["host"]))
+        h = w._hosts.get(host_key(str(row["host"]), str(row["unit"])))
         if h is None:  # not among this watcher's targets: left for the watcher that has it
             continue
         incident_id = str(row["id"])
         acting = w.state.acting(incident_id)
         since = float(row["last_at"])  # type: ignore[arg-type]
-        records = read_transactions(h.entry.name, since)
+        records = [r for r in read_transactions(h.entry.name, since) if r.get("unit") in (None, h.unit)]
         logged = tuple(str(r.get("event")) for r in records)
-        step = recovery(acting, os.getpid(), logged)
+        step = recovery(acting, w.instance, logged)
         if step == "none":
             continue
-        w.event("recovered", now, host=h.entry.name, unit=h.unit, incident=incident_id, pid=acting,
+        w.event("recovered", now, host=h.entry.name, unit=h.unit, incident=incident_id, acting=acting,
                logged=list(logged), step=step)  # fmt: skip
         if step == "recheck":
             h.state = "remediating"
@@ -52,6 +54,11 @@ def recover(w: Watcher, now: float) -> None:
                 w.event("undo", now, host=h.entry.name, unit=h.unit, incident=incident_id, backup=backup,
                        recheck=result.outcome, error=result.error)  # fmt: skip
                 result = _run_undo(w, h, backup)
+        elif step == ROLLED_BACK_BY_PERSON:
+            result = HostResult(
+                host=h.entry.name, outcome=step, error="a person rolled the unit back since: not redone"
+            )
+            recheck = "none"
         else:
             result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")
             recheck = "none"
