@@ -129,9 +129,9 @@ def test_the_ansible_modules_fail_each_task_with_the_same_line(tmp_path: Path) -
     task failed with the CLI's line, and the state directory never created (nothing read, nothing written)."""
     collections = tmp_path / "collections"
     (collections / "ansible_collections" / "remediate").mkdir(parents=True)
-    (collections / "ansible_collections" / "remediate" / "sglang").symlink_to(ROOT / "ansible")
+    (collections / "ansible_collections" / "remediate" / "serving").symlink_to(ROOT / "ansible")
     tasks: list[dict[str, Any]] = [
-        {f"remediate.sglang.{name}": args, "ignore_errors": True, "register": f"r{i}"}
+        {f"remediate.serving.{name}": args, "ignore_errors": True, "register": f"r{i}"}
         for i, (_, _, (name, args), _) in enumerate(CASES)
     ]
     each = ", ".join(f"r{i}" for i in range(len(CASES)))
