@@ -8,16 +8,18 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port
-from tests.unit.fleet.test_watch_webhook import _Receiver
-from tests.unit.fleet.test_watch_webhook import receiver as receiver  # noqa: F401 - the fixture, shared
 
 from .conftest import FAST_KNOBS, UNIT_PATH, CliRun, Node, poll, remediate_argv, run_cli
 from .test_rollout import write_inventory
+
+if TYPE_CHECKING:
+    from tests.conftest import Hook
 
 pytestmark = pytest.mark.e2e
 CHANGING = ("daemon-reload", "reset-failed", "restart", "start", "stop")
@@ -81,16 +83,16 @@ def test_crash_on_host_2_is_fixed_there_only(fleet4, tmp_path: Path) -> None:
     assert nodes[1].generate(32768, 3).status == 200
 
 
-def test_three_of_four_trip_the_breaker_and_nothing_changes(fleet4, tmp_path: Path, receiver: str) -> None:
+def test_three_of_four_trip_the_breaker_and_nothing_changes(fleet4, tmp_path: Path, hook: Hook) -> None:
     nodes, inventory = fleet4
     assert _watch(tmp_path, inventory, "all").returncode == 0
     units = [n.bytes(UNIT_PATH) for n in nodes]
     with ThreadPoolExecutor(max_workers=3) as pool:
         list(pool.map(_crash, nodes[:3]))
-    run = _watch(tmp_path, inventory, "all", "--webhook", receiver)
+    run = _watch(tmp_path, inventory, "all", "--webhook", hook.url)
     assert run.returncode == 0, run
     events = _events(tmp_path)
-    notified = [b["event"] for b in _Receiver.bodies]
+    notified = [b["event"] for b in hook.bodies]
     assert any(e["event"] == "breaker" and "3 of 4" in e["reason"] for e in notified), notified  # type: ignore[index]
     assert not [e for e in events if e["event"] == "acted"], "nothing acted with the breaker open"
     breaker = [e for e in events if e["event"] == "breaker"]

@@ -25,3 +25,12 @@ def inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "inventory.yaml"
     path.write_text(yaml.safe_dump({"hosts": {name: {"address": f"192.0.2.{i + 1}"} for i, name in enumerate(NAMES)}}))
     return path
+
+
+@pytest.fixture
+def txlog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The controller's transactions.jsonl in a fresh state directory of this test's own."""
+    controller = tmp_path / "controller"
+    controller.mkdir()
+    monkeypatch.setenv("REMEDIATE_STATE_DIR", str(controller))
+    return controller / "transactions.jsonl"

@@ -5,12 +5,8 @@ the incident id."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -25,6 +21,9 @@ from remediate.fleet.watch.webhook import post_event
 from remediate.models import HostResult
 from tests.unit.fleet.test_watch_loop import NOW, Fleet
 
+if TYPE_CHECKING:
+    from tests.conftest import Hook
+
 RECOMMENDATION = {
     "kind": "cuda_oom_runtime",
     "mem_fraction_static": 0.93,
@@ -37,32 +36,6 @@ RECOMMENDATION = {
 }
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    bodies: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        type(self).bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        return
-
-
-@pytest.fixture
-def receiver() -> Iterator[str]:
-    _Receiver.bodies = []
-    server = HTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/endpoint"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
 def _diagnose(engine: str, recommendation: dict[str, Any] | None) -> Any:
     def diagnose(transport: object, entry: HostEntry) -> HostResult:
         extra: dict[str, Any] = {"engine": engine, "findings": [{"kind": "cuda_oom_runtime"}]}
@@ -73,7 +46,7 @@ def _diagnose(engine: str, recommendation: dict[str, Any] | None) -> Any:
     return diagnose
 
 
-def test_report_only_posts_each_decision_with_what_eda_needs_and_never_acts(receiver: str, tmp_path: Path) -> None:
+def test_report_only_posts_each_decision_with_what_eda_needs_and_never_acts(hook: Hook, tmp_path: Path) -> None:
     fleet = Fleet(["h1", "h2"])
     fixed: list[str] = []
 
@@ -84,7 +57,7 @@ def test_report_only_posts_each_decision_with_what_eda_needs_and_never_acts(rece
     context = DecisionContext()  # as api/watch.py wires it
     watcher = Watcher(fleet.entries, fleet.connect, context.diagnose(_diagnose("vllm", RECOMMENDATION)), fix,
                       WatchState(tmp_path), Policy(), dry_run=True,
-                      notify=context.notify(lambda event: post_event(receiver, event)))  # fmt: skip
+                      notify=context.notify(lambda event: post_event(hook.url, event)))  # fmt: skip
     watcher.round(NOW)
     fleet.units["h1"].crash(NOW + 5)
     watcher.round(NOW + 10)
@@ -92,7 +65,7 @@ def test_report_only_posts_each_decision_with_what_eda_needs_and_never_acts(rece
     watcher.state.close()
 
     assert fixed == [], "report-only: the watcher never acts"
-    (decided,) = [b["event"] for b in _Receiver.bodies if b["event"]["event"] == "decided"]
+    (decided,) = [b["event"] for b in hook.bodies if b["event"]["event"] == "decided"]
     assert {k: decided[k] for k in ("host", "unit", "verdict", "dry_run", "engine", "kinds")} == {
         "host": "h1",
         "unit": "sglang.service",

@@ -40,14 +40,6 @@ def _watcher(directory: Path, fixes: list[str], outcome: str) -> Watcher:
     return Watcher(hosts, no_connect, lambda t, e: HostResult(host=e.name), fix, WatchState(directory), Policy())  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def txlog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    controller = tmp_path / "controller"
-    controller.mkdir()
-    monkeypatch.setenv("REMEDIATE_STATE_DIR", str(controller))
-    return controller / "transactions.jsonl"
-
-
 def _log(path: Path, *events: str) -> None:
     stamp = "2027-01-15T08:00:00Z"  # NOW
     path.write_text("".join(json.dumps({"time": stamp, "host": "h2", "event": e}) + "\n" for e in events))

@@ -179,14 +179,6 @@ def test_a_dead_watchers_fix_is_recovered_though_its_pid_is_this_ones(tmp_path: 
     second.state.close()
 
 
-@pytest.fixture
-def txlog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    controller = tmp_path / "controller"
-    controller.mkdir()
-    monkeypatch.setenv("REMEDIATE_STATE_DIR", str(controller))
-    return controller / "transactions.jsonl"
-
-
 def test_a_fix_a_person_rolled_back_since_is_never_redone(tmp_path: Path, txlog: Path) -> None:
     state = WatchState(tmp_path)
     from remediate.core.watch.incident import Incident
