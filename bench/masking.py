@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from remediate.core.bench.sweep import mask_info  # noqa: E402
 from remediate.core.unitfile.secrets import mask_secrets  # noqa: E402
-from remediate.host.diagnose import masked  # noqa: E402
+from remediate.host.diagnose.diagnose import masked  # noqa: E402
 
 EXEC = 'bash -c "HF_TOKEN=hf_x exec python3 -m sglang.launch_server --api-key sk-1 --mem-fraction-static 0.94" '
 # A decode-batch line as sglang logs it (prose, numbers, no secret): the common case.

@@ -177,8 +177,8 @@ class FakeTransport:
                 reply = rule.replies.popleft() if len(rule.replies) > 1 else rule.replies[0]
                 return _as_result(reply, command, stdin)
         if stdin and stdin.startswith(ENVIRON_SCRIPT):
-            # host/environ.py's read of the server's environment, unless a test scripts it (``on("environ", …)``):
-            # "no main process", so the environment is not checked.
+            # host/common/environ.py's read of the server's environment, unless a test scripts it
+            # (``on("environ", …)``): "no main process", so the environment is not checked.
             return CommandResult(command, 0, "@@main 0\n", "")
         if command.startswith(LISTENER_SCRIPT):  # unscripted: the unit holds its port
             port = re.search(r"^port=(\d+)$", command, re.MULTILINE)

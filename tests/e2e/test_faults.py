@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from remediate.host import runner
-from remediate.host.options import RunOptions
+from remediate.host.common.options import RunOptions
+from remediate.host.oom import runner
 from remediate.models import CommandResult
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport

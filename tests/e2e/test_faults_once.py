@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from remediate.host.probe import probe_script
+from remediate.host.common.probe import probe_script
 from remediate.transport import channels, ssh
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport

@@ -8,7 +8,7 @@ from .conftest import UNIT_PATH, Node
 
 pytestmark = pytest.mark.e2e
 
-LOCK_DIR = "/run/remediate"  # host/lock.py LOCK_DIR: the lock, the commit lock and commit logs live here
+LOCK_DIR = "/run/remediate"  # host/common/lock.py LOCK_DIR: the lock, the commit lock and commit logs live here
 
 
 def _untouched(node: Node, sha: str) -> None:

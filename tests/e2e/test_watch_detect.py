@@ -9,7 +9,7 @@ import pytest
 
 from remediate.core.watch.detect import crash_reason
 from remediate.core.watch.follow import FOLLOWING, follow_command, is_told
-from remediate.host.watch import poll_unit
+from remediate.host.watch.poll import poll_unit
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
 

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from remediate.core.budget.pool import BudgetModel, Measured, calibrate, model_from_server
+from remediate.core.capacity.pool import BudgetModel, Measured, calibrate, model_from_server
 from remediate.core.startup import parse_startup
 
 STANDIN = Path(__file__).resolve().parents[2] / "sandbox" / "standin"

@@ -4,7 +4,7 @@
 
     faces       cli/ (click; render/ rich) · api/               may import every layer below
     fleet/      inventory, settings, rollout, request           not the faces
-    host/       one host's transaction, health, restore, ...    not fleet/, not the faces
+    host/       one host: a package per feature, common/ shared  not fleet/, not the faces
     transport/  base.py, ssh.py (the only fabric/paramiko)      core, errors, models only
     controller/ the controller's own files (state dir, logs)    core, errors, models only (transport's floor)
     core/       PURE: unitfile/, probe.py, backups.py           core, errors, models + pure stdlib only
@@ -46,8 +46,13 @@ CLI_MODULES = {
     "remediate.cli",
     "remediate.cli.app",
     "remediate.cli.options",
-    "remediate.cli.change",
-    "remediate.cli.read",
+    "remediate.cli.edit",
+    "remediate.cli.oom",
+    "remediate.cli.rollback",
+    "remediate.cli.status",
+    "remediate.cli.diagnose",
+    "remediate.cli.plan",
+    "remediate.cli.bench",
     "remediate.cli.watch",
     "remediate.cli.flags",
     *RENDERERS,
@@ -61,7 +66,7 @@ THIRD_PARTY_HOMES = {
     "fabric": {"remediate.transport.ssh"},
     "paramiko": {"remediate.transport.ssh", "remediate.transport.ssh_errors", "remediate.transport.ssh_security"},
     "invoke": {"remediate.transport.ssh"},
-    "jinja2": {"remediate.host.templates"},
+    "jinja2": {"remediate.host.common.templates"},
     "prometheus_client": {"remediate.fleet.watch.metrics"},
 }
 # The concrete SSH transport is chosen once, by the API's default factory; everything else sees the Protocol.
@@ -183,7 +188,7 @@ def test_the_tree_has_its_layers() -> None:
     layers = {layer_of(m) for m in MODULES}
     assert layers == set(RANK)
     assert {"remediate.core.unitfile.edit", "remediate.core.probe", "remediate.core.backups"} <= set(MODULES)
-    assert {"remediate.host.runner", "remediate.host.transaction", "remediate.fleet.rollout"} <= set(MODULES)
+    assert {"remediate.host.oom.runner", "remediate.host.common.transaction", "remediate.fleet.rollout"} <= set(MODULES)
     assert {"remediate.controller.state", "remediate.controller.transactions"} <= set(MODULES)
 
 
@@ -211,8 +216,8 @@ KNOWN = set(MODULES)
 @pytest.mark.parametrize(
     "source",
     [
-        "from remediate.host import runner",
-        "from remediate.host.health import wait_healthy",
+        "from remediate.host.oom import runner",
+        "from remediate.host.common.health import wait_healthy",
         "import remediate.fleet.rollout",
         "from remediate.transport.base import Transport",
         "from remediate import api",
@@ -227,7 +232,7 @@ KNOWN = set(MODULES)
         "import time",
         "from pathlib import Path",
         "def f():\n    import subprocess\n",
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from remediate.host.options import RunOptions\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from remediate.host.common.options import RunOptions",
         "from datetime import datetime\nSTAMP = datetime.now()\n",
         "def f(p):\n    return open(p).read()\n",
         "def f(p):\n    return p.read_text()\n",
@@ -240,15 +245,15 @@ def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("remediate.host.runner", "from remediate.fleet.settings import run_options_for"),
-        ("remediate.host.runner", "from remediate import api"),
-        ("remediate.host.runner", "from remediate.transport.ssh import SSHTransport"),
-        ("remediate.host.runner", "import click"),
+        ("remediate.host.oom.runner", "from remediate.fleet.settings import run_options_for"),
+        ("remediate.host.oom.runner", "from remediate import api"),
+        ("remediate.host.oom.runner", "from remediate.transport.ssh import SSHTransport"),
+        ("remediate.host.oom.runner", "import click"),
         ("remediate.fleet.rollout", "from remediate.cli import cli"),
         ("remediate.fleet.rollout", "from remediate.api import status"),
-        ("remediate.transport.base", "from remediate.host.probe import probe"),
-        ("remediate.transport.ssh", "from ..host import runner"),
-        ("remediate.controller.state", "from remediate.host.runner import remediate_host"),
+        ("remediate.transport.base", "from remediate.host.common.probe import probe"),
+        ("remediate.transport.ssh", "from ..host.oom import runner"),
+        ("remediate.controller.state", "from remediate.host.oom.runner import remediate_host"),
         ("remediate.controller.retry", "from remediate.fleet.inventory import Inventory"),
         ("remediate.controller.state", "from remediate.transport.base import Transport"),
         ("remediate.controller.state", "from remediate import api"),
@@ -261,14 +266,14 @@ def test_checker_catches_a_core_module_that_reaches_out(source: str) -> None:
         ("remediate.api", "import paramiko"),
         ("remediate.api", "import click"),
         ("remediate.cli.render.results", "from remediate import api"),
-        ("remediate.cli.read", "from remediate.host import budget"),
-        ("remediate.cli.read", "from remediate.fleet.sweep import finish"),
+        ("remediate.cli.plan", "from remediate.host.plan import budget"),
+        ("remediate.cli.bench", "from remediate.fleet.bench import bench_hosts"),
         ("remediate.cli.options", "from remediate.transport.base import SSHOptions"),
         ("remediate.cli.render.results", "from remediate.cli.options import fail"),
-        ("remediate.api.read", "from remediate.cli.render.console import dumps"),
+        ("remediate.api.status_cmd", "from remediate.cli.render.console import dumps"),
         ("remediate.fleet.rollout", "from rich.console import Console"),
-        ("remediate.host.health", "import jinja2"),
-        ("remediate.host.runner", "from remediate.host.nonexistent import thing"),
+        ("remediate.host.common.health", "import jinja2"),
+        ("remediate.host.oom.runner", "from remediate.host.nonexistent import thing"),
     ],
 )
 def test_checker_catches_an_upward_or_misplaced_import(module: str, source: str) -> None:
@@ -284,16 +289,16 @@ def test_checker_catches_an_upward_or_misplaced_import(module: str, source: str)
             "from datetime import UTC, datetime\ndef f(now: datetime) -> datetime:\n    return now",
         ),
         ("remediate.core.unitfile.edit", "from . import model\nfrom .model import parse_unit"),
-        ("remediate.host.runner", "from remediate.core.probe import ProbeResult\nimport time"),
-        ("remediate.fleet.settings", "from remediate.host.options import RunOptions"),
+        ("remediate.host.oom.runner", "from remediate.core.probe import ProbeResult\nimport time"),
+        ("remediate.fleet.settings", "from remediate.host.common.options import RunOptions"),
         ("remediate.controller.retry", "import os\nfrom remediate.controller.state import state_dir"),
-        ("remediate.controller.observations", "from remediate.core.budget.observation import Observation"),
-        ("remediate.host.transaction", "from remediate.controller.transactions import record_transaction"),
+        ("remediate.controller.observations", "from remediate.core.capacity.observation import Observation"),
+        ("remediate.host.common.transaction", "from remediate.controller.transactions import record_transaction"),
         ("remediate.fleet.retry", "from remediate.controller.retry import write_retry_text"),
-        ("remediate.api.change", "from remediate.controller.state import check_state_dir"),
+        ("remediate.api.oom", "from remediate.controller.state import check_state_dir"),
         ("remediate.api.hosts", "from remediate.transport.ssh import SSHTransport"),
         ("remediate.cli", "import click\nfrom remediate import api"),
-        ("remediate.cli.read", "from remediate.cli.render import plan\nfrom remediate.cli.render.bench import dumps"),
+        ("remediate.cli.plan", "from remediate.cli.render import plan\nfrom remediate.cli.render.bench import dumps"),
         ("remediate.cli.render.results", "from remediate.cli.render.plan import plan_table\nimport rich"),
         ("remediate.errors", "from remediate.models import CommandResult"),
     ],
@@ -303,5 +308,5 @@ def test_checker_allows_what_the_contract_allows(module: str, source: str) -> No
 
 
 def test_relative_imports_are_resolved() -> None:
-    errors = violations("remediate.core.probe", "from ..host import runner", KNOWN)
-    assert any("imports remediate.host.runner: core must not import host" in e for e in errors), errors
+    errors = violations("remediate.core.probe", "from ..host.oom import runner", KNOWN)
+    assert any("imports remediate.host.oom.runner: core must not import host" in e for e in errors), errors

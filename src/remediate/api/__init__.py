@@ -36,7 +36,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from remediate.api.change import OomRequest, desired_args, remediate_oom, rollback
+    from remediate.api.bench_cmd import (
+        DEFAULT_CONTEXTS,
+        DEFAULT_GEN,
+        BenchOptions,
+        BenchRequest,
+        HostBench,
+        bench,
+        bench_request,
+        finish_bench,
+    )
+    from remediate.api.diagnose_cmd import diagnose
     from remediate.api.hosts import (
         RolloutResult,
         SSHOptions,
@@ -48,31 +58,24 @@ if TYPE_CHECKING:
     )
     from remediate.api.journal import check_journal_flags, diagnose_journal, plan_journal
     from remediate.api.local import EditResult, edit_unit_file
-    from remediate.api.read import backups, diagnose, offline_plan, plan, status
-    from remediate.api.sweep import (
-        DEFAULT_CONTEXTS,
-        DEFAULT_GEN,
-        BenchOptions,
-        BenchRequest,
-        HostBench,
-        bench,
-        bench_request,
-        finish_bench,
-    )
+    from remediate.api.oom import OomRequest, desired_args, remediate_oom
+    from remediate.api.plan_cmd import offline_plan, plan
+    from remediate.api.rollback_cmd import backups, rollback
+    from remediate.api.status_cmd import status
 
 _HOMES = {
-    "DEFAULT_CONTEXTS": "sweep",
-    "DEFAULT_GEN": "sweep",
-    "BenchOptions": "sweep",
-    "BenchRequest": "sweep",
-    "HostBench": "sweep",
-    "bench": "sweep",
-    "bench_request": "sweep",
-    "finish_bench": "sweep",
-    "OomRequest": "change",
-    "desired_args": "change",
-    "remediate_oom": "change",
-    "rollback": "change",
+    "DEFAULT_CONTEXTS": "bench_cmd",
+    "DEFAULT_GEN": "bench_cmd",
+    "BenchOptions": "bench_cmd",
+    "BenchRequest": "bench_cmd",
+    "HostBench": "bench_cmd",
+    "bench": "bench_cmd",
+    "bench_request": "bench_cmd",
+    "finish_bench": "bench_cmd",
+    "OomRequest": "oom",
+    "desired_args": "oom",
+    "remediate_oom": "oom",
+    "rollback": "rollback_cmd",
     "RolloutResult": "hosts",
     "TransportFactory": "hosts",
     "SSHOptions": "hosts",
@@ -82,14 +85,14 @@ _HOMES = {
     "run_on_hosts": "hosts",
     "EditResult": "local",
     "edit_unit_file": "local",
-    "offline_plan": "read",
+    "offline_plan": "plan_cmd",
     "diagnose_journal": "journal",
     "plan_journal": "journal",
     "check_journal_flags": "journal",
-    "plan": "read",
-    "backups": "read",
-    "diagnose": "read",
-    "status": "read",
+    "plan": "plan_cmd",
+    "backups": "rollback_cmd",
+    "diagnose": "diagnose_cmd",
+    "status": "status_cmd",
 }
 
 __all__ = [

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from remediate.controller.state import check_state_dir
 from remediate.core.bounds import check_options
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from remediate.fleet import jobs
-from remediate.fleet.inventory import HostEntry
+from remediate.fleet.inventory import HostEntry, Inventory, load_inventory
 from remediate.fleet.jobs import ConnectAhead, RolloutResult, TransportFactory, run_on_hosts
+from remediate.fleet.retry import check_retry_target
 from remediate.fleet.settings import LocalTarget
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions, Transport
 
 __all__ = [
     "RolloutResult",
+    "check_results_kept",
+    "given_hosts",
     "SSHOptions",
     "TransportFactory",
     "connect_ahead",
@@ -99,3 +103,20 @@ def for_each_host(
         transport_factory=transports(transport_factory),
         preconnect=transport_factory is None,
     )
+
+
+def given_hosts(hosts: Sequence[HostEntry], inventory: str | None) -> tuple[Inventory | None, list[HostEntry]] | None:
+    """Hosts a caller resolved already, with the inventory for the run's defaults and retry file; None: none
+    given (the targets are resolved). A name is never resolved again: a host named `all`, like a group or a
+    glob stays that one host, and the address is the one given, whatever the inventory says now."""
+    if not hosts:
+        return None
+    return (load_inventory(inventory) if inventory else None), list(hosts)
+
+
+def check_results_kept(inventory: Inventory | None, retry_dir: str | None, retry_file: str | None) -> None:
+    """Before the first host is touched: where the results go (the state directory and its transaction
+    record, the retry file) can be written. ConfigError naming the path (exit 2) otherwise: a run that could
+    not keep its results must not change hosts first."""
+    check_state_dir()
+    check_retry_target(inventory, retry_dir, path=retry_file)

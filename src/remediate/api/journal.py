@@ -124,8 +124,8 @@ def diagnose_journal(
     from remediate.core.journal import parse_saved_journal
     from remediate.core.units import single_unit
     from remediate.errors import ConfigError
-    from remediate.host.diagnose import DEFAULT_LINES, parse_since
-    from remediate.host.journal import diagnose_journal as diagnose_saved
+    from remediate.host.diagnose.diagnose import DEFAULT_LINES, parse_since
+    from remediate.host.diagnose.journal import diagnose_journal as diagnose_saved
 
     check_journal_flags(journal, unit_file, targets, inventory)
     unit = single_unit(unit, "diagnose --journal")  # a saved journal is one unit's: a glob is bad input
@@ -162,8 +162,8 @@ def plan_journal(
     from remediate.core.journal import parse_saved_journal
     from remediate.core.units import single_unit
     from remediate.errors import ConfigError
-    from remediate.host.journal import plan_journal as plan_saved
-    from remediate.host.options import BudgetOptions
+    from remediate.host.common.options import BudgetOptions
+    from remediate.host.diagnose.journal import plan_journal as plan_saved
 
     check_journal_flags(journal, unit_file, targets, inventory)
     unit = single_unit(unit, "plan --journal")

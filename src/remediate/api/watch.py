@@ -136,7 +136,7 @@ def watch(
 
 def _diagnose(request: WatchRequest) -> Callable[[Transport, HostEntry], HostResult]:
     def one(transport: Transport, entry: HostEntry) -> HostResult:
-        from remediate.host.diagnose import diagnose_host
+        from remediate.host.diagnose.diagnose import diagnose_host
 
         return diagnose_host(transport, run_options_for(entry, OomRequest(unit=request.unit)), label=entry.name)
 
@@ -145,7 +145,7 @@ def _diagnose(request: WatchRequest) -> Callable[[Transport, HostEntry], HostRes
 
 def _fix(request: WatchRequest, policy: Policy, factory: TransportFactory | None) -> Callable[[HostEntry], HostResult]:
     def one(entry: HostEntry) -> HostResult:
-        from remediate.api.change import remediate_oom
+        from remediate.api.oom import remediate_oom
 
         # The host as it was polled (its address, its ssh settings, the unit watched in its ``unit``): never
         # its name resolved again (a re-addressed inventory, a host named `all` or like a group or a glob).
@@ -165,7 +165,7 @@ def _fix(request: WatchRequest, policy: Policy, factory: TransportFactory | None
 
 def _undo(request: WatchRequest, factory: TransportFactory | None) -> Callable[[HostEntry, str], HostResult]:
     def one(entry: HostEntry, backup: str) -> HostResult:
-        from remediate.api.change import rollback
+        from remediate.api.rollback_cmd import rollback
 
         return rollback(
             (entry.name,),

@@ -7,7 +7,16 @@ until a command runs (``--help`` and ``--version`` need only click).
 
 from __future__ import annotations
 
-from remediate.cli import change, read, watch  # noqa: F401 - registers the commands on the group
+from remediate.cli import (  # noqa: F401 - each registers its commands on the group
+    bench,
+    diagnose,
+    edit,
+    oom,
+    plan,
+    rollback,
+    status,
+    watch,
+)
 from remediate.cli.app import cli, main
 
 __all__ = ["cli", "main"]

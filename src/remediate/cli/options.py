@@ -313,3 +313,25 @@ def confirm_prompt(kw: dict[str, Any], progress: render_results.LiveProgress) ->
 
 def live_progress(as_json: bool) -> render_results.LiveProgress:
     return render_results.LiveProgress(stderr(), quiet=as_json)
+
+
+def journal_options(fn: Any) -> Any:
+    """``--journal FILE`` and ``--unit-file UNIT`` of `diagnose` and `plan`: a saved journal, no host."""
+    fn = click.option("--unit-file", metavar="UNIT", help="With --journal: the local unit file whose settings to use.")(
+        fn
+    )
+    return click.option(
+        "--journal",
+        metavar="FILE",
+        help="A saved `journalctl -u UNIT` (short, short-iso, json, cat; - for stdin) instead of a host.",
+    )(fn)
+
+
+def from_journal(kw: dict[str, Any]) -> bool:
+    """--journal given (then no TARGET, no --inventory, no --local); --unit-file without it is bad input."""
+    if kw["journal"] is not None and kw.get("local"):
+        fail("--journal reads a saved journal: --local has no meaning with it")
+    api.check_journal_flags(
+        kw["journal"], kw["unit_file"], kw["targets"], kw["inventory"], offline=kw.get("offline", False)
+    )
+    return kw["journal"] is not None

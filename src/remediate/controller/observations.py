@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from remediate.controller.state import append_line, ensure_dir, read_state_file, state_dir
-from remediate.core.budget.observation import Observation, parse_observations
+from remediate.core.capacity.observation import Observation, parse_observations
 from remediate.errors import ConfigError
 
 ENV = "REMEDIATE_OBSERVATIONS"

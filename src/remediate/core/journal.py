@@ -5,7 +5,7 @@ A postmortem starts from a ticket's attachment: ``journalctl -u UNIT`` in its de
 ``-o cat`` (messages only) or ``-o json`` (one object per line; ``json-seq`` and ``json-pretty`` too). The
 format is told from the content, never from the file's name. The live ``diagnose`` reads
 ``journalctl -o short-iso`` (templates/probe.sh.j2) and the live ``plan`` reads ``journalctl -o cat``
-(host/budget.py ``read_journal``): :func:`parse_saved_journal` gives both, so that the same pure functions
+(host/plan/budget.py ``read_journal``): :func:`parse_saved_journal` gives both, so that the same pure functions
 (:func:`remediate.core.diagnosis.parse_journal`, :func:`remediate.core.startup.parse_startup`) see the same
 lines.
 
@@ -31,9 +31,9 @@ from remediate.core.logline import split_line
 from remediate.core.startup import STARTUP_LINES_ERE
 
 STARTUP_TAIL = 400
-"""The startup memory lines the live ``plan`` keeps (``grep -E … | tail -n 400``, host/budget.py)."""
+"""The startup memory lines the live ``plan`` keeps (``grep -E … | tail -n 400``, host/plan/budget.py)."""
 PLAN_LINES = 5000
-"""The messages the live ``plan`` reads for the crash (host/budget.py ``JOURNAL_LINES``)."""
+"""The messages the live ``plan`` reads for the crash (host/plan/budget.py ``JOURNAL_LINES``)."""
 
 _MARKER = re.compile(r"^-- (?:Boot [0-9a-f]{32}|Reboot|No entries|(?:Logs|Journal) begins? at .*|Logs begin at .*) --$")
 _STARTUP = re.compile(STARTUP_LINES_ERE)

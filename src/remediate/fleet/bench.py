@@ -19,7 +19,7 @@ from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.jobs import TransportFactory
 from remediate.fleet.settings import resolve_hosts, ssh_for
-from remediate.host.bench import BenchOptions, bench_host
+from remediate.host.bench.bench import BenchOptions, bench_host
 from remediate.transport.base import SSHOptions
 
 

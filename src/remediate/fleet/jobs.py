@@ -20,12 +20,12 @@ from typing import Any
 from remediate.controller.observations import append_observation, log_path, read_observations
 from remediate.errors import ConfigError, RemediateError
 from remediate.fleet.inventory import HostEntry, Inventory
-from remediate.fleet.plan import with_auto
+from remediate.fleet.oom_auto import with_auto
 from remediate.fleet.request import OomRequest
 from remediate.fleet.retry import write_retry_file
 from remediate.fleet.rollout import Rollout, Strategy, plan_batches
 from remediate.fleet.settings import build_strategy, resolve_hosts, run_options_for, ssh_for
-from remediate.host.options import BudgetOptions, RunOptions
+from remediate.host.common.options import BudgetOptions, RunOptions
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions, Transport
 from remediate.transport.preconnect import Preconnect, resolve
@@ -253,7 +253,7 @@ def for_each_host(
 
 def observed(transport: Transport, result: HostResult, command: str, log: Path) -> HostResult:
     """After a unit ends healthy, read what its server measured and append it to the calibration log."""
-    from remediate.host.observe import observe
+    from remediate.host.plan.observe import observe
 
     if not result.ok or result.is_dry_run:
         return result
@@ -292,7 +292,7 @@ def plan_job(
     records = read_observations(log_path(observations))
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
-        from remediate.host.plan import plan_host  # on the first call: the handshakes are under way meanwhile
+        from remediate.host.plan.plan import plan_host  # on the first call: the handshakes are under way meanwhile
         from remediate.host.units import each_unit
 
         options = run_options_for(entry, OomRequest(unit=unit, target_tokens=target_tokens))
@@ -310,7 +310,7 @@ def plan_job(
 
 def oom_job(request: OomRequest, per_host: dict[str, RunOptions], progress: ProgressFn | None) -> Job:
     """`oom` on one host: with ``--auto`` each host plans from its own evidence; a healthy end is recorded."""
-    from remediate.host.runner import remediate_host
+    from remediate.host.oom.runner import remediate_host
     from remediate.host.units import each_unit
 
     log = log_path(request.observations)
@@ -327,7 +327,7 @@ def oom_job(request: OomRequest, per_host: dict[str, RunOptions], progress: Prog
 
 def rollback_job(options: dict[str, RunOptions], to: str, progress: ProgressFn | None) -> Job:
     """`rollback` on one host; a healthy end is recorded in the calibration log."""
-    from remediate.host.restore import rollback_host
+    from remediate.host.rollback.restore import rollback_host
     from remediate.host.units import each_unit
 
     log = log_path(None)

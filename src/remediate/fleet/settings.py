@@ -18,7 +18,7 @@ from remediate.errors import ConfigError
 from remediate.fleet import rollout
 from remediate.fleet.inventory import HostEntry, Inventory, adhoc_host, load_inventory
 from remediate.fleet.request import OomRequest
-from remediate.host.options import LOCK_WAIT_S, SMI_TIMEOUT_S, RunOptions
+from remediate.host.common.options import LOCK_WAIT_S, SMI_TIMEOUT_S, RunOptions
 from remediate.transport.base import SSHOptions
 
 

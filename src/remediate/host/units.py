@@ -23,11 +23,11 @@ from remediate.core.units import (
     select_units,
 )
 from remediate.errors import ConfigError, RemediateError, TransportError
-from remediate.host import templates
-from remediate.host.diagnose import GATE_LINES, read_diagnosis_evidence
-from remediate.host.options import RunOptions
-from remediate.host.outcome import host_outcome, new_result
-from remediate.host.probe import read_unit
+from remediate.host.common import templates
+from remediate.host.common.options import RunOptions
+from remediate.host.common.outcome import host_outcome, new_result
+from remediate.host.common.probe import read_unit
+from remediate.host.diagnose.diagnose import GATE_LINES, read_diagnosis_evidence
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 

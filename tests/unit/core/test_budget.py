@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediate.core.budget.pool import (
+from remediate.core.capacity.pool import (
     GIB,
     BudgetModel,
     CalibrationError,

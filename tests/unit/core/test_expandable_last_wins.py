@@ -10,7 +10,7 @@ import pytest
 from remediate.core.diagnosis import AdvisorInput, advise, parse_journal
 from remediate.core.unitfile.alloc import EXPANDABLE, has_expandable
 from remediate.core.unitfile.edit import UnitSettings
-from remediate.host.budget import evidence_from
+from remediate.host.plan.budget import evidence_from
 
 ON_THEN_OFF = "expandable_segments:True,expandable_segments:False"
 J = "Dec 01 08:07:01 gpu-01 python3[4711]: "

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediate.core.budget.headroom import Knobs, Spike, choose, grid, overhead_gib
-from remediate.core.budget.pool import GIB, MIB, BudgetModel, model_from_server, offline_model
+from remediate.core.capacity.headroom import Knobs, Spike, choose, grid, overhead_gib
+from remediate.core.capacity.pool import GIB, MIB, BudgetModel, model_from_server, offline_model
 from remediate.core.startup import parse_startup
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "budget_logs"

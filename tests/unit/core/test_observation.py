@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediate.core.budget.observation import Observation, matching, observation_from, parse_observations
+from remediate.core.capacity.observation import Observation, matching, observation_from, parse_observations
 from remediate.core.startup import StartupNumbers
 
 

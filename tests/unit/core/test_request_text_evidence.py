@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from remediate.core.diagnosis import AdvisorInput, advise, parse_journal
 from remediate.core.startup import STARTUP_LINES_ERE, parse_capacity_line, parse_startup
-from remediate.host.budget import diagnosed_spike
+from remediate.host.plan.budget import diagnosed_spike
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
 FORGED_CASE = CASES / "request-text-is-not-evidence" / "journal.txt"

@@ -8,7 +8,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remediate.core.budget.pool import GIB, BudgetModel, DraftShare, Measured, calibrate, model_from_server
+from remediate.core.capacity.pool import GIB, BudgetModel, DraftShare, Measured, calibrate, model_from_server
 from remediate.core.diagnosis import advise, parse_journal
 from remediate.core.startup import parse_startup
 

@@ -164,7 +164,7 @@ def test_a_value_that_quotes_a_key_is_not_the_key() -> None:
 
 
 def test_the_hosts_journal_filter_keeps_the_0_5_23_args_line() -> None:
-    """host/budget.py reads the journal through ``grep -E STARTUP_LINES_ERE``: the dict form must pass it."""
+    """host/plan/budget.py reads the journal through ``grep -E STARTUP_LINES_ERE``: the dict form must pass it."""
     if shutil.which("grep") is None:
         pytest.skip("no grep")
     text = "\n".join([DICT_ARGS.split("] ", 1)[1], "a request quoting server_args={'x': 1}", CAPACITY]) + "\n"

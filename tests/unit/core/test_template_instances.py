@@ -1,11 +1,10 @@
-"""core/unitfile/instances.py: a template's instances, as `oom --all-instances` reads and orders them."""
+"""core/instances.py: a template's instances, as `oom --all-instances` reads and orders them."""
 
 from __future__ import annotations
 
 import pytest
 
-from remediate.core.unitfile.edit import SourceFile, UnitSources
-from remediate.core.unitfile.instances import (
+from remediate.core.instances import (
     Instance,
     instances_pattern,
     is_reached,
@@ -14,6 +13,7 @@ from remediate.core.unitfile.instances import (
     settings_after,
     template_of,
 )
+from remediate.core.unitfile.edit import SourceFile, UnitSources
 
 
 @pytest.mark.parametrize(

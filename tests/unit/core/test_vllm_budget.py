@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from remediate.core.budget.headroom import Knobs, Spike, choose
-from remediate.core.budget.pool import GIB, BudgetModel, Measured, Unmodelled, calibrate
-from remediate.core.budget.vllm import (
+from remediate.core.capacity.headroom import Knobs, Spike, choose
+from remediate.core.capacity.pool import GIB, BudgetModel, Measured, Unmodelled, calibrate
+from remediate.core.engines.vllm.capacity import (
     VllmNumbers,
     below_floor,
     floor_utilization,

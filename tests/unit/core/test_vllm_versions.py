@@ -83,7 +83,7 @@ def test_the_default_utilization_is_the_versions_own_where_the_server_says_its_m
     """0.8.5 and 0.11 CacheConfig: 0.9; 0.34 vllm/config/cache.py ``resolved_gpu_memory_utilization``: 1.0 with the
     extensible KV cache, ``DEFAULT_GPU_MEMORY_UTILIZATION`` 0.92 without. 0.34's ``CacheConfig.metrics_info`` puts
     every field on vllm:cache_config_info, the unset utilization as "None"."""
-    from remediate.core.budget.vllm import default_utilization, parse_cache_config
+    from remediate.core.engines.vllm.capacity import default_utilization, parse_cache_config
 
     old = parse_cache_config('vllm:cache_config_info{block_size="16",gpu_memory_utilization="0.9"} 1.0')
     assert old.is_extensible is None and default_utilization(old) == 0.9

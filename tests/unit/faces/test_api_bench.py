@@ -21,7 +21,7 @@ from remediate.errors import ConnectError
 from remediate.fleet import bench as fleet_bench
 from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry
-from remediate.host.bench import BenchOptions
+from remediate.host.bench.bench import BenchOptions
 from remediate.transport.base import SSHOptions
 
 UNIT = "sglang.service"

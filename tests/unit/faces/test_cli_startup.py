@@ -75,11 +75,20 @@ def test_bench_help_shows_the_sweep_defaults_it_reads_on_first_use() -> None:
 def test_the_api_package_loads_a_function_s_modules_on_first_use() -> None:
     """`remediate oom` loads the change path only: not bench's, plan's or diagnose's modules."""
     modules = _modules_after("from remediate import api\napi.remediate_oom")
-    assert "remediate.api.change" in modules
+    assert "remediate.api.oom" in modules
     assert (
-        not {"remediate.api.read", "remediate.host.bench", "remediate.host.plan", "remediate.host.diagnose"} & modules
+        not {
+            "remediate.api.status_cmd",
+            "remediate.api.plan_cmd",
+            "remediate.api.diagnose_cmd",
+            "remediate.api.bench_cmd",
+            "remediate.host.bench.bench",
+            "remediate.host.plan.plan",
+            "remediate.host.diagnose.diagnose",
+        }
+        & modules
     )
-    assert "remediate.host.runner" not in modules  # the job's: it loads while the first handshakes are under way
+    assert "remediate.host.oom.runner" not in modules  # the job's: it loads while the first handshakes are under way
 
 
 def test_every_api_name_resolves_and_is_listed() -> None:

@@ -26,9 +26,9 @@ from remediate.core.diagnosis import AdvisorInput, advise, parse_journal
 from remediate.core.logline import split_line
 from remediate.core.startup import STARTUP_LINES_ERE
 from remediate.core.unitfile.edit import UnitSettings
-from remediate.host.budget import evidence_from, plan_budget, plan_document
-from remediate.host.diagnose import DiagnosisEvidence
-from remediate.host.options import BudgetOptions
+from remediate.host.common.options import BudgetOptions
+from remediate.host.diagnose.diagnose import DiagnosisEvidence
+from remediate.host.plan.budget import evidence_from, plan_budget, plan_document
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 TEXTS = sorted(

@@ -19,7 +19,7 @@ from remediate.api.watch import WatchRequest
 from remediate.core.bounds import BOUNDS, check_option
 from remediate.errors import ConfigError
 from remediate.fleet.request import OomRequest
-from remediate.host.options import RunOptions
+from remediate.host.common.options import RunOptions
 from remediate.transport.base import SSHOptions
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -13,14 +13,14 @@ from fake_transport import FakeTransport, incident_host
 from remediate import api
 from remediate.cli import cli
 from remediate.controller import observations
-from remediate.core.budget.headroom import Spike
-from remediate.core.budget.observation import Observation, parse_observations
+from remediate.core.capacity.headroom import Spike
+from remediate.core.capacity.observation import Observation, parse_observations
 from remediate.core.startup import parse_server_info
 from remediate.core.unitfile.edit import DesiredState, UnitSettings
 from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
-from remediate.host.budget import auto_desired, diagnosed_spike, evidence_from, plan_budget
-from remediate.host.options import BudgetOptions
+from remediate.host.common.options import BudgetOptions
+from remediate.host.plan.budget import auto_desired, diagnosed_spike, evidence_from, plan_budget
 from remediate.models import HostResult
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "budget_logs"

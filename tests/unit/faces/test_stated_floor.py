@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from remediate.core.budget.floor import StatedFloor, hold_stated_floor
-from remediate.core.budget.headroom import BudgetPlan, Knobs, Row, Spike
-from remediate.core.budget.pool import offline_model
+from remediate.core.capacity.floor import StatedFloor, hold_stated_floor
+from remediate.core.capacity.headroom import BudgetPlan, Knobs, Row, Spike
+from remediate.core.capacity.pool import offline_model
 from remediate.core.unitfile.edit import DesiredState, UnitSettings
-from remediate.host.budget import auto_desired, evidence_from, plan_budget, plan_document
-from remediate.host.options import BudgetOptions
+from remediate.host.common.options import BudgetOptions
+from remediate.host.plan.budget import auto_desired, evidence_from, plan_budget, plan_document
 from unit.faces.test_plan_api import MIB, journal
 
 FAILED_START = [

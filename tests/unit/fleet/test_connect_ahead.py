@@ -170,7 +170,7 @@ def test_a_bug_while_connecting_ahead_closes_what_was_already_started() -> None:
 
 def test_the_read_only_jobs_load_their_host_module_after_the_connections_are_started() -> None:
     """The handshakes overlap the import of the job's host module: when the first transport is opened ahead,
-    `status`'s host module (host/runner.py) is not loaded yet (a fresh interpreter: nothing loaded it before)."""
+    `status`'s host module (host/oom/runner.py) is not loaded yet (a fresh interpreter: nothing loaded it before)."""
     code = f"""
 import json, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
@@ -179,14 +179,14 @@ from remediate import api
 loaded = []
 class Recording(FakeTransport):
     def open_ahead(self):
-        loaded.append("remediate.host.runner" in sys.modules)
+        loaded.append("remediate.host.oom.runner" in sys.modules)
         super().open_ahead()
 results = api.status(["root@a", "root@b"], transport_factory=lambda e, o: Recording(e.name))
-print(json.dumps([loaded, "remediate.host.runner" in sys.modules, "remediate.fleet.bench" in sys.modules]))
+print(json.dumps([loaded, "remediate.host.oom.runner" in sys.modules, "remediate.fleet.bench" in sys.modules]))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True)
     loaded, runner_after, bench_loaded = json.loads(run.stdout.splitlines()[-1])
     assert loaded == [False, False]  # both connections were under way before the job's module loaded
     assert runner_after is True  # and then the job loaded it
-    assert bench_loaded is False  # `status` does not load the sweep's modules (api/sweep.py)
+    assert bench_loaded is False  # `status` does not load the sweep's modules (api/bench_cmd.py)

@@ -1,5 +1,5 @@
 """`oom --all-instances` on a scripted host: the template's change through the canary's transaction, then
-each running sibling restarted in turn; a sibling that fails puts the old bytes back (host/instances.py)."""
+each running sibling restarted in turn; a sibling that fails puts the old bytes back (host/instances/instances.py)."""
 
 from __future__ import annotations
 

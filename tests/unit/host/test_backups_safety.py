@@ -15,7 +15,7 @@ import pytest
 
 from remediate.core.backups import choose, make_backup, rejected_backup, select_prune
 from remediate.errors import EXIT_BAD_INPUT, UnsafePathError
-from remediate.host import templates
+from remediate.host.common import templates
 
 UNIT = "/etc/systemd/system/sglang.service"
 SECRET = "root:$6$hash-of-the-root-password:19000:0:99999:7:::\n"

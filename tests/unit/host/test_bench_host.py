@@ -6,7 +6,7 @@ import json
 
 from fake_transport import FakeTransport, Pieces, incident_host, state_output
 
-from remediate.host.bench import BUSY_NOTE, BenchOptions, bench_host
+from remediate.host.bench.bench import BUSY_NOTE, BenchOptions, bench_host
 
 UNIT = "sglang.service"
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB"

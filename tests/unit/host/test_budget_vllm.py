@@ -8,11 +8,12 @@ from decimal import Decimal
 from rich.console import Console
 
 from remediate.cli.render.plan import plan_table
-from remediate.core.budget.observation import Observation
-from remediate.core.budget.vllm import CacheConfig, parse_cache_config
+from remediate.core.capacity.observation import Observation
 from remediate.core.engines.vllm.argv import parse_vllm_args
+from remediate.core.engines.vllm.capacity import CacheConfig, parse_cache_config
 from remediate.core.unitfile.edit import DesiredState
-from remediate.host.budget_vllm import (
+from remediate.host.common.options import BudgetOptions
+from remediate.host.plan.budget_vllm import (
     auto_desired_vllm,
     evidence_from,
     models_max_len,
@@ -21,7 +22,6 @@ from remediate.host.budget_vllm import (
     smi_total_gib,
     vllm_plan_document,
 )
-from remediate.host.options import BudgetOptions
 
 ARGS = "--model standin/mha-13b-40k --gpu-memory-utilization 0.95 --max-num-batched-tokens 16384 --max-model-len 57344"
 START = [
@@ -118,7 +118,7 @@ def test_the_table_names_vllms_flags() -> None:
 
 
 def test_a_healthy_vllm_start_leaves_a_vllm_calibration_record() -> None:
-    from remediate.host.observe import vllm_observation
+    from remediate.host.plan.observe import vllm_observation
     from remediate.models import HostResult
 
     result = HostResult(host="gpu-1")
@@ -136,8 +136,8 @@ def test_plan_host_reads_a_running_vllm_unit_in_one_journal_round_trip() -> None
 
     from fake_transport import JOURNAL, incident_host
 
-    from remediate.host.options import RunOptions
-    from remediate.host.plan import plan_host
+    from remediate.host.common.options import RunOptions
+    from remediate.host.plan.plan import plan_host
 
     argv = ("/usr/bin/vllm", "serve", "standin/mha-13b-40k", "--gpu-memory-utilization", "0.95", "--port", "8001")
     journal = "\n".join([*START, "@@journal-tail", *START, *CRASH, "@@smi", *SMI]) + "\n"

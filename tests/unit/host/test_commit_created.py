@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.host.commit import FileWrite
+from remediate.host.common.commit import FileWrite
 from unit.host.test_remote_scripts import rendered_many
 
 pytestmark = pytest.mark.skipif(
@@ -69,7 +69,7 @@ def test_a_parent_others_can_write_is_refused_before_the_directory_is_made(tmp_p
 
 
 def test_a_created_file_state_is_described_in_words() -> None:
-    from remediate.host.commit import _describe
+    from remediate.host.common.commit import _describe
 
     create = FileWrite("/d/90-remediate-oom.conf", "", DROPIN, old_absent=True)
     assert _describe([create], {create.path: "-"}) == f"{create.path} has no bytes (absent, as before)"

@@ -14,7 +14,7 @@ import pytest
 from fake_transport import FakeTransport, state_output
 
 from remediate.errors import ConnectionLost, TransportError
-from remediate.host.lock import locked_read, retake
+from remediate.host.common.lock import locked_read, retake
 from remediate.models import CommandResult
 from unit.host.test_runner_remediate import COMMIT, PATH, POLL, commit_ok, info, make_host, phases, run, written_texts
 

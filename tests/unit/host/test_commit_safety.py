@@ -18,9 +18,9 @@ from fake_transport import FakeTransport
 
 from remediate.core.probe import parse_probe, refuse_unsafe
 from remediate.errors import EXIT_BAD_INPUT, UnsafePathError
-from remediate.host import commit
-from remediate.host.commit import UNSAFE_EXIT, FileWrite
-from remediate.host.probe import probe_script
+from remediate.host.common import commit
+from remediate.host.common.commit import UNSAFE_EXIT, FileWrite
+from remediate.host.common.probe import probe_script
 from remediate.models import CommandResult
 from unit.host.test_commit_script import ENV_OLD, names, run, shim, two_files
 from unit.host.test_remote_scripts import EPOCH, NEW, OLD, UNIT, rendered_many

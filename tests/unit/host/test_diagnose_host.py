@@ -11,7 +11,7 @@ from fake_transport import INCIDENT, FakeTransport, incident_host
 from remediate import api
 from remediate.cli.render import console as render_console
 from remediate.errors import ConfigError
-from remediate.host.diagnose import masked, parse_since
+from remediate.host.diagnose.diagnose import masked, parse_since
 
 ROOT = Path(__file__).resolve().parents[3]
 ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]

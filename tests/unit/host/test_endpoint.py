@@ -8,8 +8,8 @@ import pytest
 
 from remediate.core.probe import ProbeResult, RemoteFile, ServiceState
 from remediate.errors import ConfigError
-from remediate.host.options import RunOptions
-from remediate.host.probe import endpoint_of
+from remediate.host.common.options import RunOptions
+from remediate.host.common.probe import endpoint_of
 
 ARGV = "/opt/sglang/bin/python3 -m sglang.launch_server --model-path /m --host 10.0.0.5"
 

@@ -20,8 +20,8 @@ import pytest
 
 from remediate.core.backups import MAX_READ_BYTES, rejected_backup
 from remediate.core.probe import parse_probe
-from remediate.host import templates
-from remediate.host.probe import probe_script
+from remediate.host.common import templates
+from remediate.host.common.probe import probe_script
 
 pytestmark = pytest.mark.skipif(not shutil.which("bash") or not shutil.which("mkfifo"), reason="needs bash")
 

@@ -10,7 +10,7 @@ import tenacity.nap
 from fake_transport import FakeTransport, state_output
 
 from remediate.core.engines import VLLM
-from remediate.host.health import wait_healthy
+from remediate.host.common.health import wait_healthy
 
 UNIT = "vllm.service"
 POLL = r"\Asystemctl show"

@@ -12,7 +12,7 @@ from fake_transport import LISTENER_SCRIPT, FakeTransport, listener_output, stat
 
 from remediate.core.probe import ServiceState
 from remediate.errors import UnhealthyError
-from remediate.host.health import MAX_GAP_S, STATE_EVERY_S, wait_healthy
+from remediate.host.common.health import MAX_GAP_S, STATE_EVERY_S, wait_healthy
 from remediate.transport.base import HttpResponse
 
 UNIT = "sglang.service"

@@ -1,5 +1,5 @@
 """The new server is ours: the listening socket the endpoint reaches is held by the unit's processes
-(core/listener.py, host/listener.py), and the health wait never takes a squatter's answer for it."""
+(core/listener.py, host/common/listener.py), and the health wait never takes a squatter's answer for it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import tenacity.nap
 from fake_transport import FakeTransport, listener_output, state_output
 
 from remediate.core.listener import Listener, parse_listeners, who
-from remediate.host.health import wait_healthy
-from remediate.host.listener import judge_owner, listener_script, parse_look, parse_owner, reached
+from remediate.host.common.health import wait_healthy
+from remediate.host.common.listener import judge_owner, listener_script, parse_look, parse_owner, reached
 
 UNIT = "sglang.service"
 ENDPOINT = ("127.0.0.1", 30000)

@@ -13,10 +13,10 @@ import pytest
 from fake_transport import FakeTransport
 
 from remediate.core.probe import parse_probe
-from remediate.host import commit, templates
-from remediate.host.commit import FileWrite
-from remediate.host.lock import LOCK_HELD_EXIT, lock_path
-from remediate.host.probe import probe_script
+from remediate.host.common import commit, templates
+from remediate.host.common.commit import FileWrite
+from remediate.host.common.lock import LOCK_HELD_EXIT, lock_path
+from remediate.host.common.probe import probe_script
 
 EPOCH = 1_764_400_000
 UNIT = "sglang.service"
@@ -172,7 +172,7 @@ def test_locked_probe_holds_until_stdin_closes_and_a_second_taker_gets_lock_held
     try:
         lines = _read_until_end(holder)
         assert lines.index("@@locked") < lines.index("@@unit sglang.service") < lines.index("@@show")
-        # The lock the script took is the one remediate.host.lock names for the unit.
+        # The lock the script took is the one remediate.host.common.lock names for the unit.
         assert (lock_dir / Path(lock_path("sglang.service")).name).exists()
         second = subprocess.run(["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True)
         assert second.returncode == LOCK_HELD_EXIT

@@ -14,8 +14,8 @@ import tenacity.nap
 from fake_transport import FakeTransport, incident_host, listener_output, probe_output, state_output
 
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
-from remediate.host.options import RunOptions
-from remediate.host.runner import remediate_host
+from remediate.host.common.options import RunOptions
+from remediate.host.oom.runner import remediate_host
 from remediate.models import CommandResult, HostResult
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -474,7 +474,7 @@ def test_the_environment_read_with_the_last_look_is_what_verify_checks(no_sleep:
 
 def test_systemd_analyze_verifies_the_fragment_the_locked_read_found() -> None:
     """No `systemctl show -p FragmentPath` in the commit: the read's fragment is rendered in (asked only when empty)."""
-    from remediate.host.commit import FileWrite, render_commit
+    from remediate.host.common.commit import FileWrite, render_commit
 
     writes = [FileWrite(PATH, "a\n", "b\n")]
     script = render_commit(UNIT, writes, epoch=1, restart=True, analyze=True, token="t", fragment=PATH)

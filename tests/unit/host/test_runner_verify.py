@@ -9,9 +9,9 @@ import pytest
 
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.errors import RemediationError
-from remediate.host.health import Healthy
-from remediate.host.options import RunOptions
-from remediate.host.runner import verify_server_args, verify_tokens
+from remediate.host.common.health import Healthy
+from remediate.host.common.options import RunOptions
+from remediate.host.oom.runner import verify_server_args, verify_tokens
 from remediate.models import HostResult
 
 INCIDENT = (Path(__file__).resolve().parents[3] / "examples" / "incident" / "sglang.service").read_text()

@@ -9,8 +9,8 @@ from decimal import Decimal
 from fake_transport import incident_host
 
 from remediate.core.unitfile.edit import DesiredState
-from remediate.host.options import BudgetOptions, RunOptions
-from remediate.host.runner import remediate_host, status_host
+from remediate.host.common.options import BudgetOptions, RunOptions
+from remediate.host.oom.runner import remediate_host, status_host
 from remediate.models import HostResult
 from unit.host.test_budget_vllm import CRASH, SMI, START
 from unit.host.test_runner_remediate import COMMIT, NOW, no_sleep  # noqa: F401 - no_sleep: autouse, no real naps

@@ -16,8 +16,8 @@ from remediate import api
 from remediate.cli.app import cli
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.fleet.request import OomRequest
-from remediate.host.options import RunOptions
-from remediate.host.runner import remediate_host
+from remediate.host.common.options import RunOptions
+from remediate.host.oom.runner import remediate_host
 
 INCIDENT = (Path(__file__).resolve().parents[3] / "examples" / "incident" / "sglang.service").read_text()
 PATH = "/etc/systemd/system/sglang.service"

@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remediate.core.probe import parse_probe
-from remediate.host import templates
-from remediate.host.commit import FileWrite
-from remediate.host.environ import environ_script
-from remediate.host.listener import listener_script
-from remediate.host.lock import LOCK_DIR
-from remediate.host.probe import probe_script
+from remediate.host.common import templates
+from remediate.host.common.commit import FileWrite
+from remediate.host.common.environ import environ_script
+from remediate.host.common.listener import listener_script
+from remediate.host.common.lock import LOCK_DIR
+from remediate.host.common.probe import probe_script
 
 EPOCH = 1_764_400_000
 META = " '\"$`\\;&|<>(){}[]*?!#~%^=,\t:@+"

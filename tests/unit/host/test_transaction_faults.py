@@ -10,8 +10,8 @@ from fake_transport import state_output
 
 from remediate.core.backups import Backup, choose, make_backup, mark_truncated, select_prune
 from remediate.errors import ConfigError, ConnectError, ConnectionLost
-from remediate.host.lock import commit_log_path, lock_path
-from remediate.host.options import RunOptions
+from remediate.host.common.lock import commit_log_path, lock_path
+from remediate.host.common.options import RunOptions
 from remediate.models import CommandResult
 from remediate.transport.known_hosts import read_known_hosts
 from unit.host.test_runner_remediate import COMMIT, PATH, POLL, commit_ok, info, make_host, phases, run

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fake_transport import FakeTransport, state_output
 
-from remediate.host import templates
-from remediate.host.commit import FileWrite, commit
+from remediate.host.common import templates
+from remediate.host.common.commit import FileWrite, commit
 from remediate.models import HostResult
 from unit.host import test_runner_remediate as runner
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from remediate.core.alloc_conf import EXPANDABLE, has_expandable
 from remediate.core.diagnosis.advice import (
     CHUNK,
     MIN_FRACTION,
@@ -17,7 +18,6 @@ from remediate.core.diagnosis.advice import (
 )
 from remediate.core.diagnosis.findings import LOADING_NOTE, Finding
 from remediate.core.diagnosis.sizes import format_size as fs
-from remediate.core.unitfile.alloc import EXPANDABLE, has_expandable
 
 
 def _worst(findings: list[Finding]) -> Finding:

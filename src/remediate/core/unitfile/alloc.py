@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from remediate.core.alloc_conf import ALLOC as ALLOC
+from remediate.core.alloc_conf import ALLOC_NEW as ALLOC_NEW
+from remediate.core.alloc_conf import EXPANDABLE as EXPANDABLE
+from remediate.core.alloc_conf import has_expandable as has_expandable
+from remediate.core.alloc_conf import missing_options as missing_options
 from remediate.core.unitfile.envfile import EnvAssignment
 from remediate.core.unitfile.model import TextEdit
 from remediate.core.unitfile.sources import Service
 from remediate.errors import ConfigError
-
-ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
-ALLOC_NEW = "PYTORCH_ALLOC_CONF"
-EXPANDABLE = "expandable_segments:True"
 
 
 @dataclass(frozen=True)
@@ -113,24 +114,6 @@ def alloc_value(service: Service, name: str = ALLOC) -> str | None:
     except ConfigError:
         return None
     return target.assignment.value.text if target.assignment is not None else None
-
-
-def missing_options(value: str | None, wanted: str) -> list[str]:
-    """The wanted ``key:value`` options that ``value`` does not put in effect (the last of a key wins, as in
-    c10/cuda/CUDAAllocatorConfig.cpp's parser)."""
-    have: dict[str, str] = {}
-    for part in (value or "").split(","):
-        key, colon, setting = part.partition(":")
-        if colon:
-            have[key.strip()] = setting.strip()
-    return [o for o in wanted.split(",") if have.get(o.partition(":")[0]) != o.partition(":")[2]]
-
-
-def has_expandable(value: str | None) -> bool:
-    """Whether an allocator value turns expandable segments on. torch parses the list left to right and a later
-    key overrides an earlier one (c10/cuda/CUDAAllocatorConfig.cpp ``parseArgs``), so the last
-    ``expandable_segments`` wins: ``expandable_segments:True,expandable_segments:False`` is off."""
-    return not missing_options(value, EXPANDABLE)
 
 
 @dataclass(frozen=True)

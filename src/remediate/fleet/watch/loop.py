@@ -36,7 +36,7 @@ from remediate.fleet.watch.metrics import WatchMetrics
 from remediate.fleet.watch.rails import answered, history_at
 from remediate.fleet.watch.recover import is_state_unknown, recover
 from remediate.fleet.watch.units import discover, fixing, host_key, no_unit, unit_back
-from remediate.host.watch import UnitMissing, poll_unit
+from remediate.host.watch.poll import UnitMissing, poll_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 

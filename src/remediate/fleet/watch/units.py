@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from remediate.errors import TransportError
-from remediate.host.watch import find_units
+from remediate.host.watch.poll import find_units
 
 if TYPE_CHECKING:
     from remediate.fleet.watch.loop import Watcher, _Host

@@ -1,12 +1,13 @@
-"""PURE: sglang's description for the engine seam, built from the readers in core/unitfile and core/startup."""
+"""PURE: sglang's description for the engine seam, built from its flags (flags.py) and its startup reader
+(core/startup.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from remediate.core.engines.base import Engine
+from remediate.core.engines.sglang.flags import SGLANG_BOOL_FLAGS, resolve_flag
 from remediate.core.startup import STARTUP_LINES_ERE, parse_capacity_line
-from remediate.core.unitfile.argv import SGLANG_BOOL_FLAGS, resolve_flag
 
 
 def _capacity(lines: Sequence[str]) -> int | None:

@@ -1,0 +1,77 @@
+"""The API of `bench`: the sweep's request, its run over hosts, its files (``api.bench`` and its names).
+
+Apart from the other read-only commands so that `status` does not load the sweep's modules. The
+module is not named ``bench``: a submodule ``api.bench`` would shadow the function ``api.bench``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from remediate.api.hosts import TransportFactory, transports
+from remediate.fleet import bench as fleet_bench
+from remediate.fleet.bench import DEFAULT_CONTEXTS, DEFAULT_GEN, BenchRequest, HostBench, SweepProgress
+from remediate.host.bench.bench import BenchOptions
+from remediate.transport.base import SSHOptions
+
+__all__ = [
+    "DEFAULT_CONTEXTS",
+    "DEFAULT_GEN",
+    "BenchOptions",
+    "BenchRequest",
+    "HostBench",
+    "bench",
+    "bench_request",
+    "finish_bench",
+]
+
+
+def bench(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    options: BenchOptions | None = None,
+    request: BenchRequest | None = None,
+    progress: SweepProgress | None = None,
+    transport_factory: TransportFactory | None = None,
+) -> list[HostBench]:
+    """`remediate bench`: each host's sweep (``options``: lengths, runs…, default the incident's), read-only on
+    the unit; a ``request`` (:func:`bench_request`) gives targets, inventory, SSH options and options at once."""
+    return fleet_bench.bench(
+        targets,
+        inventory=inventory,
+        ssh=ssh,
+        options=options,
+        progress=progress,
+        request=request,
+        transport_factory=transports(transport_factory),
+    )
+
+
+def bench_request(
+    targets: Sequence[str] = (),
+    *,
+    inventory: str | None = None,
+    ssh: SSHOptions | None = None,
+    unit: str | None = None,
+    contexts: str = DEFAULT_CONTEXTS,
+    gen: int = DEFAULT_GEN,
+    runs: int = 1,
+    warmup: int = 0,
+    seed: int | None = None,
+    output: str | None = None,
+    csv_path: str | None = None,
+    plot: str | None = None,
+) -> BenchRequest:
+    """What `remediate bench` is asked, checked: a bad length is a ConfigError naming its flag, and every output
+    file (and ``plot``'s matplotlib) is checked before any host is contacted. No seed → a fresh one."""
+    given = {"targets": tuple(targets), "inventory": inventory, "unit": unit, "seed": seed}
+    sweep_args = {"contexts": contexts, "gen": gen, "runs": runs, "warmup": warmup}
+    files = {"output": output, "csv_path": csv_path, "plot": plot}
+    return fleet_bench.request_from_cli({**given, **sweep_args, **files}, ssh or SSHOptions())
+
+
+def finish_bench(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> int:
+    """The end of `remediate bench`: write the files the request names; the exit code."""
+    return fleet_bench.finish(results, request, version=version)

@@ -1,0 +1,1 @@
+"""`bench` on one host (read-only) and `oom --probe`'s prefill request."""

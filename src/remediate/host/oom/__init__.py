@@ -1,0 +1,1 @@
+"""`oom` on one host: read → gate → edit plan → transact → verify."""

@@ -1,0 +1,1 @@
+"""`rollback` and `backups` on one host: the same transaction as `oom`, other bytes."""

@@ -1,0 +1,1 @@
+"""`watch`'s poll of one host: one bounded round trip per round."""
