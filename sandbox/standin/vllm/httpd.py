@@ -15,7 +15,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from vllm import memory
-from vllm.server import LOG, load_knobs
+from vllm.knobs import load_knobs
+from vllm.logs import LOG
 
 
 def _oom_text(p: memory.Profile, tried: float, room: float) -> str:

@@ -8,21 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import threading
 import time
 
 from vllm import memory
+from vllm.knobs import load_knobs
+from vllm.logs import LOG
 
 VERSION = "0.11.0"
-DEFAULTS: dict[str, object] = {
-    "time_scale": 0.004,  # wall seconds per simulated second
-    "load_s": 45.0,  # simulated startup
-    "gpu_state_dir": None,  # where the GPU board lives (bin/nvidia-smi reads it); None: /run/sglang-standin
-    "neighbour": None,  # {"pid", "gib"}: another process on the GPU (read at startup and on every prefill)
-    "gpu_name": "NVIDIA H100 80GB HBM3",
-    "exit_after_death_s": 0.5,  # wall seconds between the engine's death and the process exit (/health 503)
-}
 VALUE = {
     "--model",
     "--config",
@@ -41,21 +33,6 @@ VALUE = {
     "--tensor-parallel-size",
 }
 BOOL = {"--enable-chunked-prefill", "--no-enable-chunked-prefill", "--enforce-eager", "--trust-remote-code"}
-
-
-def load_knobs() -> dict[str, object]:
-    knobs = dict(DEFAULTS)
-    for path in (
-        os.environ.get("VLLM_STANDIN_CONFIG"),
-        os.environ.get("SGLANG_STANDIN_CONFIG"),
-        "/etc/vllm-standin.json",
-        "/etc/sglang-standin.json",
-    ):
-        if path and os.path.exists(path):
-            with open(path, encoding="utf-8") as fh:
-                knobs.update(json.load(fh))
-            break
-    return knobs
 
 
 def parse_args(argv: list[str], serve: bool) -> dict[str, object]:
@@ -97,33 +74,6 @@ def parse_args(argv: list[str], serve: bool) -> dict[str, object]:
                     opts[flag] = True if value == "true" and flag in BOOL else value
     opts.setdefault("model", opts.get("--model", "standin/mha-13b-40k"))
     return opts
-
-
-class Log:
-    """vLLM's logger format (vllm/logger.py): ``INFO 12-04 03:20:01 [file.py:N] message``; the engine core's
-    lines carry ``(EngineCore_DP0 pid=N) `` (vllm/utils/__init__.py _add_prefix)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-
-    def __call__(self, level: str, where: str, message: str, engine: bool = False) -> None:
-        stamp = time.strftime("%m-%d %H:%M:%S")
-        prefix = f"(EngineCore_DP0 pid={os.getpid()}) " if engine else ""
-        with self.lock:
-            for n, line in enumerate(message.split("\n")):
-                head = f"{prefix}{level} {stamp} [{where}] " if n == 0 else prefix
-                sys.stderr.write(head + line + "\n")
-            sys.stderr.flush()
-
-    def traceback(self, exc_line: str, engine: bool = True) -> None:
-        prefix = f"(EngineCore_DP0 pid={os.getpid()}) " if engine else ""
-        with self.lock:
-            sys.stderr.write(f'{prefix}Traceback (most recent call last):\n{prefix}  File "vllm/v1/engine/core.py"\n')
-            sys.stderr.write(prefix + exc_line + "\n")
-            sys.stderr.flush()
-
-
-LOG = Log()
 
 
 def _board(knobs: dict[str, object], used_gib: float) -> str:

@@ -6,10 +6,15 @@ module is not named ``bench``: a submodule ``api.bench`` would shadow the functi
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 
 from remediate.api.hosts import TransportFactory, transports
+from remediate.core.bench.record import RunArgs
+from remediate.core.bench.sweep import parse_contexts
+from remediate.core.units import single_unit
 from remediate.fleet import bench as fleet_bench
+from remediate.fleet import bench_files
 from remediate.fleet.bench import DEFAULT_CONTEXTS, DEFAULT_GEN, BenchRequest, HostBench, SweepProgress
 from remediate.host.bench.bench import BenchOptions
 from remediate.transport.base import SSHOptions
@@ -66,12 +71,15 @@ def bench_request(
 ) -> BenchRequest:
     """What `remediate bench` is asked, checked: a bad length is a ConfigError naming its flag, and every output
     file (and ``plot``'s matplotlib) is checked before any host is contacted. No seed → a fresh one."""
-    given = {"targets": tuple(targets), "inventory": inventory, "unit": unit, "seed": seed}
-    sweep_args = {"contexts": contexts, "gen": gen, "runs": runs, "warmup": warmup}
-    files = {"output": output, "csv_path": csv_path, "plot": plot}
-    return fleet_bench.request_from_cli({**given, **sweep_args, **files}, ssh or SSHOptions())
+    seed = seed if seed is not None else secrets.randbelow(2**31)
+    args = RunArgs(parse_contexts(contexts), gen, runs, warmup, seed)
+    options = BenchOptions(args.contexts, args.gen, args.runs, args.warmup, seed, unit=single_unit(unit, "bench"))
+    request = BenchRequest(args, options, ssh or SSHOptions(), tuple(targets), inventory, output, csv_path, plot)
+    bench_files.check_outputs(request.output, request.csv_path, request.plot)
+    return request
 
 
 def finish_bench(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> int:
     """The end of `remediate bench`: write the files the request names; the exit code."""
-    return fleet_bench.finish(results, request, version=version)
+    bench_files.write_outputs(results, request, version=version)
+    return fleet_bench.bench_exit_code(results)

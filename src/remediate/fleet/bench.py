@@ -3,19 +3,16 @@ shares the client, or a host's neighbours, measures the sharing), one connection
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from remediate.core.bench.record import RunArgs
 from remediate.core.bench.sweep import DEFAULT_CONTEXTS as DEFAULT_CONTEXTS
 from remediate.core.bench.sweep import DEFAULT_GEN as DEFAULT_GEN
 from remediate.core.bench.sweep import BenchPoint, parse_contexts
 from remediate.core.bench.sweep import HostBench as HostBench
-from remediate.core.units import single_unit
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
-from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.jobs import TransportFactory
 from remediate.fleet.settings import resolve_hosts, ssh_for
@@ -45,27 +42,6 @@ class BenchRequest:
     output: str | None = None
     csv_path: str | None = None
     plot: str | None = None
-
-
-def request_from_cli(kw: dict[str, Any], ssh: SSHOptions) -> BenchRequest:
-    """Command-line values → a request; a bad one is a ConfigError naming its flag, and every output file
-    is checked (and ``--plot``'s matplotlib) before any host is contacted. No seed → a fresh one."""
-    seed = kw["seed"] if kw.get("seed") is not None else secrets.randbelow(2**31)
-    args = RunArgs(parse_contexts(kw["contexts"]), kw["gen"], kw["runs"], kw["warmup"], seed)
-    options = BenchOptions(
-        args.contexts, args.gen, args.runs, args.warmup, seed, unit=single_unit(kw.get("unit"), "bench")
-    )
-    targets = tuple(kw.get("targets") or ())
-    files: dict[str, str | None] = {k: kw.get(k) for k in ("output", "csv_path", "plot")}
-    request = BenchRequest(args, options, ssh, targets, kw.get("inventory"), **files)
-    bench_files.check_outputs(request.output, request.csv_path, request.plot)
-    return request
-
-
-def finish(results: Sequence[HostBench], request: BenchRequest, *, version: str) -> int:
-    """The end of `remediate bench`: write the files asked for; the exit code."""
-    bench_files.write_outputs(results, request, version=version)
-    return bench_exit_code(results)
 
 
 def options_for(entry: HostEntry, options: BenchOptions) -> BenchOptions:

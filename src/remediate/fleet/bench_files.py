@@ -20,7 +20,7 @@ from remediate.core.bench.sweep import HostBench
 from remediate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from remediate.fleet.bench import BenchRequest  # it imports this module
+    from remediate.fleet.bench import BenchRequest
 
 PLOT_EXTRA = "pip install 'remediate[plot]'"
 

@@ -1,0 +1,32 @@
+"""The vLLM stand-in's knobs (JSON): ``$VLLM_STANDIN_CONFIG``, else ``$SGLANG_STANDIN_CONFIG``, else
+``/etc/vllm-standin.json``, else ``/etc/sglang-standin.json`` (the sandbox host's knobs file). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+DEFAULTS: dict[str, object] = {
+    "time_scale": 0.004,  # wall seconds per simulated second
+    "load_s": 45.0,  # simulated startup
+    "gpu_state_dir": None,  # where the GPU board lives (bin/nvidia-smi reads it); None: /run/sglang-standin
+    "neighbour": None,  # {"pid", "gib"}: another process on the GPU (read at startup and on every prefill)
+    "gpu_name": "NVIDIA H100 80GB HBM3",
+    "exit_after_death_s": 0.5,  # wall seconds between the engine's death and the process exit (/health 503)
+}
+
+
+def load_knobs() -> dict[str, object]:
+    knobs = dict(DEFAULTS)
+    for path in (
+        os.environ.get("VLLM_STANDIN_CONFIG"),
+        os.environ.get("SGLANG_STANDIN_CONFIG"),
+        "/etc/vllm-standin.json",
+        "/etc/sglang-standin.json",
+    ):
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                knobs.update(json.load(fh))
+            break
+    return knobs
