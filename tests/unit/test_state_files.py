@@ -161,3 +161,15 @@ def test_a_symlinked_watch_db_is_refused(state: Path, tmp_path: Path) -> None:
     (state / DB).symlink_to(victim)
     ran = _cli("watch", "pause", state=state)
     assert ran.returncode == 2 and "is a symbolic link" in ran.stderr and victim.read_bytes() == b""
+
+
+def test_the_state_directory_is_resolved_in_one_module() -> None:
+    """Only controller/state.py reads the variables that place the state directory; every other module asks
+    its ``state_dir``."""
+    package = Path(state_mod.__file__).resolve().parents[1]
+    readers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if any(name in path.read_text() for name in ('"XDG_STATE_HOME"', '"REMEDIATE_STATE_DIR"', ".local/state"))
+    )
+    assert readers == ["controller/state.py"]

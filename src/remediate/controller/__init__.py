@@ -2,7 +2,7 @@
 
 ::
 
-    state.py          the state directory ($REMEDIATE_STATE_DIR, $XDG_STATE_HOME/remediate, ~/.local/state/remediate)
+    state.py          the state directory, resolved there only (state_dir); its files' safe reads and appends
     transactions.py   transactions.jsonl: one line per transaction event
     retry.py          retry/remediate-retry-<UTC>.yaml (or --retry-file): where and how it is written
     observations.py   observations.jsonl: the calibration log `plan` and `oom --auto` read

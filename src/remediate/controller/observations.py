@@ -1,7 +1,7 @@
 """``observations.jsonl``, the calibration log: one JSON line per healthy start on this machine.
 
 `oom` and `rollback` append to it when a host ends healthy; `plan` and `oom --auto` read it. It lives in
-the state directory (``$REMEDIATE_STATE_DIR``, ``$XDG_STATE_HOME/remediate``…) unless
+the state directory (controller/state.py ``state_dir``, the one place it is resolved) unless
 ``$REMEDIATE_OBSERVATIONS`` names the file; its directory is the user's alone either way, and the file is
 never followed as a link (controller/state.py). Each record is one whole line (``append_line``).
 """
