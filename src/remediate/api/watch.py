@@ -17,6 +17,7 @@ from remediate.controller.watch_state import WatchState, database_errors, open_s
 from remediate.core.bounds import check_options
 from remediate.core.units import single_unit
 from remediate.core.watch.policy import Policy
+from remediate.core.watch.status import HostRows, host_status
 from remediate.errors import ConfigError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
@@ -69,11 +70,13 @@ def watch(
     on_round: Callable[[Watcher], None] | None = None,
     transport_factory: TransportFactory | None = None,
     warn: Callable[[str], None] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
     """Watch until ``should_stop()`` (or one round with ``once``); bad input fails before any host is read.
     The rounds' clock (``clock``, default :class:`SteadyClock`) never goes back: the wall time at the start
     plus the monotonic time since, so a step of the system clock moves no cooldown, cap or breaker window.
-    ``warn``: one line for a person per host left unwatched (no engine unit found, the named one missing)."""
+    ``warn``: one line for a person per host left unwatched (no engine unit found, the named one missing);
+    ``on_event``: every audit record as it is written (the terminal's one line per event)."""
     clock = clock or SteadyClock()
     policy = load_policy(request.policy)
     if request.lookback_s is not None:
@@ -112,6 +115,7 @@ def watch(
         undo=_undo(request, transport_factory),
         follow=request.follow and not request.once,
         warn=warn,
+        on_event=on_event,
     )
     try:
         while True:
@@ -180,10 +184,17 @@ def _undo(request: WatchRequest, factory: TransportFactory | None) -> Callable[[
     return one
 
 
-def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[str, Any]:
-    """What an on-call reads first: the breaker, the pause, pending approvals, the last incidents and events.
+def watch_status(
+    directory: str | None = None, *, incidents: int = 10, policy: str | None = None, now: float | None = None
+) -> dict[str, Any]:
+    """What an on-call reads first: the breaker, the pause, pending approvals, the last incidents and events,
+    and ``watched``: every watched host (healthy ones too) with its last crash, its last fix, when the next
+    automatic fix is allowed (``policy``: the watcher's policy file, for its cooldown and cap) and its open
+    incidents and approvals, each with its age at ``now``.
     What cannot be read is said, and the rest still shown: ``problems`` holds one line per unreadable file (a
     corrupt ``watch.db``: the hosts still come from the audit log; audit lines that do not parse: counted)."""
+    rails = load_policy(policy)
+    now = time.time() if now is None else now
     folder = ensure_dir(Path(directory) if directory else state_dir())
     audit = read_audit(folder)
     hosts: dict[str, str] = {}
@@ -206,6 +217,8 @@ def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[s
         "pending_approvals": [],
         "incidents": [],
         "hosts": hosts,
+        "now": now,
+        "watched": [],
     }
     try:
         state = open_state(folder)
@@ -216,6 +229,7 @@ def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[s
                     paused=state.is_paused(),
                     pending_approvals=[{"id": a, "incident": i, "host": h} for a, i, h in state.pending()],
                     incidents=state.incidents(incidents),
+                    watched=_watched(state, audit.events, hosts, rails, now),
                 )
         finally:
             state.close()
@@ -224,6 +238,30 @@ def watch_status(directory: str | None = None, *, incidents: int = 10) -> dict[s
     if problems:
         doc["problems"] = problems
     return doc
+
+
+def _watched(
+    state: WatchState, events: list[dict[str, Any]], states: dict[str, str], policy: Policy, now: float
+) -> list[dict[str, Any]]:
+    """Every host a watcher polled or wrote of, healthy ones too (core/watch/status.py), by name."""
+    units: dict[str, list[str]] = {}
+    for host, unit in state.watched():
+        units.setdefault(host, [])
+        if unit and unit not in units[host]:
+            units[host].append(unit)
+    for host in states:
+        units.setdefault(host, [])
+    opened = state.open_incidents()
+    waiting = state.pending_approvals()
+    out = []
+    for host in sorted(units):
+        rows = HostRows(
+            state.history(host),
+            tuple(i for i in opened if i["host"] == host),
+            tuple(a for a in waiting if a["host"] == host),
+        )
+        out.append(host_status(host, tuple(units[host]), states.get(host, "healthy"), events, rows, policy, now))
+    return out
 
 
 def _host_state(event: dict[str, Any], before: str) -> str:

@@ -114,13 +114,25 @@ def run(**kw: Any) -> None:
         stop.wait(seconds)  # SIGTERM cuts the pause short
 
     try:
-        api_watch.watch(request, should_stop=stop.is_set, sleep=pause_between, on_round=on_round, warn=_warn)
+        api_watch.watch(request, should_stop=stop.is_set, sleep=pause_between, on_round=on_round, warn=_warn,
+                        on_event=_print_event)  # fmt: skip
     finally:
         sd_notify("STOPPING=1")
 
 
 def _warn(line: str) -> None:
     click.echo(f"remediate: watch: {line}", err=True)
+
+
+def _print_event(event: dict[str, Any]) -> None:
+    """One line per event on stdout (a terminal; the journal under systemd), flushed at once; nothing while
+    every host is healthy."""
+    from remediate.cli.render.watch import event_line
+
+    line = event_line(event)
+    if line is not None:
+        click.echo(line)
+        sys.stdout.flush()
 
 
 def approver() -> str:
@@ -137,41 +149,31 @@ def approver() -> str:
 
 @watch.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+@click.option("--policy", type=click.Path(dir_okay=False), help="The watcher's policy file (its cooldown and cap).")
 @state_dir_option
 @handle_errors
-def status(as_json: bool, state_dir: str | None) -> None:
-    """Every host's state, the breaker, pending approvals and the last incidents.
+def status(as_json: bool, policy: str | None, state_dir: str | None) -> None:
+    """Every watched host (its state, last crash, last fix, next fix allowed), the breaker, open incidents
+    and pending approvals.
 
     \b
     Example:
-      remediate watch status --json
+      remediate watch status --policy watch-policy.yaml
     """
     from remediate.api.watch import watch_status
 
-    doc = watch_status(state_dir)
+    doc = watch_status(state_dir, policy=policy)
     for problem in doc.get("problems", []):  # what could not be read, one line each; the rest is shown
         click.echo(f"remediate: warning: {problem}", err=True)
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
     else:
-        unknown = doc["paused"] is None  # the database could not be read: neither switch is known
-        breaker = "unknown" if unknown else doc["breaker"] or "closed"
-        paused = "unknown" if unknown else "yes" if doc["paused"] else "no"
-        click.echo(f"breaker: {breaker}; paused: {paused}")
-        _status_lines(doc)
+        from remediate.cli.render.watch import status_lines
+
+        for line in status_lines(doc):
+            click.echo(line)
     if doc["paused"] is None:
         sys.exit(EXIT_BAD_INPUT)
-
-
-def _status_lines(doc: dict[str, Any]) -> None:
-    for host, state in doc["hosts"].items():
-        click.echo(f"  {host}: {state}")
-    for host, why in doc.get("no_unit", {}).items():
-        click.echo(f"  {host}: nothing watched: {why}")
-    for a in doc["pending_approvals"]:
-        click.echo(f"  pending approval {a['id']} ({a['host']}): remediate watch approve {a['id']}")
-    for i in doc["incidents"]:
-        click.echo(f"  incident {i['id']} {i['host']} {i['unit']}: {i['crashes']} crash(es), {i['outcome']}")
 
 
 @watch.command("approve")

@@ -293,3 +293,27 @@ class WatchState:
     def pending(self) -> list[tuple[str, str, str]]:
         rows = self._db.execute("SELECT id, incident, host FROM approvals WHERE status = 'pending' ORDER BY created_at")
         return [(str(a), str(b), str(c)) for a, b, c in rows.fetchall()]
+
+    # what `watch status` lists --------------------------------------------------------------------------------
+    def watched(self) -> list[tuple[str, str]]:
+        """(host, unit) of every unit a watcher polled (its cursor saved), and every host with a history."""
+        rows = self._db.execute("SELECT host, unit FROM cursors UNION SELECT host, '' FROM hosts ORDER BY host")
+        return [(str(h), str(u)) for h, u in rows.fetchall()]
+
+    def open_incidents(self) -> list[dict[str, object]]:
+        cur = self._db.execute(
+            "SELECT id, host, unit, opened_at, last_at, crashes, outcome FROM incidents WHERE closed = 0"
+            " ORDER BY opened_at"
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def pending_approvals(self) -> list[dict[str, object]]:
+        """Approvals not yet acted on: asked for, or given and waiting for the rails."""
+        cur = self._db.execute(
+            "SELECT a.id, a.incident, a.host, a.status, a.who, a.created_at, a.expires_at FROM approvals a"
+            " JOIN incidents i ON i.id = a.incident WHERE a.status IN ('pending', 'approved')"
+            " AND i.outcome = 'wait_approval' AND i.closed = 0 ORDER BY a.created_at"
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

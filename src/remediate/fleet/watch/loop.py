@@ -29,6 +29,7 @@ from remediate.core.watch.incident import (
     recovered_outcome,
 )
 from remediate.core.watch.policy import Policy
+from remediate.core.watch.status import tokens_before
 from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.follow import Follower
@@ -86,6 +87,7 @@ class Watcher:
     metrics: WatchMetrics | None = None
     undo: Undo | None = None
     warn: Callable[[str], None] | None = None  # one line for a person (stderr): a host with no unit to watch
+    on_event: Callable[[dict[str, Any]], None] | None = None  # every audit record once written (the terminal's lines)
     _hosts: dict[str, _Host] = field(default_factory=dict)  # host_key(host, unit) → the watched unit
     _running: dict[str, tuple[Future[HostResult], str]] = field(default_factory=dict)  # key → (fix, incident)
     _pool: ThreadPoolExecutor | None = None
@@ -155,6 +157,8 @@ class Watcher:
             self.metrics.observe_event(record)
         if self.notify is not None and kind in ("decided", "outcome", "breaker"):
             self.notify(record)
+        if self.on_event is not None:
+            self.on_event(record)
 
     def round(self, now: float) -> None:
         """One poll of every host, then the decisions; pending approvals answered since are acted on.
@@ -260,7 +264,8 @@ class Watcher:
         except RemediateError as exc:
             report = HostResult(host=name, outcome="failed", error=str(exc))
         kinds = tuple(str(f.get("kind")) for f in report.extra.get("findings", []))
-        self.event("diagnosed", now, host=name, unit=h.unit, findings=report.extra.get("findings", []), kinds=kinds)
+        self.event("diagnosed", now, host=name, unit=h.unit, findings=report.extra.get("findings", []), kinds=kinds,
+                   tokens=tokens_before(report.extra))  # fmt: skip
         with self.state.transaction():
             if h.crash_cursor:
                 self.state.save_cursor(name, h.unit, h.crash_cursor)

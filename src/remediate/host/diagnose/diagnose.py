@@ -132,6 +132,10 @@ class DiagnosisEvidence:
                 "all_findings": len(self.diagnosis.findings),
                 "is_stale": self.diagnosis.is_stale,
                 "runs": len(self.diagnosis.runs),
+                # the pool of the newest run that logged one: the server's tokens before the crash
+                "max_total_num_tokens": next(
+                    (r.max_total_num_tokens for r in reversed(self.diagnosis.runs) if r.max_total_num_tokens), None
+                ),
             }
         return {
             "engine": self.engine,
