@@ -140,6 +140,32 @@ def test_a_fix_a_person_rolled_back_is_not_redone(incident: Node, tmp_path: Path
     assert row["closed"] == 1 and row["outcome"] == "rolled_back_by_person"
 
 
+def test_a_fix_rolled_back_from_another_controller_is_not_redone(incident: Node, tmp_path: Path) -> None:
+    """As above, but the person's `rollback` ran from another controller (its own state directory): this
+    controller's transaction log has no `restored`, and the unit's bytes on the host (its fix's backup's
+    again) are what says the fix was undone: closed ``rolled_back_by_person``, nothing made again."""
+    node, state = incident, tmp_path / "watch-state"
+    original = node.bytes(UNIT_PATH)
+    assert _watch(node, state).returncode == 0
+    _crash(node)
+    node.host.set_standin(time_scale=0.02)
+    _kill_after_the_commit(node, state)
+    node.host.set_standin(**FAST_KNOBS)
+    elsewhere = {**node.env(), "REMEDIATE_STATE_DIR": str(tmp_path / "other-controller")}
+    back = subprocess.run(node.argv("rollback", "--wait-timeout", "60"), cwd=node.tmp_path, env=elsewhere,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert back.returncode == 0, back.stderr
+    assert node.bytes(UNIT_PATH) == original
+    assert "restored" not in [r["event"] for r in _transactions(node)], "no record of it here"
+    changes = _changing(node)
+    run = _watch(node, state)
+    assert run.returncode == 0, run
+    events = _events(state)
+    assert [e["event"] for e in events][-2:] == ["recovered", "outcome"], events
+    assert events[-2]["step"] == "rolled_back_by_person" and events[-1]["outcome"] == "rolled_back_by_person"
+    assert node.bytes(UNIT_PATH) == original and _changing(node) == changes, "no fix made again"
+
+
 def test_sigkill_while_the_new_server_cannot_start(incident: Node, tmp_path: Path) -> None:
     """The fixed server dies at once on every start (exit_at_once, matched on the fix's chunked prefill):
     the re-check fails (a re-run with nothing to write cannot undo), so the killed attempt's own backup is

@@ -144,3 +144,19 @@ def backup_to_restore(recheck: str, logged: tuple[tuple[str, tuple[str, ...]], .
         return None
     made = [backups[0] for event, backups in logged if event == "committed" and backups]
     return made[0] if made else None
+
+
+def committed_backups(logged: tuple[tuple[str, tuple[str, ...]], ...], files: tuple[str, ...]) -> dict[str, str]:
+    """Each file the killed fix's commit wrote → the backup it made of the file's bytes before (its backups
+    are named ``FILE.bak.TAG.EPOCH``, host/commit.py); ``logged`` is (event, backups) per record."""
+    made = [b for event, backups in logged if event == "committed" for b in backups]
+    return {f: b for f in files for b in made if b.startswith(f + ".bak.")}
+
+
+def undone_on_host(pairs: dict[str, str], sums: dict[str, str]) -> bool:
+    """Whether every file the fix wrote holds again the bytes it had before the fix (its backup's sha256, as
+    the host reads both now): someone rolled the fix back — from another controller too, whose `rollback`
+    left no record in this one's transaction log. Unreadable ('-') or no pair: not known, so False."""
+    if not pairs:
+        return False
+    return all(sums.get(f, "-") != "-" and sums.get(f) == sums.get(b) for f, b in pairs.items())

@@ -7,9 +7,17 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from remediate.controller.transactions import read_transactions
-from remediate.core.watch.incident import ROLLED_BACK_BY_PERSON, backup_to_restore, note_fix, recovery
+from remediate.core.watch.incident import (
+    ROLLED_BACK_BY_PERSON,
+    backup_to_restore,
+    committed_backups,
+    note_fix,
+    recovery,
+    undone_on_host,
+)
 from remediate.errors import RemediateError
 from remediate.fleet.watch.units import host_key
+from remediate.host.common.commit import path_states
 from remediate.models import HostResult
 
 if TYPE_CHECKING:
@@ -39,6 +47,10 @@ def recover(w: Watcher, now: float) -> None:
         step = recovery(acting, w.instance, logged)
         if step == "none":
             continue
+        made = tuple((str(r.get("event")), tuple(map(str, r.get("backups") or ()))) for r in records)
+        files = tuple(str(f) for r in records for f in r.get("files") or ())
+        if step == "recheck" and _undone_on_host(w, h, committed_backups(made, files)):
+            step = ROLLED_BACK_BY_PERSON  # a `rollback` from another controller: its bytes say so, not our log
         w.event("recovered", now, host=h.entry.name, unit=h.unit, incident=incident_id, acting=acting,
                logged=list(logged), step=step)  # fmt: skip
         if step == "recheck":
@@ -48,7 +60,6 @@ def recover(w: Watcher, now: float) -> None:
                     w.state.save_history(h.entry.name, note_fix(w.state.history(h.entry.name), now))
             result = w._run_fix(h)
             recheck = result.outcome
-            made = tuple((str(r.get("event")), tuple(map(str, r.get("backups") or ()))) for r in records)
             backup = backup_to_restore(result.outcome, made)
             if backup is not None and w.undo is not None:
                 w.event("undo", now, host=h.entry.name, unit=h.unit, incident=incident_id, backup=backup,
@@ -57,12 +68,26 @@ def recover(w: Watcher, now: float) -> None:
         elif step == ROLLED_BACK_BY_PERSON:
             result = HostResult(
                 host=h.entry.name, outcome=step, error="a person rolled the unit back since: not redone"
-            )
+            )  # the transaction log's `restored`, or the unit's bytes equal to the fix's backup again
             recheck = "none"
         else:
             result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")
             recheck = "none"
         w._finish(h, incident_id, now, result, recheck)
+
+
+def _undone_on_host(w: Watcher, h: _Host, pairs: dict[str, str]) -> bool:
+    """The killed fix's files read on the host (their sha256 and their backups'): back to the bytes before the
+    fix, whoever restored them. Unreachable: not known (False), and the re-run finds out as it would."""
+    if not pairs:
+        return False
+    try:
+        if h.transport is None:
+            h.transport = w.connect(h.entry)
+        sums = path_states(h.transport, [*pairs, *pairs.values()])
+    except RemediateError:
+        return False
+    return undone_on_host(pairs, sums)
 
 
 def is_state_unknown(result: HostResult) -> bool:

@@ -268,7 +268,12 @@ def _state(text: str, absent: bool) -> str:
 
 def file_states(transport: Transport, writes: list[FileWrite]) -> dict[str, str]:
     """Each file's sha256 on the host ('-' when it cannot be read), one round trip."""
-    quoted = " ".join(shlex.quote(w.path) for w in writes)
+    return path_states(transport, [w.path for w in writes])
+
+
+def path_states(transport: Transport, paths: list[str]) -> dict[str, str]:
+    """Each path's sha256 on the host ('-' when it cannot be read), one round trip (bounded in time)."""
+    quoted = " ".join(shlex.quote(p) for p in paths)
     got = transport.run(f'for p in {quoted}; do sha256sum -- "$p" 2>/dev/null || echo "- $p"; done', timeout=30)
     return {line.split(None, 1)[1].strip(): line.split(None, 1)[0] for line in got.stdout.splitlines() if " " in line}
 
