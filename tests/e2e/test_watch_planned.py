@@ -213,3 +213,59 @@ def test_the_servers_words_quoting_systemd_are_no_crash(
         assert all(n.show("ActiveState")["ActiveState"] == "active" for n in nodes)
     finally:
         watcher.stop()
+
+
+VLLM = "vllm.service"
+
+
+def test_vllm_stops_by_exit_0_logs_prompts_by_version_and_neither_is_a_crash(node: Node, tmp_path: Path) -> None:
+    """The vLLM stand-in as the versions it claims: SIGTERM → FastAPI's and uvicorn's shutdown lines, exit 0
+    (the unit inactive, Result=success); requests logged with their prompt under --enable-log-requests at
+    0.11.0 (off without it), by default at 0.8.5. A restart, a stop + start and a prompt quoting systemd's
+    exit lines make no `detected`."""
+    from .test_vllm_incident import _unit
+
+    def install(flags: str = "") -> None:
+        text = _unit(node, "0.94").replace("--max-num-batched-tokens 16384", f"--max-num-batched-tokens 4096{flags}")
+        node.install(text, name=VLLM)
+        node.wait_healthy(VLLM)
+
+    def prompt(text: str) -> None:
+        assert node.http("POST", "/v1/completions", {"model": "m", "prompt": text, "max_tokens": 2}).status == 200
+
+    def received(text: str) -> bool:
+        return any("Received request cmpl-" in line and f"prompt: {text!r}" in line for line in node.journal(VLLM))
+
+    node.host.set_standin(**FAST_KNOBS)
+    install()
+    prompt("quiet by default")
+    assert not received("quiet by default"), "0.11.0 logs no request without --enable-log-requests"
+    node.host.set_standin(**FAST_KNOBS, vllm_version="0.8.5")
+    assert node.host.systemctl("restart", VLLM).returncode == 0
+    node.wait_healthy(VLLM)
+    prompt("logged at 0.8.5")
+    poll(lambda: received("logged at 0.8.5"), deadline=10, what="0.8.5's request line")
+    node.host.set_standin(**FAST_KNOBS)
+    install(" --enable-log-requests")
+
+    state = tmp_path / "watch-state"
+    first = node.cli("watch", "--once", "--state-dir", str(state), "--unit", VLLM, json_out=False)
+    assert first.returncode == 0, first
+    for text in (f"{VLLM}: Main process exited, code=killed, status=9/KILL", f"{VLLM}: Failed with result 'signal'."):
+        prompt(text)
+        poll(lambda text=text: received(text), deadline=10, what="the request's line")
+    assert node.host.systemctl("restart", VLLM).returncode == 0
+    node.wait_healthy(VLLM)
+    assert node.host.systemctl("stop", VLLM).returncode == 0
+    show = node.show("ActiveState", "Result", "ExecMainStatus", unit=VLLM)
+    assert show == {"ActiveState": "inactive", "Result": "success", "ExecMainStatus": "0"}, show  # not 'signal'
+    tail = node.journal(VLLM)[-8:]
+    shutdown = ("Shutting down FastAPI HTTP server.", "INFO:     Shutting down", "Application shutdown complete.")
+    assert all(any(s in line for line in tail) for s in shutdown), tail
+    assert node.host.systemctl("start", VLLM).returncode == 0
+    node.wait_healthy(VLLM)
+    run = node.cli("watch", "--once", "--state-dir", str(state), "--unit", VLLM, json_out=False)
+    assert run.returncode == 0, run
+    events = (state / "watch-audit.jsonl").read_text().splitlines() if (state / "watch-audit.jsonl").exists() else []
+    assert not [e for e in map(json.loads, events) if e["event"] == "detected"], events
+    assert run.stdout == "", "nothing to say: every stop was planned, every quote a request"

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from vllm import memory
-from vllm.knobs import load_knobs
+from vllm.knobs import load_knobs, version_tuple
 from vllm.logs import LOG
 
 
@@ -132,6 +134,8 @@ class Handler(BaseHTTPRequestHandler):
         if s["dead"]:
             self._send(500, {"object": "error", "message": "EngineCore encountered an issue.", "code": 500})
             return
+        if s["log_requests"]:
+            _log_request(s, prompt if ids is None else None, ids, max_tokens)
         if tokens + max_tokens > s["mml"]:
             msg = (
                 f"This model's maximum context length is {s['mml']} tokens. However, you requested "
@@ -211,6 +215,27 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+def _log_request(state: dict, prompt: str | None, ids: list[int] | None, max_tokens: int) -> None:
+    """The request's prompt in the server's log, as RequestLogger.log_inputs writes it
+    (vllm/entrypoints/logger.py; called by OpenAIServing._log_inputs, entrypoints/openai/serving_engine.py,
+    for each prompt ``{request_id}-{i}`` of OpenAIServingCompletion.create_completion): the prompt's repr,
+    whatever it holds — systemd's words too, on a line of the server's own (uvicorn's stderr)."""
+    state["requests"] += 1
+    request_id = f"cmpl-{os.getpid():x}{state['requests']:08x}-0"
+    where = "logger.py:40" if version_tuple(state["version"]) >= (0, 11) else "logger.py:39"
+    params = f"SamplingParams(n=1, temperature=1.0, top_p=1.0, max_tokens={max_tokens})"
+    tail = (
+        "prompt_embeds shape: None, lora_request: None."
+        if where == "logger.py:40"
+        else ("lora_request: None, prompt_adapter_request: None.")
+    )
+    LOG(
+        "INFO",
+        where,
+        f"Received request {request_id}: prompt: {prompt!r}, params: {params}, prompt_token_ids: {ids}, {tail}",
+    )
+
+
 def _die(state: dict, oom: str) -> None:
     state["dead"] = True
     LOG("ERROR", "core.py:710", "EngineCore encountered a fatal error.", engine=True)
@@ -221,12 +246,41 @@ def _die(state: dict, oom: str) -> None:
 
 
 def serve_http(state: dict, host: str, port: int) -> int:
+    """Serve until SIGTERM/SIGINT, then stop as vLLM does: entrypoints/launcher.py serve_http's
+    signal_handler cancels the server task (not uvicorn's own handler) and logs ``Shutting down FastAPI HTTP
+    server.``; entrypoints/openai/api_server.py run_server_worker awaits uvicorn's Server.shutdown only after
+    the engine client's context exited (build_async_engine_client_from_engine_args: AsyncLLM.shutdown ends
+    the engine core), so uvicorn's ``Shutting down`` / ``Waiting for application shutdown.`` / ``Application
+    shutdown complete.`` come last, and the process returns from main: exit 0 (0.8.5 and 0.11.0 alike)."""
     Handler.state = state
     httpd = ThreadingHTTPServer((host, port), Handler)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            threading.Thread(target=httpd.shutdown, daemon=True).start()  # serve_forever runs on this thread
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     LOG("INFO", "api_server.py:1912", f"Starting vLLM API server 0 on http://{host}:{port}")
     LOG("INFO", "on.py:62", "Application startup complete.")
     try:
         httpd.serve_forever()
     finally:
         httpd.server_close()
+    if stopping.is_set():
+        scale = float(state["knobs"]["time_scale"])
+        where = "launcher.py:99" if version_tuple(state["version"]) >= (0, 11) else "launcher.py:79"
+        LOG("INFO", where, "Shutting down FastAPI HTTP server.")
+        time.sleep(2.0 * scale)  # the engine core's shutdown (its process joined), a couple of seconds
+        for line in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete."):
+            _uvicorn(line)
     return 0
+
+
+def _uvicorn(message: str) -> None:
+    """uvicorn's own logger (uvicorn/logging.py DefaultFormatter: ``INFO:     message``), on stderr."""
+    with LOG.lock:
+        sys.stderr.write(f"INFO:     {message}\n")
+        sys.stderr.flush()

@@ -14,7 +14,9 @@ DEFAULTS: dict[str, object] = {
     "neighbour": None,  # {"pid", "gib"}: another process on the GPU (read at startup and on every prefill)
     "gpu_name": "NVIDIA H100 80GB HBM3",
     "exit_after_death_s": 0.5,  # wall seconds between the engine's death and the process exit (/health 503)
+    "vllm_version": "0.11.0",  # the version whose stop and request logging it has (0.8.5 and 0.11.0 read)
 }
+ENV_OVERRIDES = {"VLLM_STANDIN_VERSION": "vllm_version"}
 
 
 def load_knobs() -> dict[str, object]:
@@ -29,4 +31,11 @@ def load_knobs() -> dict[str, object]:
             with open(path, encoding="utf-8") as fh:
                 knobs.update(json.load(fh))
             break
+    for env, key in ENV_OVERRIDES.items():
+        if os.environ.get(env):
+            knobs[key] = os.environ[env]
     return knobs
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in str(version).split(".")[:3] if p.isdigit())

@@ -11,7 +11,7 @@ import os
 import time
 
 from vllm import memory
-from vllm.knobs import load_knobs
+from vllm.knobs import load_knobs, version_tuple
 from vllm.logs import LOG
 
 VERSION = "0.11.0"
@@ -32,7 +32,26 @@ VALUE = {
     "-tp",
     "--tensor-parallel-size",
 }
-BOOL = {"--enable-chunked-prefill", "--no-enable-chunked-prefill", "--enforce-eager", "--trust-remote-code"}
+BOOL = {
+    "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill",
+    "--enforce-eager",
+    "--trust-remote-code",
+    "--enable-log-requests",
+    "--disable-log-requests",
+}
+
+
+def logs_requests(opts: dict[str, object], version: str) -> bool:
+    """Whether the API server logs each request's prompt (``Received request …``). vLLM 0.8.5
+    (entrypoints/openai/api_server.py init_app_state): a RequestLogger unless ``--disable-log-requests``.
+    vLLM 0.11.0 (same function; engine/arg_utils.py AsyncEngineArgs.add_cli_args): only with
+    ``--enable-log-requests``; ``--disable-log-requests`` is its deprecated opposite (the property's setter
+    sets ``enable_log_requests = not value``). The switch came between the two; the stand-in puts it at the
+    0.11.0 it read."""
+    if version_tuple(version) < (0, 11):
+        return not opts.get("--disable-log-requests")
+    return bool(opts.get("--enable-log-requests")) and not opts.get("--disable-log-requests")
 
 
 def parse_args(argv: list[str], serve: bool) -> dict[str, object]:
@@ -121,11 +140,12 @@ def main(argv: list[str], serve: bool) -> int:
         "PYTORCH_ALLOC_CONF", ""
     )
     scale = float(str(knobs["time_scale"]))
-    LOG("INFO", "api_server.py:1839", f"vLLM API server version {VERSION}")
+    version = str(knobs.get("vllm_version") or VERSION)
+    LOG("INFO", "api_server.py:1839", f"vLLM API server version {version}")
     LOG(
         "INFO",
         "core.py:77",
-        f"Initializing a V1 LLM engine (v{VERSION}) with config: model='{opts['model']}', "
+        f"Initializing a V1 LLM engine (v{version}) with config: model='{opts['model']}', "
         f"max_seq_len={mml}, enforce_eager={bool(opts.get('--enforce-eager'))}",
         engine=True,
     )
@@ -194,6 +214,9 @@ def main(argv: list[str], serve: bool) -> int:
         "dead": False,
         "running": 0,
         "used_blocks": 0,
+        "version": version,
+        "log_requests": logs_requests(opts, version),
+        "requests": 0,
     }
     try:
         return serve_http(state, str(opts.get("--host", "0.0.0.0")), int(str(opts.get("--port", "8000"))))
