@@ -97,7 +97,7 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
     watched = doc.get("watched") or []
     shown = {w["host"] for w in watched}
     for w in watched:  # a backup's path is never cut: it is copied into `rollback --to`
-        lines.extend(line if line.lstrip().startswith(("backup ", "undo: ")) else _clip(line)
+        lines.extend(line if line.lstrip().startswith("undo: ") else _clip(line)
                      for line in _host_lines(w, now))  # fmt: skip
     for host, state in doc["hosts"].items():  # the audit's hosts watch.db does not have (it could not be read)
         if host not in shown:
@@ -118,15 +118,11 @@ def _host_lines(w: dict[str, Any], now: Any) -> list[str]:
     if fix:
         took = f" in {ago(fix['took_s'])}" if fix.get("took_s") is not None else ""
         lines.append(f"  fix    {clock(fix.get('at'))} ({_ago(now, fix.get('at'))} ago) {fix.get('outcome')}{took}")
-        change = [_pair(name, fix.get(key)) for key, name in (("fraction", "fraction"), ("chunk", "chunk"))] + [
-            _pair("alloc", fix.get("alloc_conf")),
-            _tokens(fix.get("tokens")),
-        ]
-        said = [c for c in change if c]
-        if said:
-            lines.append("         " + "; ".join(said))
-        if fix.get("backup"):
-            lines.append(f"         backup {fix['backup']}")
+        sizes = [_pair("fraction", fix.get("fraction")), _pair("chunk", fix.get("chunk")), _tokens(fix.get("tokens"))]
+        for said in ([c for c in sizes if c], [c for c in [_pair("alloc", fix.get("alloc_conf"))] if c]):
+            if said:
+                lines.append("         " + "; ".join(said))
+        if fix.get("backup"):  # its own line, never cut: copied as it is
             lines.append(f"         undo: remediate rollback {w['host']} --to {fix['backup']}")
     nxt = w.get("next_fix") or {}
     if nxt.get("why") == "needs_human":
