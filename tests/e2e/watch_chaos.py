@@ -11,7 +11,15 @@ real subprocess with short intervals, and, for a bounded time, faults injected a
 - ``restart``: the watcher is SIGKILLed or SIGTERMed (by PID) and started again on the same state (half of
   the time once a fix is in flight);
 - one ``burst`` at a random moment: ``breaker_count + 1`` hosts crashed at once, so that the breaker's
-  threshold is crossed at least once.
+  threshold is crossed at least once;
+- ``planned`` (issue 32): a restart systemd runs, never a crash: a person's `remediate oom` of a healthy host
+  then its `rollback` (from another controller's state: a rollout and its undo), a `systemctl restart`, or a
+  `systemctl stop` (the unit left failed, Result=signal) then `start`; the stand-in is sglang 0.5.6, which
+  ends each of these stops by SIGKILLing itself (systemd: ``Main process exited, code=killed,
+  status=9/KILL``, ``Failed with result 'signal'``);
+- ``quote``: a request whose text quotes those two lines (the unit runs with ``--log-requests``: the server
+  logs it), and a line the service writes to journald as ``SYSLOG_IDENTIFIER=systemd`` with ``UNIT=`` and a
+  stop job's fields: no crash either.
 
 Some hosts are fated to roll back (knob ``failure: exit_at_once`` matched on the fix's
 ``--chunked-prefill-size``: the fixed server never starts). After the injections the watcher runs until it is
@@ -40,7 +48,16 @@ from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node
 
 ROLLBACK_KNOBS = {"failure": "exit_at_once", "failure_match": "--chunked-prefill-size"}
 NEIGHBOUR = {"pid": 4242, "gib": 12, "gpus": [5]}  # unbalanced TP memory: the server dies at startup
-ACTIONS = (("crash", 0.45), ("startup", 0.15), ("cut", 0.25), ("restart", 0.15))
+ACTIONS = (("crash", 0.35), ("startup", 0.12), ("cut", 0.2), ("restart", 0.12), ("planned", 0.13), ("quote", 0.08))
+PLANNED = ("oom+rollback", "restart", "stop+start")
+QUOTES = ("Main process exited, code=killed, status=9/KILL", "Failed with result 'signal'.")
+# journald's native protocol from the service's own cgroup (so `journalctl -u` shows it): every field a client
+# may set saying "systemd, PID 1, a stop job of the unit"; journald records the sender's real _PID.
+SPOOF = (
+    f"MESSAGE={UNIT}: Main process exited, code=killed, status=9/KILL\\n"
+    f"SYSLOG_IDENTIFIER=systemd\\nUNIT={UNIT}\\n_PID=1\\nJOB_TYPE=stop\\n"
+    "MESSAGE_ID=de5b426a63be47a7b6ac3eaac82e2f6f\\n"
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,7 @@ class Injection:
     kind: str
     host: str | None
     result: str
+    started: float | None = None  # a planned restart's or a quote's start (no crash of the host from then to ``at``)
 
 
 @dataclass
@@ -106,7 +124,9 @@ class Chaos:
         def one(host: SandboxHost) -> Node:
             host.set_standin(**self.knobs(host.name))
             node = Node(self.fleet, host, self.work, free_port(host.address))
-            text = incident_unit(host.address, node.port)
+            text = incident_unit(host.address, node.port).replace(
+                "--trust-remote-code", "--trust-remote-code --log-requests"
+            )
             host.install_unit(UNIT, text)
             if not wait_http_ok(host.address, node.port):
                 raise RuntimeError(f"{host.name}: the incident server did not get healthy")
@@ -167,8 +187,8 @@ class Chaos:
         except (AssertionError, subprocess.SubprocessError, ValueError):
             return False
 
-    def note(self, kind: str, host: str | None, result: str) -> None:
-        self.injections.append(Injection(time.time(), kind, host, result))
+    def note(self, kind: str, host: str | None, result: str, started: float | None = None) -> None:
+        self.injections.append(Injection(time.time(), kind, host, result, started))
 
     def crash(self, node: Node) -> str:
         if not self.ready(node):
@@ -209,6 +229,64 @@ class Chaos:
         if pids:
             node.host.run("kill", "-9", *pids)
         return f"{len(pids)} session(s) killed"
+
+    def planned(self, node: Node) -> str:
+        """A restart or stop systemd itself runs (a person's, a deploy's), on a healthy host no fix is running on:
+        `oom` + `rollback` only on a host with its old bytes that is not fated to roll back (the pair leaves
+        its bytes as they were, the watcher's record of the host true)."""
+        name = node.host.name
+        if not self.ready(node) or self._fixing(name):
+            return "skipped"
+        old = node.bytes(UNIT_PATH) == self.original[name] and name not in self.fated
+        how = self.rng.choice(PLANNED if old else PLANNED[1:])
+        if how == "oom+rollback":
+            env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+            env.update(REMEDIATE_STATE_DIR=str(self.work / "person-state"), COLUMNS="200")
+            for verb in ("oom", "rollback"):
+                argv = [sys.executable, "-m", "remediate", verb, name, "--ssh-config", str(self.fleet.ssh_config)]
+                run = subprocess.run(argv + ["--wait-timeout", "60"], env=env, cwd=self.work, capture_output=True,
+                                     timeout=300)  # fmt: skip
+                if run.returncode != 0:
+                    return f"{verb} exit {run.returncode}"
+        elif how == "restart":
+            node.host.systemctl("restart", UNIT)
+        else:
+            node.host.systemctl("stop", UNIT)
+            node.host.systemctl("start", UNIT)
+        end = time.monotonic() + 30
+        while not (node.show("ActiveState")["ActiveState"] == "active" and node.healthy()):
+            if time.monotonic() > end:
+                return f"{how}: not healthy after"
+            time.sleep(0.1)
+        return how
+
+    def quote(self, node: Node) -> str:
+        """Request text quoting systemd's exit lines, and a line the service writes as systemd: no crash."""
+        if not self.ready(node):
+            return "skipped"
+        for text in QUOTES:
+            body = {"text": f"{UNIT}: {text}", "sampling_params": {"max_new_tokens": 2}}
+            if node.http("POST", "/generate", body).status != 200:
+                return "skipped"
+        code = (
+            "import socket, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
+            f"s.sendto(b'{SPOOF}', '/run/systemd/journal/socket'); time.sleep(0.5)"
+        )
+        out = node.host.sh(
+            "for f in /sys/fs/cgroup/unified /sys/fs/cgroup/systemd /sys/fs/cgroup; do "
+            f"p=$f/system.slice/{UNIT}/cgroup.procs; [ -e $p ] && echo $$ > $p; done; "
+            f'exec /usr/bin/python3 -c "{code}"'
+        )
+        return "quoted" if out.returncode == 0 else f"spoof exit {out.returncode}"
+
+    def _fixing(self, host: str) -> bool:
+        from remediate.controller.watch_state import WatchState
+
+        db = WatchState(self.state)
+        try:
+            return any(str(r["host"]) == host and r["outcome"] == "remediating" for r in db.incidents(limit=50))
+        finally:
+            db.close()
 
     def restart(self) -> str:
         """Stop the watcher (SIGKILL or SIGTERM, by PID) and start another on the same state; half of the
@@ -268,6 +346,9 @@ class Chaos:
                     continue
             if kind == "restart":
                 self.note(kind, None, self.restart())
+            elif kind in ("planned", "quote"):
+                started = time.time()
+                self.note(kind, node.host.name, getattr(self, kind)(node), started)
             else:
                 self.note(kind, node.host.name, getattr(self, kind)(node))
             time.sleep(self.rng.uniform(*c.gap_s))

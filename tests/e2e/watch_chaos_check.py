@@ -243,6 +243,15 @@ def _crash_time_crossing(chaos: Chaos, events: list[dict[str, Any]], violations:
     out["injected_matched"] = len(injected) - len(unmatched)
     for h, t in unmatched:
         violations.append(f"{h}: the crash injected at {t:.3f} has no crash time near it")
+    # Issue 32: a restart systemd ran (a person's oom/rollback, systemctl restart, stop + start) and the server's
+    # words quoting systemd are never a crash: no crash time on that host from its start to its end.
+    calm = [(i.host, i.started, i.at, i.kind) for i in chaos.injections if i.kind in ("planned", "quote")
+            and i.started is not None and i.result != "skipped"]  # fmt: skip
+    out["planned"] = len(calm)
+    for (h, key), at in known.items():
+        for host, start, end, kind in calm:
+            if h == host and start <= at <= end + 1:
+                violations.append(f"{h}: crash {key} at {at:.3f} during a {kind} injection ({start:.3f}-{end:.3f})")
     return out
 
 
@@ -327,7 +336,8 @@ def lines(report: dict[str, Any]) -> list[str]:
         f"(the trip {b.get('trip_after_injected_crossing_s')} s after)",
         f"crash times: {by_time['crashes']} crashes counted once ({by_time['seen_again']} seen again, not counted; "
         f"{by_time['clamped']} clamped), {by_time['injected_matched']} injected crashes matched; crossed at crash "
-        f"time {by_time['at']}, known in round {by_time['round']}",
+        f"time {by_time['at']}, known in round {by_time['round']}; planned restarts and quotes: "
+        f"{by_time.get('planned', 0)}, none counted",
         *note,
         f"violations: {len(report['violations'])}",
         *(f"  - {v}" for v in report["violations"]),
