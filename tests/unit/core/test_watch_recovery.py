@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from remediate.core.watch.incident import backup_to_restore, recovered_outcome, recovery
+from remediate.core.watch.incident import (
+    backup_to_restore,
+    committed_backups,
+    recovered_outcome,
+    recovery,
+    undone_on_host,
+)
 
 
 def test_the_instance_not_the_pid_tells_a_dead_watchers_fix() -> None:
@@ -72,3 +78,27 @@ def test_a_recheck_that_holds_or_undid_itself_restores_nothing(recheck: str) -> 
 def test_nothing_committed_nothing_to_restore() -> None:
     assert backup_to_restore("failed", ()) is None
     assert backup_to_restore("failed", (("committed", ()),)) is None
+
+
+UNIT_FILE = "/etc/systemd/system/sglang.service"
+BACKUP = f"{UNIT_FILE}.bak.oom.1800000000"
+
+
+def test_the_fixs_files_pair_with_the_backups_its_commit_made() -> None:
+    logged = (("committed", (BACKUP, "/etc/other.conf.bak.oom.1")), ("remediated", ()))
+    assert committed_backups(logged, (UNIT_FILE,)) == {UNIT_FILE: BACKUP}
+    assert committed_backups((("started", ()),), (UNIT_FILE,)) == {}, "nothing committed: nothing to compare"
+
+
+@pytest.mark.parametrize(
+    ("sums", "undone"),
+    [
+        ({UNIT_FILE: "aa", BACKUP: "aa"}, True),  # the unit holds its pre-fix bytes again: someone rolled it back
+        ({UNIT_FILE: "bb", BACKUP: "aa"}, False),  # the fix's bytes (or another's): not undone
+        ({UNIT_FILE: "-", BACKUP: "-"}, False),  # unreadable: not known
+        ({}, False),
+    ],
+)
+def test_a_unit_back_on_its_backups_bytes_was_rolled_back(sums: dict[str, str], undone: bool) -> None:
+    assert undone_on_host({UNIT_FILE: BACKUP}, sums) is undone
+    assert undone_on_host({}, sums) is False
