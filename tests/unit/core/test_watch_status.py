@@ -111,3 +111,9 @@ def test_status_text_fits_80_columns_and_names_the_undo() -> None:
     assert "undo: remediate rollback gpu-2 --to /etc/systemd/system/sglang.service.bak.oom.1800000003" in text
     assert "next   fix allowed " in text and "(in 50m; cooldown 3600s)" in text
     assert all(len(line) <= 80 for line in lines if not line.lstrip().startswith("undo: ")), lines
+
+
+def test_an_event_line_masks_secrets_as_the_audit_does() -> None:
+    line = event_line({"event": "outcome", "at": T, "host": "gpu-2", "outcome": "failed",
+                       "error": "sglang --api-key sk-live-123456 refused"})  # fmt: skip
+    assert line is not None and "sk-live-123456" not in line and "fix failed" in line

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from remediate.core.unitfile.secrets import mask_secrets
+
 WIDTH = 80
 _SHORT = {"mem_fraction_static": "fraction", "gpu_memory_utilization": "fraction",
           "chunked_prefill_size": "chunk", "max_num_batched_tokens": "chunk"}  # fmt: skip
@@ -69,7 +71,7 @@ def event_line(event: dict[str, Any]) -> str | None:
         what = f"approved fix waits: {event.get('reason')}"
     else:
         what = f"unreachable, retry in {ago(event.get('retry_in'))}"
-    return f"{head} {what}"  # never cut: the journal keeps the whole why
+    return mask_secrets(f"{head} {what}")  # never cut: the journal keeps the whole why; secrets masked as the audit
 
 
 def _change(event: dict[str, Any]) -> str:
