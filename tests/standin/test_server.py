@@ -228,3 +228,58 @@ def test_failure_match_applies_only_to_matching_command_lines(start) -> None:
     srv.wait_healthy()
     other = start(FIX, {"failure": "exit_at_once", "failure_match": "--chunked-prefill-size 4096"})
     assert other.wait_exit() == 1
+
+
+def _32k_in_the_background(srv: Server) -> threading.Thread:
+    for i in range(2):
+        code, _ = srv.post("/generate", {"input_ids": [i + 7] * 2000, "sampling_params": {"max_new_tokens": 8}})
+        assert code == 200
+
+    def prefill() -> None:
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            srv.post("/generate", {"input_ids": [5] * 32768, "sampling_params": {"max_new_tokens": 8}}, timeout=60)
+
+    thread = threading.Thread(target=prefill)
+    thread.start()
+    return thread
+
+
+def test_0523_at_tp8_lingers_in_its_sigquit_handler(start) -> None:
+    """sglang 0.5.23 running_phase_sigquit_handler → dump_requests_before_crash: the settle, the live ranks'
+    dumps, the coredump wait (65 simulated seconds, 3.25 s here), the HTTP server silent meanwhile, then
+    kill_process_tree of itself."""
+    srv = start(INCIDENT, {"api_version": "0.5.23", "time_scale": 0.05, "load_s": 20.0, "warmup_s": 1.0})
+    srv.wait_healthy(deadline=60)
+    prefill = _32k_in_the_background(srv)
+    end = time.monotonic() + 30
+    while "Waiting 60.0 seconds for CUDA coredumps before exiting." not in srv.output():
+        assert time.monotonic() < end and srv.proc.poll() is None, srv.output()
+        time.sleep(0.05)
+    with pytest.raises(OSError):  # a timeout: the process is alive and the port open, nothing answers
+        srv.get("/health", timeout=0.5)
+    assert srv.proc.poll() is None
+    assert srv.wait_exit(deadline=30) == -signal.SIGKILL
+    prefill.join()
+    out = srv.output()
+    order = [
+        "SIGQUIT received. signum=3",
+        "Sleeping 5 seconds before crash diagnostics to let GPU activity settle.",
+        "All pyspy dump attempts failed for PID",
+        "CUDA user-triggered coredump is not enabled.",
+        "CUDA coredump pipe not found for PID",
+        "Waiting 60.0 seconds for CUDA coredumps before exiting.",
+        "kill_process_tree called:",
+    ]
+    assert [out.index(x) for x in order] == sorted(out.index(x) for x in order), out[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("version", "env"),
+    [("0.5.5", {}), ("0.5.23", {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "false"})],
+)
+def test_before_0523_or_without_the_dumps_the_crash_exits_at_once(start, version: str, env: dict) -> None:
+    srv = start(INCIDENT, {"api_version": version}, env=env)
+    srv.wait_healthy()
+    _load_then_32k(srv)
+    assert srv.wait_exit() == -signal.SIGKILL
+    assert "SIGQUIT received" in srv.output() and "Sleeping 5 seconds" not in srv.output()

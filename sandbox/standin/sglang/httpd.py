@@ -43,6 +43,7 @@ class App:
         self.gracefully_exit = False
         self.rids: list[str] = []  # TokenizerManager.rid_to_state: the requests a graceful stop drains
         self.log_requests_level: int | None = None  # --log-requests: its level, else None
+        self.frozen = False  # the SIGQUIT handler holds the event loop (0.5.23's crash dumps): nothing answers
 
     # JSON documents -------------------------------------------------------------------------------
     def server_info(self) -> dict:
@@ -161,6 +162,8 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> None:
         path = urlsplit(self.path).path
         app = self.app
+        while app.frozen:  # uvicorn's event loop is blocked in the signal handler: no answer, until the kill
+            time.sleep(0.05)
         new = app.version >= (0, 5, 6)
         routes: dict[str, tuple[tuple[str, ...], object]] = {
             "/health": (("GET",), self._health),

@@ -23,6 +23,8 @@ class _State:
     sigterm = "version"
     version: tuple[int, ...] = (0, 5, 6)
     tick_s = 5.0 * 0.004
+    scale = 0.004  # wall seconds per simulated second (knob time_scale)
+    tp_size = 1
 
 
 DRAIN_TICK_S = 5.0  # sigterm_watchdog's `await asyncio.sleep(5)`, simulated seconds (scaled by time_scale)
@@ -42,8 +44,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def _sigterm_watchdog(app: App) -> None:
     """TokenizerManager.sigterm_watchdog: it looks at ``gracefully_exit`` every 5 s (so a stop starts 0-5 s
     after SIGTERM), then logs the remaining requests every 5 s until none is left, then ends the process."""
-    while not app.gracefully_exit:
-        time.sleep(_State.tick_s)
+    while not app.gracefully_exit or app.frozen:  # an asyncio task: nothing runs while the SIGQUIT handler holds
+        time.sleep(_State.tick_s)  # the event loop (0.5.23's crash dumps): a SIGTERM then is never drained
     while True:
         remaining = list(app.rids)
         if _State.version < (0, 5, 3):  # 0.4.10.post2's wording
@@ -80,15 +82,73 @@ def _end_of_stop() -> NoReturn:
 
 
 def _on_sigquit(signum: int, frame: object) -> None:
+    """SignalHandler.running_phase_sigquit_handler (srt/managers/tokenizer_manager.py): its line, then (0.5.23)
+    ``dump_requests_before_crash``, then ``kill_process_tree(os.getpid())``, which ends with ``itself.kill()``."""
     if _State.version < (0, 5):
         logs.main("Received sigquit from a child process. It usually means the child failed.")
     else:
         logs.main(f"SIGQUIT received. signum={signum}, frame={frame}. It usually means one child failed.")
     if _State.app is not None:  # the other ranks of the same crash, still writing while the tree is killed
+        _State.app.frozen = True  # the handler blocks the event loop: the HTTP server answers nothing meanwhile
         for r, text in _State.app.engine.late_records:
             logs.rank(r, text)
+    if _State.version >= (0, 5, 23):
+        _dump_before_crash()
+        logs.main(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, pid={os.getpid()}")
     sys.stdout.flush()
+    if _State.board is not None:
+        _State.board.remove()
     os.kill(os.getpid(), signal.SIGKILL)  # kill_process_tree(os.getpid()) ends with itself.kill()
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    """srt/environ.py's EnvBool: "1"/"true"/"yes" (any case) is true; unset is the default."""
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in ("1", "true", "yes", "y", "on")
+
+
+def _dump_before_crash() -> None:
+    """TokenizerManager.dump_requests_before_crash (srt/managers/tokenizer_manager.py, 0.5.23), inside the
+    SIGQUIT handler: with ``SGLANG_PYSPY_DUMP_BEFORE_CRASH`` or ``SGLANG_CUDA_COREDUMP_BEFORE_CRASH`` (both
+    default true, srt/environ.py) it sleeps 5 s; then, only while scheduler processes are alive
+    (``collect_scheduler_processes``, srt/utils/cudacore_pyspy_dump_utils.py: with TP > 1 the ranks that did not
+    fail still are), py-spy dumps them and triggers their CUDA coredumps, then sleeps
+    ``SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS`` (default 60). At TP=1 the one scheduler is gone: no wait.
+    The waits are simulated seconds, scaled by ``time_scale`` (never zero)."""
+    pyspy = _env_flag("SGLANG_PYSPY_DUMP_BEFORE_CRASH", True)
+    coredump = _env_flag("SGLANG_CUDA_COREDUMP_BEFORE_CRASH", True)
+    if not (pyspy or coredump):
+        return
+    logs.main("Sleeping 5 seconds before crash diagnostics to let GPU activity settle.")
+    time.sleep(5.0 * _State.scale)
+    pids = [os.getpid() + r for r in range(1, _State.tp_size)]  # the live ranks (the first failed, TP0's is gone)
+    if not pids:
+        logs.main("No live scheduler processes found; skipping py-spy and CUDA coredump.")
+        return
+    if pyspy:  # pyspy_dump_schedulers(scheduler_only=True): the sandbox has no py-spy, both attempts fail
+        for pid in pids:
+            for flag in ("--native ", ""):
+                logs.main(f"Pyspy failed (py-spy dump {flag}--pid {pid}). Error: /bin/sh: 1: py-spy: not found\n")
+            logs.main(f"All pyspy dump attempts failed for PID {pid}.")
+    if coredump:  # trigger_cuda_user_coredump(scheduler_only=True)
+        if os.environ.get("CUDA_ENABLE_USER_TRIGGERED_COREDUMP") != "1":
+            logs.main(
+                "CUDA user-triggered coredump is not enabled. Set "
+                "CUDA_ENABLE_USER_TRIGGERED_COREDUMP=1 before CUDA initialization."
+            )
+        node = os.uname().nodename
+        for pid in pids:
+            logs.main(
+                f"CUDA coredump pipe not found for PID {pid}: corepipe.cuda.{node}.{pid}. Ensure "
+                "CUDA_ENABLE_USER_TRIGGERED_COREDUMP=1 was set before this process initialized CUDA."
+            )
+        try:
+            wait = float(os.environ.get("SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS", "60"))
+        except ValueError:
+            wait = 60.0
+        if wait > 0:
+            logs.main(f"Waiting {wait:.1f} seconds for CUDA coredumps before exiting.")
+            time.sleep(wait * _State.scale)
 
 
 def resolve(ns: object, profile: memory.Profile, kn: dict) -> dict:
@@ -151,6 +211,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     version = knobs.version_tuple(version_str)
     _State.version = version
     _State.tick_s = DRAIN_TICK_S * scale
+    _State.scale = scale
+    _State.tp_size = int(sa["tp_size"] or 1)
     load_s = float(kn["load_s"]) * (10 if failure == "slow_load" else 1)  # type: ignore[arg-type]
     sleep = startup.make_sleep(load_s, scale)
     nbs = gpus.neighbours(kn)

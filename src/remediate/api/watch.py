@@ -26,8 +26,8 @@ from remediate.fleet.watch.clock import SteadyClock
 from remediate.fleet.watch.eda import DecisionContext
 from remediate.fleet.watch.loop import Watcher
 from remediate.fleet.watch.policy_file import load_policy
-from remediate.fleet.watch.sdnotify import sd_notify
-from remediate.fleet.watch.webhook import check_url, post_event
+from remediate.fleet.watch.sdnotify import Heartbeat, sd_notify
+from remediate.fleet.watch.webhook import DEADLINE_S, WebhookQueue, audit_dropped, check_url
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions, Transport
 
@@ -68,6 +68,7 @@ def watch(
     clock: Callable[[], float] | None = None,
     notify: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[Watcher], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
     transport_factory: TransportFactory | None = None,
     warn: Callable[[str], None] | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -75,8 +76,11 @@ def watch(
     """Watch until ``should_stop()`` (or one round with ``once``); bad input fails before any host is read.
     The rounds' clock (``clock``, default :class:`SteadyClock`) never goes back: the wall time at the start
     plus the monotonic time since, so a step of the system clock moves no cooldown, cap or breaker window.
-    ``warn``: one line for a person per host left unwatched (no engine unit found, the named one missing);
-    ``on_event``: every audit record as it is written (the terminal's one line per event)."""
+    ``warn``: one line for a person per host left unwatched (no engine unit found, the named one missing).
+    ``on_event``: every audit record as it is written (the terminal's one line per event).
+    ``on_ready`` is called once the watcher can serve (its state claimed, its policy valid), before any host
+    is read; under systemd's watchdog (WATCHDOG_USEC) a heartbeat thread pings while the loop makes progress
+    (fleet/watch/sdnotify.py says why)."""
     clock = clock or SteadyClock()
     policy = load_policy(request.policy)
     if request.lookback_s is not None:
@@ -84,16 +88,15 @@ def watch(
     if request.healthy_period_s is not None:
         policy = replace(policy, healthy_period_s=request.healthy_period_s)
     webhook = check_url(request.webhook) if request.webhook else None
-    if notify is None and webhook is not None:
-
-        def notify(event: dict[str, Any]) -> None:
-            post_event(webhook, event)  # a webhook that stays down never stops the watcher
-
     _, hosts = resolve_hosts(request.targets, request.inventory)
     base = OomRequest(unit=single_unit(request.unit, "watch"))
     hosts = [replace(h, settings={**h.settings, "unit": _one_unit(h, base)}) for h in hosts]
     state = _state(request.state_dir)
     state.claim()
+    queue = None
+    if notify is None and webhook is not None:  # posts off the loop: a webhook that stays down never holds it
+        queue = WebhookQueue(webhook, on_drop=lambda event, n: audit_dropped(state.directory, webhook, event, n))
+        notify = queue.put
     metrics = None
     if request.metrics_listen:
         from remediate.fleet.watch.metrics import WatchMetrics
@@ -102,10 +105,14 @@ def watch(
         metrics.listen(request.metrics_listen)
     factory = transports(transport_factory)
     context = DecisionContext()  # each decision notified with its diagnosis: the detector for EDA
+    heartbeat = Heartbeat.from_env()
+    alive = heartbeat.alive if heartbeat is not None else lambda: None
     watcher = Watcher(
         hosts,
-        lambda entry: factory(entry, ssh_for(entry, request.ssh)),
-        context.diagnose(_diagnose(request)),
+        # One connect attempt per poll: the watcher's own backoff (2 s doubling, capped) retries a dead host,
+        # and a poll's retries would hold the round (the fix's connections keep --connect-attempts).
+        lambda entry: factory(entry, replace(ssh_for(entry, request.ssh), connect_attempts=1)),
+        context.diagnose(_diagnose(request, alive)),
         _fix(request, policy, transport_factory),
         state,
         policy,
@@ -116,7 +123,14 @@ def watch(
         follow=request.follow and not request.once,
         warn=warn,
         on_event=on_event,
+        alive=alive,
+        confirm=_confirm,
+        end_lingering=_end_lingering,
     )
+    if on_ready is not None:
+        on_ready()
+    if heartbeat is not None:
+        heartbeat.start()
     try:
         while True:
             watcher.round(clock())
@@ -125,26 +139,50 @@ def watch(
             if request.once or should_stop():
                 return 0
             pause = request.interval_s * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
-            if watcher.follow:  # a followed host's journal cuts the pause short (should_stop seen each second)
-                until = time.monotonic() + pause
-                while not should_stop() and (left := until - time.monotonic()) > 0 and not watcher.wait(min(left, 1)):
-                    pass
-            else:
-                sleep(pause)
+            until = time.monotonic() + pause
+            # The pause in steps of a second at most: should_stop seen, the loop marked alive, each second; a
+            # followed host's journal cuts it short.
+            while not should_stop() and (left := until - time.monotonic()) > 0:
+                watcher.alive()
+                if watcher.follow:
+                    if watcher.wait(min(left, 1)):
+                        break
+                else:
+                    sleep(min(left, 1))
             if should_stop():
                 return 0
     finally:
         watcher.close(wait_s=request.wait_timeout)  # a fix running in parallel ends (bounded) and is recorded
+        if queue is not None:
+            queue.close(grace_s=DEADLINE_S)  # the last outcome's post gets its deadline, no more
         state.close()
+        if heartbeat is not None:
+            heartbeat.stop()
 
 
-def _diagnose(request: WatchRequest) -> Callable[[Transport, HostEntry], HostResult]:
+def _diagnose(request: WatchRequest, alive: Callable[[], None]) -> Callable[[Transport, HostEntry], HostResult]:
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.diagnose.diagnose import diagnose_host
+
+        alive()  # one step of the round, bounded (fleet/watch/sdnotify.py): several crashed hosts, one after another
 
         return diagnose_host(transport, run_options_for(entry, OomRequest(unit=request.unit)), label=entry.name)
 
     return one
+
+
+def _confirm(transport: Transport, entry: HostEntry, unit: str) -> str | None:
+    """A fatal line confirmed by the server's health endpoint silent (host/watch.py), else None."""
+    from remediate.host.watch.poll import server_silent
+
+    port = entry.settings.get("server_port")
+    return server_silent(transport, unit, int(port) if port else None)
+
+
+def _end_lingering(transport: Transport, unit: str, invocation: str) -> str:
+    from remediate.host.watch.poll import end_lingering
+
+    return end_lingering(transport, unit, invocation)
 
 
 def _fix(request: WatchRequest, policy: Policy, factory: TransportFactory | None) -> Callable[[HostEntry], HostResult]:

@@ -104,17 +104,15 @@ def run(**kw: Any) -> None:
     stop = threading.Event()
     # SIGTERM: an in-flight fix finishes (bounded by --wait-timeout), no new one starts.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    rounds = [0]
-
-    def on_round(_: object) -> None:
-        rounds[0] += 1
-        sd_notify("READY=1\nWATCHDOG=1" if rounds[0] == 1 else "WATCHDOG=1")
 
     def pause_between(seconds: float) -> None:
         stop.wait(seconds)  # SIGTERM cuts the pause short
 
+    def ready() -> None:
+        sd_notify("READY=1")  # the state claimed and the policy valid: before any host is read
+
     try:
-        api_watch.watch(request, should_stop=stop.is_set, sleep=pause_between, on_round=on_round, warn=_warn,
+        api_watch.watch(request, should_stop=stop.is_set, sleep=pause_between, on_ready=ready, warn=_warn,
                         on_event=_print_event)  # fmt: skip
     finally:
         sd_notify("STOPPING=1")

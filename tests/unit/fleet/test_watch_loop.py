@@ -87,6 +87,12 @@ def _fixed(names: list[str], fleet: Fleet | None = None) -> object:
     return fix
 
 
+def _settled(watcher: Watcher, now: float) -> None:
+    """A round, then the fixes it started on the pool waited for and recorded (what the next round does)."""
+    watcher.round(now)
+    watcher._reap(now, wait=30, every=True)
+
+
 def _verdicts(directory: Path) -> list[tuple[str, str]]:
     return [(e["host"], e["verdict"]) for e in read_events(directory) if e["event"] == "decided"]
 
@@ -99,7 +105,7 @@ def test_a_restarted_watcher_still_counts_the_crashes_inside_the_window(tmp_path
     first = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet))
     first.round(NOW)
     fleet.units["h1"].crash(NOW + 5)
-    first.round(NOW + 10)
+    _settled(first, NOW + 10)
     assert fixes == ["h1"], "one crashed host is within the breaker's count"
     first.close()
     first.state.close()
@@ -122,7 +128,7 @@ def test_a_restarted_watcher_still_counts_the_crashes_inside_the_window(tmp_path
     fleet.units["h2"].restarted()
     fleet.units["h3"].crash(NOW + 361)
     third = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet))
-    third.round(NOW + 361)
+    _settled(third, NOW + 361)
     assert fixes == ["h1", "h3"]
     assert [h for h, _ in third.state.recent_crashes(0.0)] == ["h3"], "the crashes before the resume are forgiven"
     third.close()
@@ -235,6 +241,72 @@ def test_fixes_on_different_hosts_run_in_parallel_up_to_the_limit(tmp_path: Path
     assert all(r["closed"] for r in WatchState(tmp_path).incidents())
 
 
+def test_detection_never_waits_for_a_fix_at_concurrency_one(tmp_path: Path) -> None:
+    """The default one-at-a-time: h1's fix runs (a long load); h2 crashes meanwhile and is polled, detected,
+    counted and decided in the same round (`wait`, visibly in the audit and the incidents), then fixed once
+    h1's fix ended. A round that ran the fix inline would hold here until the gate let h1 go."""
+    fleet = Fleet(["h1", "h2", "h3"])
+    gate = Gate()
+    watcher = _watcher(tmp_path, fleet, Policy(breaker_percentage=None), gate.fix)
+    assert watcher.policy.concurrency == 1
+    try:
+        watcher.round(NOW)
+        fleet.units["h1"].crash()
+        watcher.round(NOW + 10)
+        gate.wait_started(1)
+        fleet.units["h2"].crash()
+        polls = fleet.units["h2"].polls
+        watcher.round(NOW + 11)  # h1's fix still running
+        assert fleet.units["h2"].polls == polls + 1, "the other hosts are polled while a fix runs"
+        events = [(e["event"], e["host"]) for e in read_events(tmp_path) if e.get("host") == "h2"]
+        assert events == [("detected", "h2"), ("diagnosed", "h2"), ("decided", "h2")]
+        assert _verdicts(tmp_path) == [("h1", "act"), ("h2", "wait")]
+        assert {r["host"]: r["outcome"] for r in watcher.state.incidents()} == {"h1": "remediating", "h2": "wait"}
+        assert watcher.state.recent_crashes(0.0), "counted by the breaker"
+        assert gate.started == ["h1"]
+
+        gate.release("h1")
+        watcher._reap(NOW + 12, wait=30)
+        watcher.round(NOW + 13)  # the slot is free: h2 decided again and started
+        gate.wait_started(2)
+        assert gate.started == ["h1", "h2"] and gate.most == 1
+    finally:
+        for name in ("h1", "h2"):
+            gate.release(name)
+        watcher.close(wait_s=30)
+        watcher.state.close()
+
+
+def test_a_host_whose_journal_spoke_is_decided_before_the_others_are_polled(tmp_path: Path) -> None:
+    """h1 is dead (each reconnect costs its timeouts, serially on the loop); h3's follower woke the loop: h3 is
+    polled, detected and decided before h1 is even dialled (it was polled after h1 and h2, in inventory order)."""
+    from remediate.errors import ConnectError
+
+    fleet = Fleet(["h1", "h2", "h3"])
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fleet, Policy(breaker_percentage=None), _fixed(fixes, fleet))
+    seen: list[list[str]] = []
+
+    def dead(command: str, stdin: str | None) -> CommandResult:
+        seen.append([f"{e['event']} {e.get('host')}" for e in read_events(tmp_path)])
+        raise ConnectError("h1", "connection refused")
+
+    def connect(entry: HostEntry) -> FakeTransport:
+        return FakeTransport(host="h1").on("systemctl show", dead) if entry.name == "h1" else fleet.connect(entry)
+
+    watcher.connect = connect  # type: ignore[method-assign]
+    try:
+        watcher.round(NOW)
+        fleet.units["h3"].crash()
+        watcher.woken("h3 sglang.service")  # a follower wakes its unit (host_key)
+        watcher.round(NOW + 10)
+        assert "decided h3" in seen[-1] and "detected h3" in seen[-1], seen[-1]
+        assert _verdicts(tmp_path) == [("h3", "act")]
+    finally:
+        watcher.close(wait_s=30)
+        watcher.state.close()
+
+
 def test_never_two_fixes_on_one_host(tmp_path: Path) -> None:
     """h1 crashes again (a second incident past the fold window) while its fix runs: not polled, not fixed
     twice; an approval answered for it waits until its fix ended."""
@@ -274,6 +346,7 @@ def test_a_crash_folded_into_a_reported_incident_is_decided_again(tmp_path: Path
     watcher.state.set_paused(False)
     fleet.units["h1"].crash()
     watcher.round(NOW + 30)
+    watcher._reap(NOW + 30, wait=30, every=True)  # the fix runs on the pool: the next round records it
     assert fixes == ["h1"]
     decided = [e for e in read_events(tmp_path) if e["event"] == "decided"]
     assert [d["verdict"] for d in decided] == ["report", "act"]
@@ -298,8 +371,8 @@ def test_a_restart_with_a_policy_that_fixes_the_kind_decides_the_incident_again(
 
     policy = Policy(fixed_kinds=frozenset({"cuda_oom_runtime", "cuda_oom_graph_capture"}), breaker_percentage=None)
     second = _watcher(tmp_path, fleet, policy, _fixed(fixes, fleet), kinds)
-    second.round(NOW + 20)  # the unit is still down: a crash of the same loop, folded, decided again
-    second.round(NOW + 30)
+    _settled(second, NOW + 20)  # the unit is still down: a crash of the same loop, folded, decided again
+    _settled(second, NOW + 30)
     assert fixes == ["h1"] and _verdicts(tmp_path) == [("h1", "report"), ("h1", "act")]
     second.close()
     second.state.close()
@@ -312,7 +385,7 @@ def test_needs_human_is_not_decided_again(tmp_path: Path) -> None:
     watcher.round(NOW)
     for t in (NOW + 10, NOW + 20, NOW + 30):
         fleet.units["h1"].crash()
-        watcher.round(t)
+        _settled(watcher, t)
     assert fixes == ["h1"]
     assert [v for _, v in _verdicts(tmp_path)] == ["act", "needs_human"]
     assert [e["event"] for e in read_events(tmp_path)][-1] == "folded"
@@ -385,7 +458,7 @@ def test_a_followed_host_is_polled_when_systemd_speaks_and_polled_again_when_its
         fleet.units["h1"].crash()
         fleet.channels["h1"].queue.put(_systemd("sglang.service: Main process exited, code=exited, status=1/FAILURE"))
         assert watcher.wait(30, settle=0)
-        watcher.round(NOW + 21)
+        _settled(watcher, NOW + 21)
         assert fixes == ["h1"] and fleet.units["h2"].polls == polls["h2"], "only the host that spoke is polled"
 
         fleet.channels["h2"].queue.put(None)  # h2's channel dies: woken, then polled every round (the fallback)

@@ -101,6 +101,7 @@ def test_a_fix_cut_before_its_commit_is_run_again_by_the_next_round(
     watcher.round(NOW)
     host.crash()
     watcher.round(NOW + 1)
+    watcher._reap(NOW + 1, wait=30, every=True)  # the fix runs on the pool: the next round records it
     assert watcher.state.incidents()[0]["outcome"] == "remediating", "a cut fix is not an end"
     watcher.round(NOW + 2)
     events = [(e["event"], e.get("outcome") or e.get("step")) for e in read_events(tmp_path)]

@@ -81,6 +81,10 @@ def test_each_hosts_engine_units_are_found_and_watched(tmp_path: Path) -> None:
     two.units["llm-b.service"].crash(NOW + 5)
     vllm.units["vllm.service"].crash(NOW + 5)
     watcher.round(NOW + 10)
+    for at in (NOW + 10, NOW + 11):  # one fix at a time, each on the pool: the second waits for the first's end
+        watcher._reap(at, wait=30, every=True)
+        watcher.round(at + 0.5)
+    watcher._reap(NOW + 12, wait=30, every=True)
     assert sorted(fixed) == [("gpu-0", "vllm.service"), ("gpu-1", "llm-b.service")], "the crashed unit fixed"
     assert {(e["host"], e["unit"]) for e in _events(tmp_path, "detected")} == {
         ("gpu-0", "vllm.service"), ("gpu-1", "llm-b.service")}  # fmt: skip
@@ -138,6 +142,7 @@ def test_the_outcome_record_says_what_the_fix_changed(tmp_path: Path) -> None:
     watcher.round(NOW)
     fleet.units["h1"].crash(NOW + 5)
     watcher.round(NOW + 10)
+    watcher._reap(NOW + 10, wait=30, every=True)  # the fix on the pool: the next round records its end
     (outcome,) = _events(tmp_path, "outcome")
     assert outcome["flags"] == {
         "before": {"--mem-fraction-static": "0.94", "--chunked-prefill-size": None},

@@ -7,6 +7,8 @@ systemd writes its own lines about a unit (``Main process exited, code=…``, ``
 src/core/service.c). Only those wake the poll, told by journald's trusted ``_PID`` (core/watch/detect.py
 ``parse_entry``): the server's own lines — every request it serves, whatever their text or their
 ``SYSLOG_IDENTIFIER`` — do not wake anything: a healthy, busy server costs a parse per line, no round trip.
+The one exception is the engine's own fatal line where a message starts (core/watch/fatal.py): it wakes the
+poll, which then asks the server's health endpoint — a wake-up, never a crash on its own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import shlex
 
 from remediate.core.watch.detect import MAX_LINE_CHARS, parse_entry
+from remediate.core.watch.fatal import is_fatal_entry
 
 FOLLOWING = "@@following"
 MAX_LINES_PER_S = 2000  # lines parsed per host per second; past it the host is polled instead (a flood)
@@ -31,8 +34,9 @@ def follow_command(unit: str) -> str:
 
 
 def is_told(line: bytes, unit: str) -> bool:
-    """Whether a followed line is systemd's (PID 1's) about the unit: the host's state changed. Anything
-    else — the server's output whatever it says, a marker, a cut or unparsable line, binary — is not."""
+    """Whether a followed line is systemd's (PID 1's) about the unit (the host's state changed), or the
+    engine's fatal line (a crash to confirm). Anything else — the server's output whatever else it says, a
+    marker, a cut or unparsable line, binary — is not."""
     if not line.startswith(b"{"):
         return False
     try:
@@ -42,4 +46,4 @@ def is_told(line: bytes, unit: str) -> bool:
     if not isinstance(doc, dict):
         return False
     entry = parse_entry(doc, unit)
-    return entry is not None and entry.is_systemd
+    return entry is not None and (entry.is_systemd or is_fatal_entry(entry))

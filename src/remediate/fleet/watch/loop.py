@@ -5,45 +5,39 @@ in the audit log."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor
-from concurrent.futures import wait as futures_wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from remediate.controller.watch_audit import append_event, fix_change
+from remediate.controller.watch_audit import append_event
 from remediate.controller.watch_state import WatchState
 from remediate.core.watch.decide import Decision, FleetView, breaker_crossing, decide
-from remediate.core.watch.detect import CrashTime, Observation, crash_reason, crash_times
+from remediate.core.watch.detect import CrashTime, Observation
 from remediate.core.watch.incident import (
     Crash,
     Incident,
     fold,
     note_crash,
-    note_fix,
-    note_healthy,
-    recovered_outcome,
 )
 from remediate.core.watch.policy import Policy
 from remediate.core.watch.status import tokens_before
 from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
+from remediate.fleet.watch.fixes import act, finish, reap, run_fix
 from remediate.fleet.watch.follow import Follower
 from remediate.fleet.watch.metrics import WatchMetrics
+from remediate.fleet.watch.poll import poll
 from remediate.fleet.watch.rails import answered, history_at
-from remediate.fleet.watch.recover import is_state_unknown, recover
-from remediate.fleet.watch.units import discover, fixing, host_key, no_unit, unit_back
-from remediate.host.watch.poll import UnitMissing, poll_unit
+from remediate.fleet.watch.recover import recover
+from remediate.fleet.watch.sdnotify import kept_alive
+from remediate.fleet.watch.units import discover, fixing, host_key
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
-MAX_BACKOFF_S = 300.0
-CUT = "cut"  # the `acting` instance of a fix whose connection was cut before its commit: the recovery re-runs it
-FOLLOWED_POLL_S = 300.0  # a followed host's safety poll (its journal wakes it at once otherwise)
 REDECIDED = ("report", "wait")  # an open incident in these is decided again when a crash folds into it
 
 Diagnose = Callable[[Transport, HostEntry], HostResult]
@@ -66,6 +60,10 @@ class _Host:
     crashes: tuple[CrashTime, ...] = ()  # the crashes the last poll found, each with its own time and key
     counted: list[dict[str, object]] = field(default_factory=list)  # the same, as the audit says them
     no_unit: str | None = None  # why no unit is watched here (none found, or the named one does not exist)
+    early: list[str] = field(default_factory=list)  # invocations whose crash was told by a fatal line (newest last)
+    lingering: str | None = None  # the crashed invocation still running (its server in its crash handler)
+    suspected_at: dict[str, float] = field(default_factory=dict)  # invocation → when a fatal line was not confirmed
+    ended: str | None = None  # what ending the lingering process found (fleet/watch/fixes.py)
 
     @property
     def key(self) -> str:
@@ -96,6 +94,11 @@ class Watcher:
     _wake: threading.Condition = field(default_factory=threading.Condition)
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # this watcher's start: written with `acting`
     _approval_waits: dict[str, str] = field(default_factory=dict)  # incident → why its approved fix waits
+    alive: Callable[[], None] = field(default=lambda: None)  # the loop made progress (sdnotify.Heartbeat)
+    # A fatal line's confirmation (host/watch.py server_silent: why the server is taken for dead, else None)
+    # and the end of a crashed server that lingers (host/watch.py end_lingering); None: exits only.
+    confirm: Callable[[Transport, HostEntry, str], str | None] | None = None
+    end_lingering: Callable[[Transport, str, str], str] | None = None
 
     def __post_init__(self) -> None:
         hosts = (_Host(e, str(e.settings.get("unit") or "")) for e in self.hosts)  # "": found at its first look
@@ -161,17 +164,20 @@ class Watcher:
             self.on_event(record)
 
     def round(self, now: float) -> None:
-        """One poll of every host, then the decisions; pending approvals answered since are acted on.
-        First, a fix a dead watcher left ``remediating`` is resolved (read back, re-checked, never redone),
-        and the fixes running in parallel that ended since are recorded."""
+        """A dead watcher's fix resolved (read back, re-checked, never redone), the fixes that ended recorded;
+        one poll of every host, the hosts whose journal spoke first (decided before the rest is polled: dead
+        hosts' reconnects never delay a crash); pending approvals answered since are acted on."""
         discover(self, now)  # first: a dead watcher's fix is recovered on the unit found (keyed by host and unit)
         self._recover(now)
         self._reap(now)
-        crashed = [(h, reason) for h in self._hosts.values() if (reason := self._poll(h, now))]
-        if crashed:
-            self._count([h for h, _ in crashed], now)
-        for h, reason in crashed:
-            self._crashed(h, now, reason)
+        woken = self._woken.copy()  # one C call: atomic under the GIL
+        for spoke in (True, False):
+            group = [h for n, h in self._hosts.items() if (n in woken) is spoke]
+            crashed = [(h, r) for h in group if (r := self._poll(h, now))]
+            if crashed:
+                self._count([h for h, _ in crashed], now)
+            for h, reason in crashed:
+                self._crashed(h, now, reason)
         self._waiting(now)
         self._answered(now)
         if self.metrics is not None:
@@ -202,57 +208,8 @@ class Watcher:
 
     # -- one host ------------------------------------------------------------------------------------
     def _poll(self, h: _Host, now: float) -> str | None:
-        """The host's poll; the reason of a new crash, else None."""
-        if not h.unit or now < h.retry_at or fixing(self, h.entry.name):  # a host being fixed is not polled
-            return None
-        with self._wake:
-            is_woken = h.key in self._woken
-            self._woken.discard(h.key)
-        # A followed host is polled when its journal says something, else only as a safety net.
-        if h.follower is not None and h.follower.is_following and not is_woken and now - h.polled_at < FOLLOWED_POLL_S:
-            return None
-        h.polled_at = now
-        if h.transport is None:
-            h.transport = self.connect(h.entry)
-        cursor = self.state.cursor(h.entry.name, h.unit)
-        started = time.monotonic()
-        poll = poll_unit(h.transport, h.unit, cursor, None if cursor else now - self.policy.lookback_s)
-        if self.metrics is not None:
-            self.metrics.poll.observe(time.monotonic() - started)
-        if isinstance(poll, UnitMissing):  # never polled as a unit that does not exist (it would read inactive)
-            no_unit(self, h, now, f"unit {h.unit} not found (LoadState={poll.load_state})")
-            return None
-        if poll is None:  # unreachable: never a crash; reconnect later, backing off (capped)
-            if h.follower is not None:
-                h.follower.ask_stop()
-            h.transport.close()
-            self._unfollow(h)
-            h.transport = None
-            h.failures += 1
-            h.retry_at = now + min(MAX_BACKOFF_S, 2.0**h.failures)
-            if h.state != "unreachable":
-                self.event("unreachable", now, host=h.entry.name, unit=h.unit, retry_in=h.retry_at - now)
-            h.state = "unreachable"
-            return None
-        h.failures = 0
-        unit_back(self, h, now)
-        if self.follow and h.follower is None:
-            h.follower = Follower(h.transport, h.unit, h.key, self.woken)  # it wakes its unit (a host runs several)
-            h.follower.start()
-        reason = crash_reason(h.previous, poll)
-        h.crashes = crash_times(h.previous, poll, max(now, time.time()), self.policy.lookback_s) if reason else ()
-        h.previous = poll.observation
-        h.crash_cursor = poll.cursor if reason else None
-        with self.state.transaction():
-            if poll.cursor and not reason:
-                self.state.save_cursor(h.entry.name, h.unit, poll.cursor)
-            history = self.state.history(h.entry.name)
-            if reason is None:
-                if poll.observation is not None and poll.observation.active == "active":
-                    self.state.save_history(h.entry.name, note_healthy(history, now))
-                    if h.state in ("unknown", "unreachable", "crashed"):
-                        h.state = "healthy"
-        return reason
+        """The host's poll; the reason of a new crash, else None (fleet/watch/poll.py)."""
+        return poll(self, h, now)
 
     def _crashed(self, h: _Host, now: float, reason: str) -> None:
         name = h.entry.name
@@ -342,73 +299,21 @@ class Watcher:
                 self._decided(h, incident.id, decision, now, redecided="wait")
 
     def _act(self, h: _Host, incident_id: str, now: float, approved_by: str | None) -> None:
-        name = h.entry.name
-        if self.dry_run:
-            self.event("outcome", now, host=name, incident=incident_id, outcome="dry_run")
-            self._close(incident_id, name, h.unit, "dry_run")
-            return
-        h.state = "remediating"
-        with self.state.transaction():
-            self.state.save_history(name, note_fix(self.state.history(name), now))  # a rolled-back fix counts too
-            self.state.set_acting(incident_id, self.instance)  # a watcher restarted after this one died reads it
-            self.state.save_incident_outcome(incident_id, "remediating")
-        self.event("acted", now, host=name, unit=h.unit, incident=incident_id, approved_by=approved_by,
-                   pid=os.getpid(), instance=self.instance)  # fmt: skip
-        if self.policy.concurrency == 1:  # kured's one-at-a-time: the round waits for the fix
-            self._finish(h, incident_id, now, self._run_fix(h))
-            return
-        # Fixes on different hosts run in parallel (each its own one-host `oom` transaction, its own
-        # connections); the loop keeps polling the others and records each end in a later round (_reap).
-        # Only the fix runs on the pool's thread: every state write and event stays on the loop's.
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.policy.concurrency, thread_name_prefix="watch-fix")
-        self._running[h.key] = (self._pool.submit(self._run_fix, h), incident_id)
+        act(self, h, incident_id, now, approved_by)  # fleet/watch/fixes.py
 
     def _reap(self, now: float, *, wait: float = 0.0, every: bool = False) -> None:
-        """Record the parallel fixes that ended; ``wait``: seconds to wait for one (``every``: for all)."""
-        if not self._running:
-            return
-        futures = {future: key for key, (future, _) in self._running.items()}
-        done, _ = futures_wait(futures, timeout=wait, return_when=ALL_COMPLETED if every else FIRST_COMPLETED)
-        for future in done:
-            key = futures[future]
-            _, incident_id = self._running.pop(key)
-            self._finish(self._hosts[key], incident_id, now, future.result())
+        reap(self, now, wait=wait, every=every)
 
     def _run_fix(self, h: _Host) -> HostResult:
-        try:
-            return self.fix(h.entry)
-        except RemediateError as exc:
-            return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
+        return run_fix(self, h)
 
     def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
-        """The incident's outcome event and close; ``recheck``: what a recovery's re-run found. A fix whose
-        connection was cut before its commit, or after it for good (the host's state unknown), stays
-        ``remediating`` (acting ``CUT``): the next round's recovery runs the same fix again, counted once."""
-        if recheck is None and (result.outcome == "unreachable" or is_state_unknown(result)):
-            with self.state.transaction():
-                self.state.set_acting(incident_id, CUT)
-            h.previous = None
-            return
-        outcome = result.outcome if recheck is None else recovered_outcome(result.outcome)
-        self.event(
-            "outcome",
-            now,
-            host=h.entry.name,
-            unit=h.unit,
-            incident=incident_id,
-            outcome=outcome,
-            **fix_change(result),
-            error=result.error,
-            **({} if recheck is None else {"recheck": recheck}),
-        )
-        self._close(incident_id, h.entry.name, h.unit, outcome)
-        h.state = "cooling_down" if outcome == "remediated" else "crashed"
-        h.previous = None  # the fix restarted the unit: the next poll starts afresh
+        finish(self, h, incident_id, now, result, recheck)
 
     def _recover(self, now: float) -> None:
         """Resolve the incidents a dead watcher left ``remediating`` (fleet/watch/recover.py)."""
-        recover(self, now)
+        with kept_alive(self.alive):  # its re-run of a fix holds the loop (rare, at start), bounded by its timeouts
+            recover(self, now)
 
     def _close(self, incident_id: str, host: str, unit: str, outcome: str) -> None:
         with self.state.transaction():

@@ -25,13 +25,14 @@ def fixing(w: Watcher, host: str) -> bool:
     return any(key.split(" ", 1)[0] == host for key in w._running)
 
 
+MAX_BACKOFF_S = 300.0  # an unreachable host's (or one with no unit's) next look, doubling up to this
 NO_UNIT_BACKOFF_S = 30.0  # a host with no unit to watch is looked at again after this, doubling up to the cap
 
 
 def discover(w: Watcher, now: float) -> None:
     """Each host with no unit named, at its first connection: its engine units (the ExecStart of every unit
     file, sglang or vLLM; a template's loaded instances), each then watched as its own unit."""
-    from remediate.fleet.watch.loop import MAX_BACKOFF_S, _Host
+    from remediate.fleet.watch.loop import _Host
 
     for h in [h for h in w._hosts.values() if not h.unit]:
         if now < h.retry_at or fixing(w, h.entry.name):
@@ -64,8 +65,6 @@ def discover(w: Watcher, now: float) -> None:
 def no_unit(w: Watcher, h: _Host, now: float, reason: str) -> None:
     """No unit to watch on the host: said once per reason (audit ``no_unit``, one line to ``warn``), the host
     looked at again later (backing off), its state ``no_unit`` in `watch status`."""
-    from remediate.fleet.watch.loop import MAX_BACKOFF_S
-
     h.failures += 1
     h.retry_at = now + min(MAX_BACKOFF_S, NO_UNIT_BACKOFF_S * 2.0 ** (h.failures - 1))
     h.previous = None
