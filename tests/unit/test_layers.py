@@ -211,14 +211,7 @@ def test_module_has_one_job_within_the_hard_limit(module: str) -> None:
 
 MAX_LINES = 600
 
-KNOWN_CYCLES = {
-    # Temporary, each: a module of the watcher reaches into the Watcher (loop.py, its TYPE_CHECKING types and
-    # privates) while loop.py calls it. h-watchfast removes these (the watch code is its own now); each entry
-    # goes with its cycle (test_each_known_cycle_is_still_one says when).
-    frozenset({"remediate.fleet.watch.loop", "remediate.fleet.watch.recover"}),
-    frozenset({"remediate.fleet.watch.loop", "remediate.fleet.watch.rails"}),
-    frozenset({"remediate.fleet.watch.loop", "remediate.fleet.watch.units"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()  # none: the watcher's parts see it through fleet/watch/host.py
 
 
 def import_graph(modules: dict[str, Path], top: set[str]) -> dict[str, set[str]]:

@@ -172,7 +172,7 @@ def _diagnose(request: WatchRequest, alive: Callable[[], None]) -> Callable[[Tra
 
 
 def _confirm(transport: Transport, entry: HostEntry, unit: str) -> str | None:
-    """A fatal line confirmed by the server's health endpoint silent (host/watch.py), else None."""
+    """A fatal line confirmed by the server's health endpoint silent (host/watch/poll.py), else None."""
     from remediate.host.watch.poll import server_silent
 
     port = entry.settings.get("server_port")

@@ -8,21 +8,18 @@ from __future__ import annotations
 import os
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from typing import TYPE_CHECKING
 
+from remediate.controller.transactions import read_transactions
 from remediate.controller.watch_audit import fix_change
 from remediate.core.watch.incident import note_fix, recovered_outcome
 from remediate.errors import RemediateError
-from remediate.fleet.watch.recover import is_state_unknown
+from remediate.fleet.watch.host import WatchedHost, WatcherView
 from remediate.models import HostResult
-
-if TYPE_CHECKING:
-    from remediate.fleet.watch.loop import Watcher, _Host
 
 CUT = "cut"  # the `acting` instance of a fix whose connection was cut before its commit: the recovery re-runs it
 
 
-def act(w: Watcher, h: _Host, incident_id: str, now: float, approved_by: str | None) -> None:
+def act(w: WatcherView, h: WatchedHost, incident_id: str, now: float, approved_by: str | None) -> None:
     name = h.entry.name
     if w.dry_run:
         w.event("outcome", now, host=name, incident=incident_id, outcome="dry_run")
@@ -42,7 +39,7 @@ def act(w: Watcher, h: _Host, incident_id: str, now: float, approved_by: str | N
     w._running[h.key] = (w._pool.submit(run_fix, w, h), incident_id)
 
 
-def reap(w: Watcher, now: float, *, wait: float = 0.0, every: bool = False) -> None:
+def reap(w: WatcherView, now: float, *, wait: float = 0.0, every: bool = False) -> None:
     """Record the parallel fixes that ended; ``wait``: seconds to wait for one (``every``: for all)."""
     if not w._running:
         return
@@ -54,9 +51,9 @@ def reap(w: Watcher, now: float, *, wait: float = 0.0, every: bool = False) -> N
         finish(w, w._hosts[key], incident_id, now, future.result())
 
 
-def run_fix(w: Watcher, h: _Host) -> HostResult:
+def run_fix(w: WatcherView, h: WatchedHost) -> HostResult:
     """The fix, on the pool's thread. A crash told by its fatal line whose server still lingers in its crash
-    handler (sglang ≥ 0.5.23 at TP > 1: a minute of dumps, deaf to SIGTERM) is ended first (host/watch.py
+    handler (sglang ≥ 0.5.23 at TP > 1: a minute of dumps, deaf to SIGTERM) is ended first (host/watch/poll.py
     ``end_lingering``: a stop job, then SIGKILL), so the fix's restart does not wait for it."""
     h.ended = None
     lingering, h.lingering = h.lingering, None
@@ -71,7 +68,9 @@ def run_fix(w: Watcher, h: _Host) -> HostResult:
         return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
 
 
-def finish(w: Watcher, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
+def finish(
+    w: WatcherView, h: WatchedHost, incident_id: str, now: float, result: HostResult, recheck: str | None = None
+) -> None:
     """The incident's outcome event and close; ``recheck``: what a recovery's re-run found. A fix whose
     connection was cut before its commit, or after it for good (the host's state unknown), stays
     ``remediating`` (acting ``CUT``): the next round's recovery runs the same fix again, counted once."""
@@ -96,3 +95,13 @@ def finish(w: Watcher, h: _Host, incident_id: str, now: float, result: HostResul
     w._close(incident_id, h.entry.name, h.unit, outcome)
     h.state = "cooling_down" if outcome == "remediated" else "crashed"
     h.previous = None  # the fix restarted the unit: the next poll starts afresh
+
+
+def is_state_unknown(result: HostResult) -> bool:
+    """Whether a fix ended ``failed`` because its connection was lost after the commit and could not be
+    re-established (its transaction's last record: ``unknown``): what the host holds is not known, so it is
+    resolved as a cut fix is, by the recovery's re-run (idempotent), not closed ``failed`` on new bytes."""
+    if result.outcome != "failed":
+        return False
+    records = read_transactions(result.host, result.started_at)
+    return bool(records) and records[-1].get("event") == "unknown"

@@ -16,7 +16,6 @@ from typing import Any
 from remediate.controller.watch_audit import append_event
 from remediate.controller.watch_state import WatchState
 from remediate.core.watch.decide import Decision, FleetView, breaker_crossing, decide
-from remediate.core.watch.detect import CrashTime, Observation
 from remediate.core.watch.incident import (
     Crash,
     Incident,
@@ -28,46 +27,19 @@ from remediate.core.watch.status import tokens_before
 from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.fixes import act, finish, reap, run_fix
-from remediate.fleet.watch.follow import Follower
+from remediate.fleet.watch.host import Fix, Undo, WatchedHost, host_key
 from remediate.fleet.watch.metrics import WatchMetrics
 from remediate.fleet.watch.poll import poll
 from remediate.fleet.watch.rails import answered, history_at
 from remediate.fleet.watch.recover import recover
 from remediate.fleet.watch.sdnotify import kept_alive
-from remediate.fleet.watch.units import discover, fixing, host_key
+from remediate.fleet.watch.units import discover, fixing
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
 REDECIDED = ("report", "wait")  # an open incident in these is decided again when a crash folds into it
 
 Diagnose = Callable[[Transport, HostEntry], HostResult]
-Fix = Callable[[HostEntry], HostResult]
-Undo = Callable[[HostEntry, str], HostResult]  # restore this backup on the host (`rollback --to`)
-
-
-@dataclass
-class _Host:
-    entry: HostEntry  # as polled: its address and ssh settings, its ``unit`` setting the unit watched
-    unit: str  # "" until the host's first connection found its engine unit(s) (no unit named)
-    transport: Transport | None = None
-    previous: Observation | None = None
-    state: str = "unknown"
-    retry_at: float = 0.0
-    failures: int = 0
-    follower: Follower | None = None
-    polled_at: float = float("-inf")
-    crash_cursor: str | None = None  # the journal past a crash: saved with its decision, not before
-    crashes: tuple[CrashTime, ...] = ()  # the crashes the last poll found, each with its own time and key
-    counted: list[dict[str, object]] = field(default_factory=list)  # the same, as the audit says them
-    no_unit: str | None = None  # why no unit is watched here (none found, or the named one does not exist)
-    early: list[str] = field(default_factory=list)  # invocations whose crash was told by a fatal line (newest last)
-    lingering: str | None = None  # the crashed invocation still running (its server in its crash handler)
-    suspected_at: dict[str, float] = field(default_factory=dict)  # invocation → when a fatal line was not confirmed
-    ended: str | None = None  # what ending the lingering process found (fleet/watch/fixes.py)
-
-    @property
-    def key(self) -> str:
-        return host_key(self.entry.name, self.unit)
 
 
 @dataclass
@@ -86,7 +58,7 @@ class Watcher:
     undo: Undo | None = None
     warn: Callable[[str], None] | None = None  # one line for a person (stderr): a host with no unit to watch
     on_event: Callable[[dict[str, Any]], None] | None = None  # every audit record once written (the terminal's lines)
-    _hosts: dict[str, _Host] = field(default_factory=dict)  # host_key(host, unit) → the watched unit
+    _hosts: dict[str, WatchedHost] = field(default_factory=dict)  # host_key(host, unit) → the watched unit
     _running: dict[str, tuple[Future[HostResult], str]] = field(default_factory=dict)  # key → (fix, incident)
     _pool: ThreadPoolExecutor | None = None
     follow: bool = False  # follow each host's journal (fleet/watch/follow.py); the poll stays the fallback
@@ -95,13 +67,13 @@ class Watcher:
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # this watcher's start: written with `acting`
     _approval_waits: dict[str, str] = field(default_factory=dict)  # incident → why its approved fix waits
     alive: Callable[[], None] = field(default=lambda: None)  # the loop made progress (sdnotify.Heartbeat)
-    # A fatal line's confirmation (host/watch.py server_silent: why the server is taken for dead, else None)
-    # and the end of a crashed server that lingers (host/watch.py end_lingering); None: exits only.
+    # A fatal line's confirmation (host/watch/poll.py server_silent: why the server is taken for dead, else None)
+    # and the end of a crashed server that lingers (host/watch/poll.py end_lingering); None: exits only.
     confirm: Callable[[Transport, HostEntry, str], str | None] | None = None
     end_lingering: Callable[[Transport, str, str], str] | None = None
 
     def __post_init__(self) -> None:
-        hosts = (_Host(e, str(e.settings.get("unit") or "")) for e in self.hosts)  # "": found at its first look
+        hosts = (WatchedHost(e, str(e.settings.get("unit") or "")) for e in self.hosts)  # "": found at its first look
         self._hosts.update((h.key, h) for h in hosts)
 
     def host_states(self) -> dict[str, str]:
@@ -144,7 +116,7 @@ class Watcher:
         time.sleep(settle)
         return True
 
-    def _unfollow(self, h: _Host) -> None:
+    def _unfollow(self, h: WatchedHost) -> None:
         if h.follower is not None:
             h.follower.stop()
             h.follower = None
@@ -183,7 +155,7 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.observe_round(self.host_states(), self.state.breaker_reason() is not None)
 
-    def _count(self, crashed: list[_Host], now: float) -> None:
+    def _count(self, crashed: list[WatchedHost], now: float) -> None:
         """Every crash of the round counted before any is decided, once (watch.db keys it by host, unit and
         crashed invocation), at its own time; the breaker trips once the crashes' times cross its threshold."""
         with self.state.transaction():
@@ -207,11 +179,11 @@ class Watcher:
         )
 
     # -- one host ------------------------------------------------------------------------------------
-    def _poll(self, h: _Host, now: float) -> str | None:
+    def _poll(self, h: WatchedHost, now: float) -> str | None:
         """The host's poll; the reason of a new crash, else None (fleet/watch/poll.py)."""
         return poll(self, h, now)
 
-    def _crashed(self, h: _Host, now: float, reason: str) -> None:
+    def _crashed(self, h: WatchedHost, now: float, reason: str) -> None:
         name = h.entry.name
         h.state = "crashed"
         self.event("detected", now, host=name, unit=h.unit, reason=reason, crashes=h.counted)
@@ -246,7 +218,7 @@ class Watcher:
             return
         self._decided(h, incident.id, decision, now, redecided=before)
 
-    def _decide(self, h: _Host, incident: Incident, now: float, before: str | None) -> Decision | None:
+    def _decide(self, h: WatchedHost, incident: Incident, now: float, before: str | None) -> Decision | None:
         """Inside the caller's transaction: the rails' decision for the incident, and its state saved. A
         re-decision (``before``: the outcome it had) that changes nothing is None (the crash just folds)."""
         name = h.entry.name
@@ -266,7 +238,7 @@ class Watcher:
         self.state.save_incident(incident, "remediating" if decision.verdict == "act" else decision.verdict)
         return decision
 
-    def _decided(self, h: _Host, incident_id: str, decision: Decision, now: float, redecided: str | None) -> None:
+    def _decided(self, h: WatchedHost, incident_id: str, decision: Decision, now: float, redecided: str | None) -> None:
         self.event(
             "decided",
             now,
@@ -298,16 +270,18 @@ class Watcher:
             if decision is not None:
                 self._decided(h, incident.id, decision, now, redecided="wait")
 
-    def _act(self, h: _Host, incident_id: str, now: float, approved_by: str | None) -> None:
+    def _act(self, h: WatchedHost, incident_id: str, now: float, approved_by: str | None) -> None:
         act(self, h, incident_id, now, approved_by)  # fleet/watch/fixes.py
 
     def _reap(self, now: float, *, wait: float = 0.0, every: bool = False) -> None:
         reap(self, now, wait=wait, every=every)
 
-    def _run_fix(self, h: _Host) -> HostResult:
+    def _run_fix(self, h: WatchedHost) -> HostResult:
         return run_fix(self, h)
 
-    def _finish(self, h: _Host, incident_id: str, now: float, result: HostResult, recheck: str | None = None) -> None:
+    def _finish(
+        self, h: WatchedHost, incident_id: str, now: float, result: HostResult, recheck: str | None = None
+    ) -> None:
         finish(self, h, incident_id, now, result, recheck)
 
     def _recover(self, now: float) -> None:

@@ -5,24 +5,21 @@ connection kept per host, a follower waking it), a crash's reason and times, or 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from remediate.core.watch.detect import CrashTime, Poll, crash_reason, crash_times
 from remediate.core.watch.fatal import fatal_line
 from remediate.core.watch.incident import note_healthy
 from remediate.fleet.watch.follow import Follower
+from remediate.fleet.watch.host import WatchedHost, WatcherView
 from remediate.fleet.watch.units import MAX_BACKOFF_S, fixing, no_unit, unit_back
 from remediate.host.watch.poll import UnitMissing, poll_unit
-
-if TYPE_CHECKING:
-    from remediate.fleet.watch.loop import Watcher, _Host
 
 FOLLOWED_POLL_S = 300.0  # a followed host's safety poll (its journal wakes it at once otherwise)
 RECHECK_S = 10.0  # a fatal line the server's health belied: that invocation's lines not checked again sooner
 EARLY_KEPT = 16  # the invocations told by a fatal line remembered per unit (their late exits fold)
 
 
-def poll(w: Watcher, h: _Host, now: float) -> str | None:
+def poll(w: WatcherView, h: WatchedHost, now: float) -> str | None:
     """The host's poll; the reason of a new crash, else None."""
     w.alive()  # each step of a round is bounded (the connect timeout, POLL_TIMEOUT_S, the diagnosis's)
     if not h.unit or now < h.retry_at or fixing(w, h.entry.name):  # a host being fixed is not polled
@@ -84,9 +81,9 @@ def poll(w: Watcher, h: _Host, now: float) -> str | None:
     return reason
 
 
-def _told(w: Watcher, h: _Host, seen: Poll, now: float) -> tuple[str, tuple[CrashTime, ...]] | None:
+def _told(w: WatcherView, h: WatchedHost, seen: Poll, now: float) -> tuple[str, tuple[CrashTime, ...]] | None:
     """A crash the engine's fatal line told (core/watch/fatal.py) while its unit still runs, confirmed by
-    what the server cannot forge: its health endpoint silent (host/watch.py ``server_silent``). A line alone
+    what the server cannot forge: its health endpoint silent (host/watch/poll.py ``server_silent``). A line alone
     (the server answered) is audited ``unconfirmed`` and starts nothing; that invocation's lines are looked at
     again only after ``RECHECK_S`` (a flood of forged lines costs one health check per 10 s)."""
     fatal = fatal_line(seen)

@@ -14,7 +14,8 @@ from remediate.core.watch.incident import HostHistory, clamp_future
 from remediate.fleet.watch.units import fixing, host_key
 
 if TYPE_CHECKING:
-    from remediate.fleet.watch.loop import Watcher, _Host
+    from remediate.fleet.watch.host import WatchedHost as _Host
+    from remediate.fleet.watch.host import WatcherView as Watcher
 
 
 def answered(w: Watcher, now: float) -> None:

@@ -21,7 +21,8 @@ from remediate.host.common.commit import path_states
 from remediate.models import HostResult
 
 if TYPE_CHECKING:
-    from remediate.fleet.watch.loop import Watcher, _Host
+    from remediate.fleet.watch.host import WatchedHost as _Host
+    from remediate.fleet.watch.host import WatcherView as Watcher
 
 
 def recover(w: Watcher, now: float) -> None:
@@ -88,16 +89,6 @@ def _undone_on_host(w: Watcher, h: _Host, pairs: dict[str, str]) -> bool:
     except RemediateError:
         return False
     return undone_on_host(pairs, sums)
-
-
-def is_state_unknown(result: HostResult) -> bool:
-    """Whether a fix ended ``failed`` because its connection was lost after the commit and could not be
-    re-established (its transaction's last record: ``unknown``): what the host holds is not known, so it is
-    resolved as a cut fix is, by the recovery's re-run (idempotent), not closed ``failed`` on new bytes."""
-    if result.outcome != "failed":
-        return False
-    records = read_transactions(result.host, result.started_at)
-    return bool(records) and records[-1].get("event") == "unknown"
 
 
 def _run_undo(w: Watcher, h: _Host, backup: str) -> HostResult:

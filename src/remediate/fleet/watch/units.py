@@ -6,21 +6,14 @@ does not exist."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from remediate.errors import TransportError
+from remediate.fleet.watch.host import WatchedHost, WatcherView
+from remediate.fleet.watch.host import host_key as host_key  # re-exported: rails.py, recover.py
 from remediate.host.watch.poll import find_units
 
-if TYPE_CHECKING:
-    from remediate.fleet.watch.loop import Watcher, _Host
 
-
-def host_key(host: str, unit: str) -> str:
-    """A watched (host, unit)'s key: a host runs several engine units, each watched as its own."""
-    return f"{host} {unit}"
-
-
-def fixing(w: Watcher, host: str) -> bool:
+def fixing(w: WatcherView, host: str) -> bool:
     """A fix runs on one of the host's units: never two transactions on one host, none of its units polled."""
     return any(key.split(" ", 1)[0] == host for key in w._running)
 
@@ -29,11 +22,9 @@ MAX_BACKOFF_S = 300.0  # an unreachable host's (or one with no unit's) next look
 NO_UNIT_BACKOFF_S = 30.0  # a host with no unit to watch is looked at again after this, doubling up to the cap
 
 
-def discover(w: Watcher, now: float) -> None:
+def discover(w: WatcherView, now: float) -> None:
     """Each host with no unit named, at its first connection: its engine units (the ExecStart of every unit
     file, sglang or vLLM; a template's loaded instances), each then watched as its own unit."""
-    from remediate.fleet.watch.loop import _Host
-
     for h in [h for h in w._hosts.values() if not h.unit]:
         if now < h.retry_at or fixing(w, h.entry.name):
             continue
@@ -58,11 +49,11 @@ def discover(w: Watcher, now: float) -> None:
         del w._hosts[h.key]
         for i, unit in enumerate(found.units):
             entry = replace(h.entry, settings={**h.entry.settings, "unit": unit})
-            one = _Host(entry, unit, transport=h.transport if i == 0 else None)  # the first keeps the connection
+            one = WatchedHost(entry, unit, transport=h.transport if i == 0 else None)  # the first keeps the connection
             w._hosts[one.key] = one
 
 
-def no_unit(w: Watcher, h: _Host, now: float, reason: str) -> None:
+def no_unit(w: WatcherView, h: WatchedHost, now: float, reason: str) -> None:
     """No unit to watch on the host: said once per reason (audit ``no_unit``, one line to ``warn``), the host
     looked at again later (backing off), its state ``no_unit`` in `watch status`."""
     h.failures += 1
@@ -75,7 +66,7 @@ def no_unit(w: Watcher, h: _Host, now: float, reason: str) -> None:
     h.no_unit, h.state = reason, "no_unit"
 
 
-def unit_back(w: Watcher, h: _Host, now: float) -> None:
+def unit_back(w: WatcherView, h: WatchedHost, now: float) -> None:
     """A unit said missing answers again (a person installed it): watched as any other from now on."""
     if h.no_unit is not None:
         h.no_unit, h.state = None, "unknown"
