@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from remediate.core.engines import ENGINES, SGLANG, Engine
 from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_in_exec, shell_var
 from remediate.core.unitfile.command import mentions_engine
+from remediate.core.unitfile.config import ServerConfig, config_words, load_yaml, named_config
 from remediate.core.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
 from remediate.core.unitfile.execline import Token, parse_exec, split_words
 from remediate.core.unitfile.model import Directive, MappedText, UnitFile, parse_unit
@@ -63,6 +64,7 @@ class UnitSources:
     dropins: tuple[SourceFile, ...] = ()  # UNIT.d/*.conf in systemd's order
     env_files: Mapping[str, str | None] | None = None  # path -> text (None: missing); None: unreadable
     unit_name: str | None = None  # ``sglang@a.service`` (for %i, %n…); default: the fragment's file name
+    config_files: Mapping[str, str | None] | None = None  # --config YAML: path -> text (None: missing); None: unread
 
     @property
     def unit_files(self) -> tuple[SourceFile, ...]:
@@ -106,6 +108,17 @@ class Service:
     env_files: dict[str, EnvFile] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     engine: Engine = SGLANG  # the engine the command runs
+    config: ServerConfig | None = None  # the ``--config`` YAML the command line names
+
+    def items(self) -> list[ArgItem]:
+        """The server's argv as the engine parses it, ``$VAR`` references expanded: a ``--config`` file's words
+        first (core/unitfile/config.py: both engines put them before the command line's, which wins)."""
+        cli = self.cli_items()
+        if self.config is None or self.config.words is None:
+            return cli
+        where = f"--config {self.config.path}"
+        return [ArgItem(w.text, None, self.config.path, where, (0, 0), None, 0, config=self.config.path)
+                for w in self.config.words] + cli  # fmt: skip
 
     def lookup(self, name: str) -> VarValue:
         """The effective value of ``name`` (systemd.exec(5)): EnvironmentFile= overrides Environment=,
@@ -137,8 +150,8 @@ class Service:
                 return VarValue(name, assignment, located.path, "Environment=", located.directive.first_line.start)
         return VarValue(name, None, None, "", 0)
 
-    def items(self) -> list[ArgItem]:
-        """The sglang argv as sglang receives it, ``$VAR`` references expanded."""
+    def cli_items(self) -> list[ArgItem]:
+        """The server's argv as its command line writes it, ``$VAR`` references expanded."""
         items: list[ArgItem] = []
         path = self.exec_start.path
         anchor = self.exec_start.directive.first_line.start
@@ -285,7 +298,32 @@ def load_service(sources: UnitSources) -> Service:
                 raise ConfigError(f"EnvironmentFile={path} does not exist", source=sources.fragment.path)
             if text is not None:
                 service.env_files[path] = parse_env_file(text)
+    service.config = _server_config(service)
     return service
+
+
+def _server_config(service: Service) -> ServerConfig | None:
+    """The ``--config`` file the command line names, read from what the probe brought (None: none named)."""
+    named = named_config([item.text for item in service.cli_items()])
+    if named is None:
+        return None
+    path = named[1]
+    files = service.sources.config_files
+    engine = service.engine
+    if service.command.in_container:
+        return ServerConfig(path, None, "not read: a path inside the container")
+    if not path.startswith("/"):
+        return ServerConfig(path, None, "not read: a path relative to the service's working directory")
+    if not path.endswith((".yaml", ".yml")):
+        return ServerConfig(path, None, f"not read: not .yaml/.yml, which {engine.label} refuses at startup")
+    if files is None or path not in files:
+        return ServerConfig(path, None, "not read")
+    text = files[path]
+    if text is None:
+        return ServerConfig(path, None, f"missing on the host ({engine.label} exits at startup)")
+    words, notes = config_words(load_yaml(text, path), engine.name, engine.bool_flags, engine.resolve_flag)
+    service.notes.extend(f"--config {path}: {note}" for note in notes)
+    return ServerConfig(path, words, notes=notes)
 
 
 def _words_or_nothing(value: MappedText) -> list[Token]:
