@@ -113,12 +113,17 @@ def sources_from_probe(found: ProbeResult) -> UnitSources:
     for path, remote in found.files.items():
         if path == state.fragment_path or path in state.dropin_paths or path in found.unloaded_dropins:
             continue
+        if path in found.config_paths:
+            continue
         env_files[path] = remote.text if remote.exists else None
+    configs = {p: found.files[p].text if found.files[p].exists else None for p in found.config_paths
+               if p in found.files}  # fmt: skip
     return UnitSources(
         fragment=SourceFile(path=fragment.path, text=fragment.text),
         dropins=dropins,
         env_files=env_files,
         unit_name=state.unit or None,  # sglang@a.service: for %i in the unit and its EnvironmentFile= paths
+        config_files=configs,  # the --config YAML files the unit names (core/unitfile/config.py)
     )
 
 
