@@ -17,7 +17,9 @@ EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 def test_0523_reads_its_fraction_from_the_config_yaml_and_the_command_line_wins(start, tmp_path: Path) -> None:
     cfg = tmp_path / "k26.yaml"
-    cfg.write_text("model-path: moonshotai/Kimi-K2.6\ntp-size: 8\nmem-fraction-static: 0.93\nchunked-prefill-size: 8192\n")
+    cfg.write_text(
+        "model-path: moonshotai/Kimi-K2.6\ntp-size: 8\nmem-fraction-static: 0.93\nchunked-prefill-size: 8192\n"
+    )
     srv = start(["--config", str(cfg), "--chunked-prefill-size", "4096"], V23)
     srv.wait_healthy()
     info = json.loads(srv.get("/server_info")[1])
@@ -45,7 +47,9 @@ def test_0523_mooncake_over_efa_refuses_expandable_segments(start) -> None:
         "Disable expandable_segments." in out
     )
     assert "srt/disaggregation/mooncake/utils.py" in out
-    without = start(prefill, V23, env={"MOONCAKE_PROTOCOL": "efa", "PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6"})
+    without = start(
+        prefill, V23, env={"MOONCAKE_PROTOCOL": "efa", "PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6"}
+    )
     without.wait_healthy()
 
 

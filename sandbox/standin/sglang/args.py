@@ -199,11 +199,15 @@ def _arguments(version: tuple[int, ...]) -> list[tuple[tuple[str, ...], dict]]:
     if version < (0, 5, 23):
         return ARGUMENTS
     table = [entry for entry in ARGUMENTS if entry[0] != ("--cuda-graph-max-bs",)]
-    return table + _SPLIT_GRAPH + [
-        (("--weight-cache-mode",), {"type": str, "default": "off", "choices": ["off", "daemon", "client"]}),
-        (("--disaggregation-mode",), {"type": str, "default": "null", "choices": ["null", "prefill", "decode"]}),
-        (("--disaggregation-transfer-backend",), {"type": str, "default": "mooncake"}),
-    ]
+    return (
+        table
+        + _SPLIT_GRAPH
+        + [
+            (("--weight-cache-mode",), {"type": str, "default": "off", "choices": ["off", "daemon", "client"]}),
+            (("--disaggregation-mode",), {"type": str, "default": "null", "choices": ["null", "prefill", "decode"]}),
+            (("--disaggregation-transfer-backend",), {"type": str, "default": "mooncake"}),
+        ]
+    )
 
 
 def parse_args(

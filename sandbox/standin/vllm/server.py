@@ -114,6 +114,12 @@ def _neighbour_gib(knobs: dict[str, object]) -> float:
     return sum(float(n.get("gib", 0.0)) for n in items if isinstance(n, dict) and 0 in n.get("gpus", [0]))
 
 
+def _profile(knobs: dict[str, object]) -> memory.Profile:
+    """The model profile, its weights resized by the ``weights_gib`` knob (a bigger model on the same card)."""
+    weights = knobs.get("weights_gib")
+    return memory.Profile(weights_gib=float(str(weights))) if weights is not None else memory.Profile()
+
+
 def _startup_failure(message: str) -> int:
     LOG("ERROR", "core.py:708", "EngineCore failed to start.", engine=True)
     LOG.traceback(message)
@@ -128,7 +134,7 @@ def _startup_failure(message: str) -> int:
 def main(argv: list[str], serve: bool) -> int:
     knobs = load_knobs()
     opts = parse_args(argv, serve)
-    p = memory.Profile()
+    p = _profile(knobs)
     util = float(str(opts.get("--gpu-memory-utilization", "0.9")))
     batched = int(
         str(opts.get("--max-num-batched-tokens", memory.default_batched_tokens(p.total_gib, str(knobs["gpu_name"]))))

@@ -75,11 +75,11 @@ def named_config(words: Sequence[str]) -> tuple[int, str] | None:
 class _NoAliasLoader(yaml.SafeLoader):
     """``yaml.safe_load`` that refuses anchors and aliases (the file is another user's input)."""
 
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:  # type: ignore[override]
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise yaml.composer.ComposerError(None, None, "aliases are not read", event.start_mark)
-        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        return super().compose_node(parent, index)
 
 
 def load_yaml(text: str, path: str) -> dict[object, object]:

@@ -30,7 +30,9 @@ __all__ = [
 FRACTION = "--mem-fraction-static"  # sglang's; an engine's own: Engine.fraction_option
 CHUNK = "--chunked-prefill-size"
 # The marker names the engine's fraction flag: ``mem-fraction-static`` (sglang), ``gpu-memory-utilization`` (vLLM).
-MARKER = re.compile(r"^[ \t]*# remediate: oom (\S+) [a-z-]+ (\S+)->(\S+)[ \t]*(?=\r?$)", re.MULTILINE)
+# A value overridden on the command line names where it was: `` (from --config /etc/sglang/k26.yaml)``.
+MARKER = re.compile(r"^[ \t]*# remediate: oom (\S+) [a-z-]+ (\S+)->(\S+)(?: \(from [^\r\n()]*\))?[ \t]*(?=\r?$)",
+                    re.MULTILINE)  # fmt: skip
 _ALLOC_SYNTAX = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+)*$")
 
 
@@ -250,7 +252,7 @@ def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now
             _override_config(plan, option, hit.value_text, new_text, holder.config)
             exec_start = plan.service.exec_start
             _write_marker(plan, exec_start.path, exec_start.directive.first_line.start, hit.value_text, new_text,
-                          markers, now)  # fmt: skip
+                          markers, now, origin=f"--config {holder.config}")  # fmt: skip
         return
     _set_flag(plan, items, hits, hit, new_text)
     if new_text == hit.value_text:
@@ -277,14 +279,25 @@ def _stepped(current: Decimal, desired: DesiredState, what: str, path: str) -> D
 
 
 def _write_marker(
-    plan: _Plan, path: str, anchor: int, old: str, new: str, markers: list[tuple[str, re.Match[str]]], now: datetime
+    plan: _Plan,
+    path: str,
+    anchor: int,
+    old: str,
+    new: str,
+    markers: list[tuple[str, re.Match[str]]],
+    now: datetime,
+    *,
+    origin: str | None = None,
 ) -> None:
-    """Put the one marker line directly above the line at ``anchor``, replacing any other."""
+    """Put the one marker line directly above the line at ``anchor``, replacing any other (``origin``: where the
+    old value was written, when not where the new one goes)."""
     holder_path = path
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = plan.text(holder_path)
     eol = "\r\n" if "\r\n" in text else "\n"
     line = f"# remediate: oom {stamp} {plan.engine.fraction_flag} {old}->{new}"
+    if origin is not None:
+        line += f" (from {origin})"
     above = text.rfind("\n", 0, max(anchor - 1, 0)) + 1 if anchor else 0
     replaced = False
     for marker_path, match in markers:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from remediate.core.engines import ENGINES, SGLANG, Engine
-from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_in_exec, shell_var
+from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_flags, find_in_exec, shell_var
 from remediate.core.unitfile.command import mentions_engine
 from remediate.core.unitfile.config import ServerConfig, config_words, load_yaml, named_config
 from remediate.core.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
@@ -324,6 +324,33 @@ def _server_config(service: Service) -> ServerConfig | None:
     words, notes = config_words(load_yaml(text, path), engine.name, engine.bool_flags, engine.resolve_flag)
     service.notes.extend(f"--config {path}: {note}" for note in notes)
     return ServerConfig(path, words, notes=notes)
+
+
+def config_notes(sources: UnitSources) -> list[str]:
+    """What the server's ``--config`` YAML sets of the knobs remediate reads, and that the command line wins over
+    it, or why it was not read (shown by status, plan, diagnose, oom); empty without one, or where the unit
+    cannot be read (the run says why)."""
+    try:
+        service = load_service(sources)
+    except ConfigError:
+        return []
+    config = service.config
+    if config is None:
+        return []
+    if config.words is None:
+        return [f"--config {config.path}: {config.unread}; a value set only there is not seen here"]
+    engine = service.engine
+    items = service.items()
+    set_there: list[str] = []
+    for flag in (engine.fraction_flag, engine.prefill_flag):
+        hits = find_flags(items, flag, resolve=engine.resolve_flag, bool_flags=engine.bool_flags)
+        from_file = [h for h in hits if items[h.flag].config is not None]
+        if from_file and from_file[-1].value_text is not None:
+            overridden = " (the command line overrides it)" if hits[-1] is not from_file[-1] else ""
+            set_there.append(f"{flag} {from_file[-1].value_text}{overridden}")
+    said = ", ".join(set_there) if set_there else f"neither {engine.fraction_option} nor {engine.prefill_option}"
+    return [f"--config {config.path} sets {said}; the command line wins over it",
+            *(f"--config {config.path}: {note}" for note in config.notes)]  # fmt: skip
 
 
 def _words_or_nothing(value: MappedText) -> list[Token]:

@@ -191,6 +191,6 @@ def run_read_only(
     with host_outcome(result, now):
         transport.open()
         found, sources = read_unit(transport, options.unit)
-        record_unit(result, found)
+        record_unit(result, found, sources)
         body(found, sources, result)
     return result
