@@ -54,8 +54,8 @@ def test_a_fraction_in_the_config_yaml_crashes_on_32k_and_oom_fixes_it(node: Nod
     status = node.cli("status")
     assert status.returncode == 0, status
     assert status.result["flags"]["before"]["mem_fraction_static"] == "0.94"
-    assert f"--config {YAML_PATH} sets mem-fraction-static 0.94; the command line wins over it" in (
-        status.result["notes"]
+    assert (
+        f"--config {YAML_PATH} sets mem-fraction-static 0.94; the command line wins over it" in (status.result["notes"])
     )
 
     for seed in (1, 2):
@@ -89,7 +89,9 @@ def test_a_fraction_in_the_config_yaml_crashes_on_32k_and_oom_fixes_it(node: Nod
 
 
 def test_0523_stated_floor_gets_diagnose_above_it_and_oom_refused(node: Node) -> None:
-    text = _v23(incident_unit(node.host.address, node.port)).replace("--mem-fraction-static 0.94", "--mem-fraction-static 0.75")
+    text = _v23(incident_unit(node.host.address, node.port)).replace(
+        "--mem-fraction-static 0.94", "--mem-fraction-static 0.75"
+    )
     node.install(text, start=False)
     assert node.host.systemctl("start", UNIT).returncode == 0
     poll(lambda: any("minimum viable" in line for line in node.journal()), deadline=20, what="the floor line")
@@ -154,7 +156,7 @@ def _vllm_unit(node: Node, flags: str) -> str:
 
 
 def test_vllm_host_at_half_without_cache_memory_gets_a_number_above_it(node: Node) -> None:
-    node.host.set_standin(time_scale=0.001, weights_gib=36.0)  # a bigger model: 0.50 leaves no cache memory
+    node.host.set_standin(time_scale=0.001, weights_gib=38.0)  # a bigger model: 0.50 leaves no cache memory
     node.install(_vllm_unit(node, "--gpu-memory-utilization 0.50"), name=VLLM_UNIT, start=False)
     assert node.host.systemctl("start", VLLM_UNIT).returncode == 0
     poll(
@@ -165,11 +167,13 @@ def test_vllm_host_at_half_without_cache_memory_gets_a_number_above_it(node: Nod
     why = node.cli("diagnose", "--unit", VLLM_UNIT)
     assert why.returncode == 0, why
     rec = why.result["recommendation"]
-    assert rec["blocking"] is True and rec["mem_fraction_static"] is not None and rec["mem_fraction_static"] > 0.50
+    assert rec["kind"] == "no-cache-memory" and rec["blocking"] is True, rec
+    assert float(rec["other_flags"]["--gpu-memory-utilization"]) > 0.50, rec  # a number, from the card's total
+    assert any("(nvidia-smi)" in reason for reason in rec["reasons"]), rec["reasons"]
 
 
 def test_vllm_unit_sized_in_bytes_is_refused_in_one_line(node: Node) -> None:
-    node.install(_vllm_unit(node, "--kv-cache-memory-bytes 8589934592"), name=VLLM_UNIT)
+    node.install(_vllm_unit(node, "--kv-cache-memory-bytes 34359738368"), name=VLLM_UNIT)
     original = node.bytes(VLLM_PATH)
     refused = node.cli("oom", "--unit", VLLM_UNIT, "--wait-timeout", "30")
     assert refused.returncode != 0, refused
