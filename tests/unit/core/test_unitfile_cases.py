@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
+from remediate.core.unitfile.config import ConfigRead
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.core.unitfile.model import parse_unit, render_unit
 from remediate.core.unitfile.report import summary_lines, unified_diff
 from remediate.errors import ConfigError
+from remediate.host.probe import load_config
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "unitfile_cases"
 FRAGMENT = "/etc/systemd/system/sglang.service"
@@ -46,9 +48,10 @@ class Case:
         }
         if self.params.get("env_files_unreadable"):
             env = None
-        configs: dict[str, str | None] | None = None
+        configs: dict[str, ConfigRead | None] | None = None
         if (self.dir / "configfiles").is_dir():  # --config YAML files as the probe read them (never edited)
-            configs = {env_path(p.name): _read(p) for p in sorted((self.dir / "configfiles").glob("*"))}
+            configs = {env_path(p.name): load_config(_read(p), env_path(p.name))
+                       for p in sorted((self.dir / "configfiles").glob("*"))}  # fmt: skip
             configs |= {path: None for path in self.params.get("config_missing", [])}
         return UnitSources(fragment, dropins, env, self.params.get("unit_name"), configs)
 

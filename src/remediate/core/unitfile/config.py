@@ -16,22 +16,18 @@ wins (CLI > config > defaults):
 
 Either engine reads the file only for the exact word ``--config`` followed by its path (``"--config" in args``):
 ``--config=FILE`` is an ordinary option whose file is never read. The file must end in ``.yaml``/``.yml``.
-The file is read on the host by the probe (the same bounded, no-follow read as environment files); here it is
-parsed with ``yaml.safe_load``, refused when it is too big or uses aliases (a few lines of anchors can expand
-to gigabytes).
+The file is read on the host by the probe (the same bounded, no-follow read as environment files) and parsed
+there (host/probe.py ``load_config``: ``yaml.safe_load`` without aliases, bounded); here its mapping becomes
+words.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import yaml
-
 from remediate.errors import ConfigError
-
-MAX_CONFIG_BYTES = 1 << 20  # a server's option file is a few KiB; anything near this is not one
 
 
 @dataclass(frozen=True)
@@ -72,33 +68,13 @@ def named_config(words: Sequence[str]) -> tuple[int, str] | None:
     return found[0], words[found[0] + 1]
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` that refuses anchors and aliases (the file is another user's input)."""
+@dataclass(frozen=True)
+class ConfigRead:
+    """A ``--config`` file as the host read and parsed it (host/probe.py ``load_config``): its top-level
+    mapping, or the one line saying why it cannot be used (not YAML, too big, aliases, no mapping)."""
 
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(None, None, "aliases are not read", event.start_mark)
-        return super().compose_node(parent, index)
-
-
-def load_yaml(text: str, path: str) -> dict[object, object]:
-    """The file's top-level mapping (ConfigError naming the file when the engine would refuse it too, or when
-    it is too big or uses aliases)."""
-    if len(text.encode("utf-8", "surrogateescape")) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"--config {path} is over {MAX_CONFIG_BYTES} bytes; not read", source=path)
-    try:
-        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader without aliases
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "not YAML"
-        raise ConfigError(f"--config {path}{where}: {problem}", source=path) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path} must hold a mapping at its top level", source=path)
-    return data
+    data: Mapping[object, object] | None = None
+    error: str | None = None
 
 
 def _scalar(value: object) -> str:
@@ -108,7 +84,7 @@ def _scalar(value: object) -> str:
 
 
 def config_words(
-    data: dict[object, object], engine: str, bool_flags: frozenset[str], known: Callable[[str], str | None]
+    data: Mapping[object, object], engine: str, bool_flags: frozenset[str], known: Callable[[str], str | None]
 ) -> tuple[tuple[ConfigWord, ...], tuple[str, ...]]:
     """The words ``engine`` ("sglang" or "vllm") makes of the file's mapping, and notes on keys it will refuse
     (``known``: the engine's flag for an option name, or None)."""

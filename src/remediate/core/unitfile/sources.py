@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from remediate.core.engines import ENGINES, SGLANG, Engine
 from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_flags, find_in_exec, shell_var
 from remediate.core.unitfile.command import mentions_engine
-from remediate.core.unitfile.config import ServerConfig, config_words, load_yaml, named_config
+from remediate.core.unitfile.config import ConfigRead, ServerConfig, config_words, named_config
 from remediate.core.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
 from remediate.core.unitfile.execline import Token, parse_exec, split_words
 from remediate.core.unitfile.model import Directive, MappedText, UnitFile, parse_unit
@@ -64,7 +64,7 @@ class UnitSources:
     dropins: tuple[SourceFile, ...] = ()  # UNIT.d/*.conf in systemd's order
     env_files: Mapping[str, str | None] | None = None  # path -> text (None: missing); None: unreadable
     unit_name: str | None = None  # ``sglang@a.service`` (for %i, %n…); default: the fragment's file name
-    config_files: Mapping[str, str | None] | None = None  # --config YAML: path -> text (None: missing); None: unread
+    config_files: Mapping[str, ConfigRead | None] | None = None  # --config YAML: path -> parsed (None: missing)
 
     @property
     def unit_files(self) -> tuple[SourceFile, ...]:
@@ -318,10 +318,12 @@ def _server_config(service: Service) -> ServerConfig | None:
         return ServerConfig(path, None, f"not read: not .yaml/.yml, which {engine.label} refuses at startup")
     if files is None or path not in files:
         return ServerConfig(path, None, "not read")
-    text = files[path]
-    if text is None:
+    read = files[path]
+    if read is None:
         return ServerConfig(path, None, f"missing on the host ({engine.label} exits at startup)")
-    words, notes = config_words(load_yaml(text, path), engine.name, engine.bool_flags, engine.resolve_flag)
+    if read.error is not None or read.data is None:
+        raise ConfigError(read.error or f"--config {path} was not parsed", source=path)
+    words, notes = config_words(read.data, engine.name, engine.bool_flags, engine.resolve_flag)
     service.notes.extend(f"--config {path}: {note}" for note in notes)
     return ServerConfig(path, words, notes=notes)
 
