@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
+from remediate.core.engines.vllm.startup import parse_vllm_startup
+
 from .proc import INCIDENT
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))
+
+from vllm import memory  # noqa: E402  (the stand-in's sizing)
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +71,32 @@ def test_0523_weight_cache_daemon_refuses_expandable_segments(start) -> None:
 def test_before_0523_neither_refusal_exists(start) -> None:
     srv = start([*INCIDENT, "--weight-cache-mode", "daemon"], {"api_version": "0.5.6"}, env=EXPANDABLE)
     srv.wait_healthy()
+
+
+VLLM_CLI = "vllm.entrypoints.cli.main"
+
+
+@pytest.mark.parametrize(("version", "refused"), [("0.8.5", True), ("0.11.0", True), ("0.34.0", False)])
+def test_vllm_serve_with_the_model_option_by_version(start, version: str, refused: bool) -> None:
+    srv = start(["serve", "--model", "standin/mha-13b-40k"], {"vllm_version": version}, module=VLLM_CLI)
+    if refused:  # FlexibleArgumentParser.parse_args: a ValueError in 0.8.5 (vllm/utils.py) and 0.11
+        assert srv.wait_exit() == 1
+        assert "ValueError: With `vllm serve`, you should provide the model as a positional argument" in srv.output()
+        return
+    srv.wait_healthy()  # 0.34 (vllm/utils/argparse_utils.py): a warning, the model moved to the front
+    out = srv.output()
+    assert "The `--model` option will be removed in a future version." in out
+    assert f"vLLM API server version {version}" in out
+
+
+def test_vllm_reads_only_the_exact_config_word(start, tmp_path: Path) -> None:
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text("gpu_memory_utilization: 0.93\n")
+    model = ["serve", "standin/mha-13b-40k", "--max-num-batched-tokens", "4096"]
+    read = start([*model, "--config", str(cfg)], {"vllm_version": "0.34.0"}, module=VLLM_CLI)
+    unread = start([*model, f"--config={cfg}"], {"vllm_version": "0.34.0"}, module=VLLM_CLI)
+    read.wait_healthy()
+    unread.wait_healthy()
+    tokens = {u: memory.size(memory.Profile(), u, 4096).tokens for u in (0.93, 0.9)}
+    assert parse_vllm_startup(read.output().splitlines()).kv_tokens == tokens[0.93]
+    assert parse_vllm_startup(unread.output().splitlines()).kv_tokens == tokens[0.9]  # --config=FILE: never read
