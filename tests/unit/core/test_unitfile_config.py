@@ -160,3 +160,22 @@ def test_a_vllm_unit_reads_its_yaml_and_refuses_nothing_the_file_does_not_set() 
     assert service.config is not None and [w.text for w in service.config.words or ()] == ["--max-model-len", "8192"]
     plan = plan_edit(_sources(cmd, {"/etc/vllm/m.yaml": "max_model_len: 8192\n"}), DesiredState(), now=NOW)
     assert ("--gpu-memory-utilization", None, "0.89") in [(c.setting, c.old, c.new) for c in plan.changes]
+
+
+def test_a_template_instance_overrides_the_shared_yaml_in_its_own_dropin() -> None:
+    from remediate.core.unitfile.dropin import plan_instance_edit
+
+    template = "/etc/systemd/system/sglang@.service"
+    text = "[Service]\nExecStart=/opt/venv/bin/sglang serve --config /etc/sglang/shared.yaml --port 3000%i\n"
+    sources = UnitSources(
+        SourceFile(template, text),
+        (),
+        {},
+        "sglang@1.service",
+        {"/etc/sglang/shared.yaml": load_config("mem-fraction-static: 0.9\n", "/etc/sglang/shared.yaml")},
+    )
+    plan = plan_instance_edit(sources, DesiredState(alloc_conf=None), now=NOW)
+    [dropin] = plan.files
+    assert dropin.created and dropin.path == "/etc/systemd/system/sglang@1.service.d/90-remediate-oom.conf"
+    assert "--port 3000%i --mem-fraction-static 0.89 --chunked-prefill-size 4096\n" in dropin.new_text
+    assert "mem-fraction-static 0.9->0.89 (from --config /etc/sglang/shared.yaml)" in dropin.new_text
