@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from fake_transport import exec_start_value, probe_output
 
-from remediate.core.probe import parse_probe
-from remediate.host.plan.budget_vllm import vllm_args
+from remediate.core.probe import ProbeResult, parse_probe
 from remediate.host.common.probe import sources_from_probe
+from remediate.host.plan.budget_vllm import vllm_args
 
 UNIT = "vllm.service"
 PATH = f"/etc/systemd/system/{UNIT}"
 YAML = "/etc/vllm/m.yaml"
 
 
-def _found(argv: tuple[str, ...], yaml_text: str | None):  # type: ignore[no-untyped-def]
+def _found(argv: tuple[str, ...], yaml_text: str | None) -> ProbeResult:
     props = {"FragmentPath": PATH, "DropInPaths": "", "ExecStart": exec_start_value(argv)}
     out = probe_output(UNIT, props, {PATH: "[Service]\nExecStart=" + " ".join(argv) + "\n", YAML: yaml_text})
     return parse_probe(out.replace("@@end\n", f"@@configs {YAML}\n@@end\n", 1), UNIT)
