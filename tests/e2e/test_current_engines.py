@@ -180,3 +180,7 @@ def test_vllm_unit_sized_in_bytes_is_refused_in_one_line(node: Node) -> None:
     error = refused.result["error"]
     assert "--kv-cache-memory-bytes" in error and "\n" not in error
     assert node.bytes(VLLM_PATH) == original and node.backups(VLLM_PATH) == []
+    planned = node.cli("plan", "--unit", VLLM_UNIT)
+    assert planned.returncode == 0 and planned.result["plan"]["rows"] == [], planned
+    [note] = [n for n in planned.result["notes"] if n.startswith("--kv-cache-memory-bytes 34359738368 sizes the KV")]
+    assert "ignores --gpu-memory-utilization" in note and "\n" not in note
