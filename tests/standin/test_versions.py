@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from remediate.core.diagnosis.parser import parse_journal
 from remediate.core.engines.vllm.startup import parse_vllm_startup
 
 from .proc import INCIDENT
@@ -41,6 +42,7 @@ def test_0523_refuses_the_old_graph_flag_as_argparse_does(start) -> None:
         "error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
         "--cuda-graph-max-bs-prefill" in srv.output()
     )
+    assert "invalid_server_argument" in {f.kind for f in parse_journal(srv.output().splitlines()).findings}
 
 
 def test_0523_mooncake_over_efa_refuses_expandable_segments(start) -> None:
@@ -54,6 +56,8 @@ def test_0523_mooncake_over_efa_refuses_expandable_segments(start) -> None:
         "Disable expandable_segments." in out
     )
     assert "srt/disaggregation/mooncake/utils.py" in out
+    kinds = {f.kind for f in parse_journal(out.splitlines()).findings}  # remediate's reader knows the text
+    assert "expandable_segments_refused" in kinds, kinds
     without = start(
         prefill, V23, env={"MOONCAKE_PROTOCOL": "efa", "PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6"}
     )
@@ -66,6 +70,7 @@ def test_0523_weight_cache_daemon_refuses_expandable_segments(start) -> None:
     assert "RuntimeError: [WeightCacheDaemon] PYTORCH_CUDA_ALLOC_CONF sets expandable_segments:True, which is " in (
         srv.output()
     )
+    assert "expandable_segments_refused" in {f.kind for f in parse_journal(srv.output().splitlines()).findings}
 
 
 def test_before_0523_neither_refusal_exists(start) -> None:
