@@ -108,20 +108,26 @@ def test_0523_stated_floor_gets_diagnose_above_it_and_oom_refused(node: Node) ->
     assert node.bytes(UNIT_PATH) == original and node.backups(UNIT_PATH) == []
 
 
-def test_0523_unit_with_a_removed_flag_fails_at_startup_and_diagnose_names_it(node: Node) -> None:
+@pytest.mark.parametrize(
+    ("flag", "said"),
+    [("--cuda-graph-max-bs 64", "ambiguous option"), ("--stream-output", "unrecognized arguments")],
+    ids=["split", "removed"],
+)
+def test_0523_unit_with_a_removed_flag_fails_at_startup_and_diagnose_names_it(node: Node, flag: str, said: str) -> None:
     text = _v23(incident_unit(node.host.address, node.port)).replace(
-        "--trust-remote-code", "--trust-remote-code --cuda-graph-max-bs 64"
+        "--trust-remote-code", f"--trust-remote-code {flag}"
     )
     node.install(text, start=False)
     assert node.host.systemctl("start", UNIT).returncode == 0
-    poll(lambda: any("ambiguous option" in line for line in node.journal()), deadline=20, what="argparse's exit")
+    poll(lambda: any(said in line for line in node.journal()), deadline=20, what="argparse's exit 2")
 
     why = node.cli("diagnose")
     assert why.returncode == 0, why
+    name = flag.split()[0]
     [finding] = [f for f in why.result["findings"] if f["kind"] == "invalid_server_argument"]
-    assert "--cuda-graph-max-bs" in str(finding), finding
+    assert name in str(finding), finding
     rec = why.result["recommendation"]
-    assert rec["blocking"] is True and "--cuda-graph-max-bs" in "\n".join(rec["reasons"]), rec
+    assert rec["blocking"] is True and name in "\n".join(rec["reasons"]), rec
 
 
 def test_mooncake_over_efa_gets_the_recipe_without_expandable_segments(node: Node) -> None:

@@ -205,10 +205,16 @@ def test_0523_splits_the_graph_flag_so_the_old_one_is_ambiguous(capsys: pytest.C
     with pytest.raises(SystemExit) as info:
         parse_args(["--model-path", "m", "--cuda-graph-max-bs", "64"], version=(0, 5, 23))
     assert info.value.code == 2
+    parse_args(["--model-path", "m", "--stream-output"])  # 0.5.6: a flag it has
+    with pytest.raises(SystemExit) as removed:
+        parse_args(["--model-path", "m", "--stream-output"], version=(0, 5, 23))
+    assert removed.value.code == 2
+    err = capsys.readouterr().err
     assert (
         "error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
-        "--cuda-graph-max-bs-prefill" in capsys.readouterr().err
+        "--cuda-graph-max-bs-prefill" in err
     )
+    assert "error: unrecognized arguments: --stream-output" in err
 
 
 def test_env_overrides_the_knobs_file(tmp_path: Path) -> None:

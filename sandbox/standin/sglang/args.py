@@ -190,7 +190,19 @@ def merge_config(argv: list[str], version: tuple[int, ...] = (0, 5, 6)) -> list[
 # 0.5.23 splits the decode graph batch flag (arg_groups/fields/exec_.py ExecConfig: cuda_graph_max_bs_decode,
 # cuda_graph_max_bs_prefill); the old --cuda-graph-max-bs is gone, so argparse's prefix matching finds it
 # ambiguous and exits 2 ("ambiguous option: --cuda-graph-max-bs could match ...").
-_SPLIT_GRAPH = [(("--cuda-graph-max-bs-decode",), _INT), (("--cuda-graph-max-bs-prefill",), _INT)]
+_SPLIT_GRAPH = [
+    (("--cuda-graph-max-bs-decode",), _INT),
+    (("--cuda-graph-max-bs-prefill",), _INT),
+    (("--cuda-graph-bs-decode",), {"type": int, "nargs": "+", "default": None}),  # --cuda-graph-bs split too
+    (("--cuda-graph-bs-prefill",), {"type": int, "nargs": "+", "default": None}),
+]
+# Flags of 0.5.5's server_args.py that 0.5.23 no longer has (no field in arg_groups/fields/, no registration in
+# ServerArgs.add_cli_args): its parse_args rejects them ("unrecognized arguments"), exit 2. The stand-in ignores
+# other unknown flags (it models a part of the table), these it refuses as 0.5.23 does.
+REMOVED_IN_0523 = frozenset(
+    {"--stream-output", "--enable-piecewise-cuda-graph", "--enable-nan-detection", "--enable-double-sparsity",
+     "--torchao-config"}
+)  # fmt: skip
 
 
 def _arguments(version: tuple[int, ...]) -> list[tuple[tuple[str, ...], dict]]:
@@ -198,7 +210,8 @@ def _arguments(version: tuple[int, ...]) -> list[tuple[tuple[str, ...], dict]]:
     (arg_groups/fields/model.py), and the disaggregation flags the Mooncake check reads."""
     if version < (0, 5, 23):
         return ARGUMENTS
-    table = [entry for entry in ARGUMENTS if entry[0] != ("--cuda-graph-max-bs",)]
+    table = [entry for entry in ARGUMENTS if entry[0] not in (("--cuda-graph-max-bs",), ("--cuda-graph-bs",))]
+    table = [entry for entry in table if entry[0][0] not in REMOVED_IN_0523]
     return (
         table
         + _SPLIT_GRAPH
@@ -218,7 +231,11 @@ def parse_args(
         parser.add_argument(*flags, dest=_dest(flags), **dict(kwargs))
     ns, rest = parser.parse_known_args(merge_config(list(argv), version))
     if version >= (0, 5, 23):  # the rest of the stand-in reads one decode graph batch size
+        removed = [word for word in rest if word.partition("=")[0] in REMOVED_IN_0523]
+        if removed:
+            parser.error(f"unrecognized arguments: {' '.join(removed)}")
         ns.cuda_graph_max_bs = ns.cuda_graph_max_bs_decode
+        ns.cuda_graph_bs = ns.cuda_graph_bs_decode
     for name, default in (("weight_cache_mode", "off"), ("disaggregation_mode", "null")):
         if not hasattr(ns, name):
             setattr(ns, name, default)
