@@ -16,7 +16,7 @@ from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, 
 from remediate.core.unitfile.model import parse_unit, render_unit
 from remediate.core.unitfile.report import summary_lines, unified_diff
 from remediate.errors import ConfigError
-from remediate.host.probe import load_config
+from remediate.host.common.probe import load_config
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "unitfile_cases"
 FRAGMENT = "/etc/systemd/system/sglang.service"

@@ -15,7 +15,7 @@ from remediate.core.unitfile.config import ConfigRead, config_words, named_confi
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit, read_settings
 from remediate.core.unitfile.sources import config_notes, load_service
 from remediate.errors import ConfigError
-from remediate.host.probe import MAX_CONFIG_BYTES, load_config
+from remediate.host.common.probe import MAX_CONFIG_BYTES, load_config
 
 
 def load_yaml(text: str, path: str) -> object:
