@@ -304,7 +304,10 @@ def load_service(sources: UnitSources) -> Service:
 
 def _server_config(service: Service) -> ServerConfig | None:
     """The ``--config`` file the command line names, read from what the probe brought (None: none named)."""
-    named = named_config([item.text for item in service.cli_items()])
+    try:
+        named = named_config([item.text for item in service.cli_items()])
+    except ConfigError as exc:
+        raise ConfigError(exc.message, source=service.exec_start.path) from None
     if named is None:
         return None
     path = named[1]
