@@ -169,10 +169,52 @@ def test_argparse_forms() -> None:
 
 def test_config_file_precedence(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("# comment\nmem_fraction_static: 0.91\nchunked-prefill-size: 2048\ntrust_remote_code: true\n")
+    cfg.write_text("# comment\nmem-fraction-static: 0.91\nchunked-prefill-size: 2048\ntrust-remote-code: true\n")
     ns, _ = parse_args(["--model-path", "m", "--config", str(cfg), "--mem-fraction-static", "0.93"])
     assert (ns.mem_fraction_static, ns.chunked_prefill_size, ns.trust_remote_code) == (0.93, 2048, True)
-    assert config_to_argv("a_b: 'x y'\nflag: false\n") == ["--a-b", "x y"]
+    ns, _ = parse_args(["--model-path", "m", "--config", str(cfg)], version=(0, 5, 23))
+    assert ns.mem_fraction_static == 0.91  # the YAML's, where the command line sets none
+
+
+def test_config_keys_are_flags_verbatim_and_booleans_by_version() -> None:
+    # _convert_config_to_args writes --{key} as the key is spelled: an underscore key is no sglang flag.
+    assert config_to_argv("a_b: 'x y'\nflag: false\n") == ["--a_b", "x y"]
+    # 0.5.23: a non-store_true boolean is "--key false"; a store_true one is left out when false.
+    yaml_text = "enable-metrics: false\nflag: false\nlog-requests: true\n"
+    assert config_to_argv(yaml_text, (0, 5, 23)) == ["--flag", "false", "--log-requests"]
+    assert config_to_argv(yaml_text, (0, 5, 5)) == ["--log-requests"]
+
+
+def test_config_errors_are_worded_as_the_merger_words_them(tmp_path: Path) -> None:
+    from sglang.args import ConfigError
+
+    with pytest.raises(ConfigError, match="^Config file must be YAML format, got: .json$"):
+        parse_args(["--config", str(tmp_path / "c.json")])
+    with pytest.raises(ConfigError, match="^Config file not found: "):
+        parse_args(["--config", str(tmp_path / "gone.yaml")])
+    with pytest.raises(ConfigError, match="^Multiple config files specified! Only one allowed.$"):
+        parse_args(["--config", "a.yaml", "--config", "b.yaml"])
+    ns, _ = parse_args(["--model-path", "m", f"--config={tmp_path / 'gone.yaml'}"])  # not the exact word: unread
+    assert ns.mem_fraction_static is None
+
+
+def test_0523_splits_the_graph_flag_so_the_old_one_is_ambiguous(capsys: pytest.CaptureFixture[str]) -> None:
+    ns, _ = parse_args(["--model-path", "m", "--cuda-graph-max-bs-decode", "64"], version=(0, 5, 23))
+    assert ns.cuda_graph_max_bs == 64
+    assert parse_args(["--model-path", "m", "--cuda-graph-max-bs", "64"])[0].cuda_graph_max_bs == 64  # 0.5.6
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--model-path", "m", "--cuda-graph-max-bs", "64"], version=(0, 5, 23))
+    assert info.value.code == 2
+    parse_args(["--model-path", "m", "--stream-output"])  # 0.5.6: a flag it has
+    with pytest.raises(SystemExit) as removed:
+        parse_args(["--model-path", "m", "--stream-output"], version=(0, 5, 23))
+    assert removed.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+        "--cuda-graph-max-bs-prefill" in err
+    )
+    assert "error: unrecognized arguments: --stream-output" in err
 
 
 def test_env_overrides_the_knobs_file(tmp_path: Path) -> None:

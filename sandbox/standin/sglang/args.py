@@ -93,17 +93,19 @@ ARGUMENTS: list[tuple[tuple[str, ...], dict]] = [
 ]
 
 
+def _dest(flags: tuple[str, ...]) -> str:
+    dest = flags[0][2:].replace("-", "_")
+    if dest == "tensor_parallel_size":
+        dest = "tp_size"
+    elif dest in ("pipeline_parallel_size", "data_parallel_size", "expert_parallel_size"):
+        dest = dest.split("_")[0][0] + "p_size"
+    return dest
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog)
     for flags, kwargs in ARGUMENTS:
-        dest = flags[0][2:].replace("-", "_")
-        if dest == "tensor_parallel_size":
-            dest = "tp_size"
-        elif dest in ("pipeline_parallel_size", "data_parallel_size", "expert_parallel_size"):
-            dest = dest.split("_")[0][0] + "p_size"
-        elif dest == "dist_init_addr":
-            dest = "dist_init_addr"
-        parser.add_argument(*flags, dest=dest, **dict(kwargs))
+        parser.add_argument(*flags, dest=_dest(flags), **dict(kwargs))
     return parser
 
 
@@ -127,8 +129,18 @@ def _yaml_scalar(raw: str) -> str | bool | None:
     return value
 
 
-def config_to_argv(text: str) -> list[str]:
-    """Flat ``key: value`` YAML (the subset sglang's ConfigArgumentMerger accepts) → CLI tokens."""
+def config_to_argv(text: str, version: tuple[int, ...] = (0, 5, 6)) -> list[str]:
+    """Flat ``key: value`` YAML → CLI tokens, as ``ConfigArgumentMerger._convert_config_to_args`` makes them
+    (stdlib only: the flat subset, no PyYAML on a sandbox host).
+
+    The key is written ``--{key}`` verbatim in every version (``mem_fraction_static`` stays an underscore
+    flag argparse does not know). Booleans: 0.5.5 (srt/server_args_config_parser.py ``_add_boolean_arg``: its
+    ``boolean_actions`` list is always empty, ``prepare_server_args`` reads ``action.action``, which argparse
+    actions lack) writes ``--key`` for true and nothing for false; 0.5.23 (srt/utils/
+    server_args_config_parser.py ``_add_boolean_arg``) does so for store_true flags only and writes
+    ``--key true``/``--key false`` for the others.
+    """
+    store_true = {flags[0][2:] for flags, kwargs in _arguments(version) if kwargs.get("action") == "store_true"}
     argv: list[str] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -137,38 +149,97 @@ def config_to_argv(text: str) -> list[str]:
         key, sep, raw = stripped.partition(":")
         if not sep or not key.strip():
             raise ConfigError(f"line {lineno}: expected 'key: value', got {line!r}")
-        flag = "--" + key.strip().replace("_", "-")
+        key = key.strip()
+        flag = "--" + key
         value = _yaml_scalar(raw)
-        if value is True:
-            argv.append(flag)
-        elif value is False or value is None:
-            continue
+        if isinstance(value, bool):
+            if version < (0, 5, 23) or key in store_true:
+                argv += [flag] if value else []
+            else:
+                argv += [flag, str(value).lower()]
+        elif value is None:
+            argv += [flag, "None"]  # _add_scalar_arg: str(None)
         else:
             argv.extend([flag, value])
     return argv
 
 
-def merge_config(argv: list[str]) -> list[str]:
-    """Insert the config's args before the CLI ones (CLI > config > defaults), as sglang 0.5.3+ does."""
+def merge_config(argv: list[str], version: tuple[int, ...] = (0, 5, 6)) -> list[str]:
+    """``ConfigArgumentMerger.merge_config_with_args``: only the exact word ``--config`` names a file
+    (``--config=FILE`` is left to argparse and never read); its args go before the CLI's (CLI > config >
+    defaults). Errors as ``_extract_config_file_path`` and ``_validate_yaml_file`` word them."""
     if "--config" not in argv:
         return argv
+    if argv.count("--config") > 1:
+        raise ConfigError("Multiple config files specified! Only one allowed.")
     i = argv.index("--config")
     if i + 1 >= len(argv):
-        raise ConfigError("--config needs a file")
+        raise ConfigError("No config file specified after --config flag!")
     path = argv[i + 1]
-    if not path.endswith((".yaml", ".yml")):
-        raise ConfigError(f"Config file must be YAML format (.yaml or .yml): {path}")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"Config file not found: {path}") from exc
+    suffix = os.path.splitext(path)[1]
+    if suffix.lower() not in (".yaml", ".yml"):
+        raise ConfigError(f"Config file must be YAML format, got: {suffix}")
+    if not os.path.exists(path):
+        raise ConfigError(f"Config file not found: {path}")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
     rest = argv[:i] + argv[i + 2 :]
-    return config_to_argv(text) + rest
+    return config_to_argv(text, version) + rest
 
 
-def parse_args(argv: list[str], prog: str | None = None) -> tuple[argparse.Namespace, list[str]]:
-    return build_parser(prog).parse_known_args(merge_config(list(argv)))
+# 0.5.23 splits the decode graph batch flag (arg_groups/fields/exec_.py ExecConfig: cuda_graph_max_bs_decode,
+# cuda_graph_max_bs_prefill); the old --cuda-graph-max-bs is gone, so argparse's prefix matching finds it
+# ambiguous and exits 2 ("ambiguous option: --cuda-graph-max-bs could match ...").
+_SPLIT_GRAPH = [
+    (("--cuda-graph-max-bs-decode",), _INT),
+    (("--cuda-graph-max-bs-prefill",), _INT),
+    (("--cuda-graph-bs-decode",), {"type": int, "nargs": "+", "default": None}),  # --cuda-graph-bs split too
+    (("--cuda-graph-bs-prefill",), {"type": int, "nargs": "+", "default": None}),
+]
+# Flags of 0.5.5's server_args.py that 0.5.23 no longer has (no field in arg_groups/fields/, no registration in
+# ServerArgs.add_cli_args): its parse_args rejects them ("unrecognized arguments"), exit 2. The stand-in ignores
+# other unknown flags (it models a part of the table), these it refuses as 0.5.23 does.
+REMOVED_IN_0523 = frozenset(
+    {"--stream-output", "--enable-piecewise-cuda-graph", "--enable-nan-detection", "--enable-double-sparsity",
+     "--torchao-config"}
+)  # fmt: skip
+
+
+def _arguments(version: tuple[int, ...]) -> list[tuple[tuple[str, ...], dict]]:
+    """The flag table of ``version``: 0.5.23 has the split graph flags and --weight-cache-mode
+    (arg_groups/fields/model.py), and the disaggregation flags the Mooncake check reads."""
+    if version < (0, 5, 23):
+        return ARGUMENTS
+    table = [entry for entry in ARGUMENTS if entry[0] not in (("--cuda-graph-max-bs",), ("--cuda-graph-bs",))]
+    table = [entry for entry in table if entry[0][0] not in REMOVED_IN_0523]
+    return (
+        table
+        + _SPLIT_GRAPH
+        + [
+            (("--weight-cache-mode",), {"type": str, "default": "off", "choices": ["off", "daemon", "client"]}),
+            (("--disaggregation-mode",), {"type": str, "default": "null", "choices": ["null", "prefill", "decode"]}),
+            (("--disaggregation-transfer-backend",), {"type": str, "default": "mooncake"}),
+        ]
+    )
+
+
+def parse_args(
+    argv: list[str], prog: str | None = None, version: tuple[int, ...] = (0, 5, 6)
+) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog=prog)
+    for flags, kwargs in _arguments(version):
+        parser.add_argument(*flags, dest=_dest(flags), **dict(kwargs))
+    ns, rest = parser.parse_known_args(merge_config(list(argv), version))
+    if version >= (0, 5, 23):  # the rest of the stand-in reads one decode graph batch size
+        removed = [word for word in rest if word.partition("=")[0] in REMOVED_IN_0523]
+        if removed:
+            parser.error(f"unrecognized arguments: {' '.join(removed)}")
+        ns.cuda_graph_max_bs = ns.cuda_graph_max_bs_decode
+        ns.cuda_graph_bs = ns.cuda_graph_bs_decode
+    for name, default in (("weight_cache_mode", "off"), ("disaggregation_mode", "null")):
+        if not hasattr(ns, name):
+            setattr(ns, name, default)
+    return ns, rest
 
 
 def expandable_env() -> str | None:

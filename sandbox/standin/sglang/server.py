@@ -12,7 +12,7 @@ import time
 import urllib.request
 from typing import NoReturn
 
-from . import __version__, args, gpus, knobs, logs, memory, runtime, startup
+from . import __version__, args, gpus, knobs, logs, memory, refusals, runtime, startup
 from .engine import Engine
 from .httpd import App, make_server
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         logs.main(str(kn["exit_message"]))
         sys.exit(1)
     try:
-        ns, _unknown = args.parse_args(argv, prog=prog)
+        ns, _unknown = args.parse_args(argv, prog=prog, version=knobs.version_tuple(str(kn["api_version"])))
     except args.ConfigError as exc:
         logs.main(f"ValueError: {exc}")
         sys.exit(1)
@@ -226,6 +226,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         logs.main(f"server_args={dict(sa)!r}")
     else:  # the dataclass repr
         logs.main("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in sa.items()) + ")")
+    refused = refusals.refusal(sa, version, os.environ)
+    if refused is not None:
+        sleep("dist")
+        refusals.die_refused(*refused, int(sa["tp_size"]))
     plan = startup.boot(
         sa, profile, version, nbs, board, sleep, load_s, force_graph_failure=failure == "crash_during_load"
     )

@@ -54,19 +54,37 @@ def logs_requests(opts: dict[str, object], version: str) -> bool:
     return bool(opts.get("--enable-log-requests")) and not opts.get("--disable-log-requests")
 
 
-def parse_args(argv: list[str], serve: bool) -> dict[str, object]:
-    """FlexibleArgumentParser's rules that matter here: ``_`` = ``-``, ``=`` forms, --config YAML under the CLI."""
+def version_of(knobs: dict[str, object]) -> str:
+    """The vLLM version the stand-in claims: the ``vllm_version`` knob (``$VLLM_STANDIN_VERSION`` wins), 0.11.0."""
+    return str(knobs.get("vllm_version") or VERSION)
+
+
+def parse_args(argv: list[str], serve: bool, version: str = VERSION) -> dict[str, object]:
+    """FlexibleArgumentParser's rules that matter here: ``_`` = ``-``, ``=`` forms, --config YAML under the CLI.
+
+    By version (``FlexibleArgumentParser.parse_args``): ``vllm serve --model M`` is a ValueError in 0.8.5
+    (vllm/utils.py) and 0.11 (vllm/utils/__init__.py); 0.34 (vllm/utils/argparse_utils.py) warns and moves the
+    model to the front. The YAML is read only for the exact word ``--config`` (``"--config" in args``, before
+    the ``=`` forms are split: ``--config=FILE`` is never read)."""
+    ver = version_tuple(version)
     words: list[str] = []
     for word in argv:
-        if word.startswith("--"):
+        if word.startswith("--") and not word.startswith("--config="):
             key, eq, value = word.partition("=")
             words += [key.replace("_", "-"), value] if eq else [key.replace("_", "-")]
         else:
             words.append(word)
-    if serve and "--model" in words:
+    if serve and "--model" in words and ver < (0, 34):
         raise SystemExit(
             "ValueError: With `vllm serve`, you should provide the model as a positional argument or "
             "in a config file instead of via the `--model` option."
+        )
+    if serve and "--model" in words:
+        LOG(
+            "WARNING",
+            "argparse_utils.py:330",
+            "With `vllm serve`, you should provide the model as a positional argument or in a config file instead "
+            "of via the `--model` option. The `--model` option will be removed in a future version.",
         )
     opts: dict[str, object] = {}
     i = 0
@@ -83,14 +101,23 @@ def parse_args(argv: list[str], serve: bool) -> dict[str, object]:
             i += 1
         else:
             i += 2 if word.startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("-") else 1
-    if "--config" in opts:  # flat `key: value` YAML; the command line wins
+    if "--config" in argv:  # flat `key: value` YAML (load_config_file), under the command line: the CLI wins
         with open(str(opts["--config"]), encoding="utf-8") as fh:
             for line in fh:
                 key, sep, value = line.partition(":")
                 flag = "--" + key.strip().replace("_", "-")
-                if sep and flag not in opts and not line.startswith("#"):
-                    value = value.strip().strip("'\"")
-                    opts[flag] = True if value == "true" and flag in BOOL else value
+                value = value.strip().strip("'\"")
+                if not sep or line.startswith("#") or flag in opts or f"--no-{flag[2:]}" in opts:
+                    continue
+                if value in ("true", "false") and flag in BOOL:
+                    # true: the bare flag; false: nothing before 0.34, `--no-KEY` where it exists from 0.34 on
+                    no_flag = f"--no-{flag[2:]}"
+                    if value == "true":
+                        opts[flag] = True
+                    elif ver >= (0, 34) and no_flag in BOOL:
+                        opts[no_flag] = True
+                    continue
+                opts[flag] = value
     opts.setdefault("model", opts.get("--model", "standin/mha-13b-40k"))
     return opts
 
@@ -114,6 +141,12 @@ def _neighbour_gib(knobs: dict[str, object]) -> float:
     return sum(float(n.get("gib", 0.0)) for n in items if isinstance(n, dict) and 0 in n.get("gpus", [0]))
 
 
+def _profile(knobs: dict[str, object]) -> memory.Profile:
+    """The model profile, its weights resized by the ``weights_gib`` knob (a bigger model on the same card)."""
+    weights = knobs.get("weights_gib")
+    return memory.Profile(weights_gib=float(str(weights))) if weights is not None else memory.Profile()
+
+
 def _startup_failure(message: str) -> int:
     LOG("ERROR", "core.py:708", "EngineCore failed to start.", engine=True)
     LOG.traceback(message)
@@ -127,8 +160,9 @@ def _startup_failure(message: str) -> int:
 
 def main(argv: list[str], serve: bool) -> int:
     knobs = load_knobs()
-    opts = parse_args(argv, serve)
-    p = memory.Profile()
+    version = version_of(knobs)
+    opts = parse_args(argv, serve, version)
+    p = _profile(knobs)
     util = float(str(opts.get("--gpu-memory-utilization", "0.9")))
     batched = int(
         str(opts.get("--max-num-batched-tokens", memory.default_batched_tokens(p.total_gib, str(knobs["gpu_name"]))))
@@ -140,7 +174,6 @@ def main(argv: list[str], serve: bool) -> int:
         "PYTORCH_ALLOC_CONF", ""
     )
     scale = float(str(knobs["time_scale"]))
-    version = str(knobs.get("vllm_version") or VERSION)
     LOG("INFO", "api_server.py:1839", f"vLLM API server version {version}")
     LOG(
         "INFO",

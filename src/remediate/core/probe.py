@@ -116,6 +116,7 @@ class ProbeResult:
     section_notes: dict[str, str] = field(default_factory=dict)
     unloaded_dropins: tuple[str, ...] = ()  # UNIT.d/*.conf on disk that the loaded unit does not list yet
     daemonless: str = ""  # a systemctl that is not systemd's (``@@daemonless``: its name), else empty
+    config_paths: tuple[str, ...] = ()  # ``--config`` YAML files the unit's texts name (``@@configs``), read too
 
     @property
     def needs_daemon_reload(self) -> bool:
@@ -201,6 +202,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
     has_analyze = False
     now = 0.0
     unloaded: tuple[str, ...] = ()
+    configs: tuple[str, ...] = ()
     daemonless = ""
     section = ""
     current: dict[str, str] = {}
@@ -251,6 +253,8 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 now = float(rest or 0)
             elif head == "unloaded":
                 unloaded = tuple(rest.split())
+            elif head == "configs":
+                configs = tuple(rest.split())
             elif head == "daemonless":
                 daemonless = rest.strip() or "a systemctl without systemd"
             elif head == "file":
@@ -281,6 +285,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
         section_notes=notes,
         unloaded_dropins=unloaded,
         daemonless=daemonless,
+        config_paths=configs,
     )
 
 

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
+from remediate.core.unitfile.config import ConfigRead
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.core.unitfile.model import parse_unit, render_unit
 from remediate.core.unitfile.report import summary_lines, unified_diff
 from remediate.errors import ConfigError
+from remediate.host.common.probe import load_config
 
 CASES = Path(__file__).resolve().parents[2] / "data" / "unitfile_cases"
 FRAGMENT = "/etc/systemd/system/sglang.service"
@@ -46,7 +48,12 @@ class Case:
         }
         if self.params.get("env_files_unreadable"):
             env = None
-        return UnitSources(fragment, dropins, env, self.params.get("unit_name"))
+        configs: dict[str, ConfigRead | None] | None = None
+        if (self.dir / "configfiles").is_dir():  # --config YAML files as the probe read them (never edited)
+            configs = {env_path(p.name): load_config(_read(p), env_path(p.name))
+                       for p in sorted((self.dir / "configfiles").glob("*"))}  # fmt: skip
+            configs |= {path: None for path in self.params.get("config_missing", [])}
+        return UnitSources(fragment, dropins, env, self.params.get("unit_name"), configs)
 
     def desired(self) -> DesiredState:
         fields = {k: v for k, v in self.params.items() if k in DesiredState.__dataclass_fields__}
@@ -101,6 +108,13 @@ def test_golden_case(case: Case) -> None:
     expected = case.expected()
     got = _texts(sources) | {f.path: f.new_text for f in plan.files}
     assert got == expected
+    assert not set(sources.config_files or {}) & {f.path for f in plan.files}  # the YAML is never written
+    for text in case.params.get("expect_changes", []):  # "--flag old->new @ where" lines
+        assert text in [f"{c.setting} {c.old}->{c.new} @ {c.where}" for c in plan.changes], plan.changes
+    if "expect_before" in case.params:  # the effective values read before: {fraction, prefill}
+        want = case.params["expect_before"]
+        assert (plan.before.mem_fraction_static, plan.before.chunked_prefill_size) == (
+            want.get("fraction"), want.get("prefill"))  # fmt: skip
     for note in case.params.get("expect_notes", []):
         assert any(note in n for n in plan.notes), plan.notes
     if "expect_kept" in case.params:  # what the recipe leaves alone, in the flag summary (core/unitfile/guard.py)
@@ -133,6 +147,7 @@ def _replace(sources: UnitSources, texts: dict[str, str]) -> UnitSources:
         tuple(SourceFile(d.path, texts[d.path]) for d in sources.dropins),
         env,
         sources.unit_name,
+        sources.config_files,
     )
 
 

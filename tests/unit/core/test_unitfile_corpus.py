@@ -43,7 +43,7 @@ def test_refusal_is_one_line_naming_the_file(case: golden.Case) -> None:
     with pytest.raises(ConfigError) as info:
         plan_edit(sources, case.desired(), now=case.now)
     message = str(info.value)
-    paths = [s.path for s in sources.unit_files] + list(sources.env_files or {})
+    paths = [s.path for s in sources.unit_files] + list(sources.env_files or {}) + list(sources.config_files or {})
     assert any(message.startswith(f"{path}: ") for path in paths), message
     assert "\n" not in message and not _RAW_CONTROL.search(message)
     for secret in case.params.get("secrets", []):
@@ -67,7 +67,7 @@ def _stamp(text: bytes) -> bytes:
 
 
 def _fragment_only(case: golden.Case) -> bool:
-    return not (case.dir / "envfiles").exists() and not (case.dir / "dropins").exists()
+    return not any((case.dir / name).exists() for name in ("envfiles", "dropins", "configfiles"))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if _fragment_only(c)], ids=lambda c: c.name)

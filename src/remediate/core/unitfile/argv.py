@@ -44,6 +44,7 @@ class ArgItem:
     anchor: int  # file offset of the line start above which a marker goes
     opaque: str | None = None
     holder: EnvAssignment | None = None  # the variable's assignment when the word came from ``$VAR``
+    config: str | None = None  # the ``--config`` YAML file the word came from (never edited: the CLI wins)
 
 
 @dataclass(frozen=True)

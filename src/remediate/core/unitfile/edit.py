@@ -30,7 +30,9 @@ __all__ = [
 FRACTION = "--mem-fraction-static"  # sglang's; an engine's own: Engine.fraction_option
 CHUNK = "--chunked-prefill-size"
 # The marker names the engine's fraction flag: ``mem-fraction-static`` (sglang), ``gpu-memory-utilization`` (vLLM).
-MARKER = re.compile(r"^[ \t]*# remediate: oom (\S+) [a-z-]+ (\S+)->(\S+)[ \t]*(?=\r?$)", re.MULTILINE)
+# A value overridden on the command line names where it was: `` (from --config /etc/sglang/k26.yaml)``.
+MARKER = re.compile(r"^[ \t]*# remediate: oom (\S+) [a-z-]+ (\S+)->(\S+)(?: \(from [^\r\n()]*\))?[ \t]*(?=\r?$)",
+                    re.MULTILINE)  # fmt: skip
 _ALLOC_SYNTAX = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_]+:[A-Za-z0-9_.+-]+)*$")
 
 
@@ -154,6 +156,8 @@ def _last_hit(items: Sequence[ArgItem], hits: list[FlagHit], setting: str) -> Fl
             raise OwnedElsewhereError(setting, item.opaque, source=item.path)
     if hits and hits[-1].value_chars is None and hits[-1].value_text is not None:
         holder = items[hits[-1].value if hits[-1].value is not None else hits[-1].flag]
+        if holder.config is not None:
+            return hits[-1]  # the --config file's: the command line overrides it (_override_config)
         raise OwnedElsewhereError(setting, f"{holder.text} in {holder.where}", source=holder.path)
     return hits[-1] if hits else None
 
@@ -211,10 +215,13 @@ def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now
     if hit is None or hit.value_text is None:
         default = engine.fraction_default
         if desired.mem_fraction_static is None and default is None:
-            raise ConfigError(
-                f"no {option} in the unit: pass --mem-fraction-static to set one",
-                source=plan.service.exec_start.path,
-            )
+            config = plan.service.config
+            where = "in the unit"
+            if config is not None:
+                where = (f"on the command line or in --config {config.path}" if config.words is not None else
+                         f"on the command line, and --config {config.path} is {config.unread}")  # fmt: skip
+            raise ConfigError(f"no {option} {where}: pass --mem-fraction-static to set one",
+                              source=plan.service.exec_start.path)  # fmt: skip
         refuse_config_owned(plan.service, plan.hits(items, "config"), engine.fraction_flag,
                             explicit=desired.mem_fraction_static is not None)  # fmt: skip
         markers = _markers(sources)
@@ -240,11 +247,28 @@ def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now
     else:
         target = _stepped(current, desired, f"{option} {hit.value_text}", holder.path)
     new_text = hit.value_text if target == current else format(target, "f")
+    if holder.config is not None:
+        if new_text != hit.value_text:
+            _override_config(plan, option, hit.value_text, new_text, holder.config)
+            exec_start = plan.service.exec_start
+            _write_marker(plan, exec_start.path, exec_start.directive.first_line.start, hit.value_text, new_text,
+                          markers, now, origin=f"--config {holder.config}")  # fmt: skip
+        return
     _set_flag(plan, items, hits, hit, new_text)
     if new_text == hit.value_text:
         return
     plan.changes.append(Change(option, hit.value_text, new_text, holder.path, holder.where))
     _write_marker(plan, holder.path, holder.anchor, hit.value_text, new_text, markers, now)
+
+
+def _override_config(plan: _Plan, option: str, old: str, new: str, config: str) -> None:
+    """The value lives in the ``--config`` YAML: the new one goes on the command line, which the engine reads
+    after the file (docs/UNITS.md says why the YAML is left as it is); the change names the value it
+    overrides."""
+    _append_flag(plan, option, new)
+    appended = plan.changes.pop()
+    where = f"{appended.where}, over {option[2:]}: {old} in --config {config}"
+    plan.changes.append(Change(option, old, new, appended.path, where))
 
 
 def _stepped(current: Decimal, desired: DesiredState, what: str, path: str) -> Decimal:
@@ -255,14 +279,25 @@ def _stepped(current: Decimal, desired: DesiredState, what: str, path: str) -> D
 
 
 def _write_marker(
-    plan: _Plan, path: str, anchor: int, old: str, new: str, markers: list[tuple[str, re.Match[str]]], now: datetime
+    plan: _Plan,
+    path: str,
+    anchor: int,
+    old: str,
+    new: str,
+    markers: list[tuple[str, re.Match[str]]],
+    now: datetime,
+    *,
+    origin: str | None = None,
 ) -> None:
-    """Put the one marker line directly above the line at ``anchor``, replacing any other."""
+    """Put the one marker line directly above the line at ``anchor``, replacing any other (``origin``: where the
+    old value was written, when not where the new one goes)."""
     holder_path = path
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = plan.text(holder_path)
     eol = "\r\n" if "\r\n" in text else "\n"
     line = f"# remediate: oom {stamp} {plan.engine.fraction_flag} {old}->{new}"
+    if origin is not None:
+        line += f" (from {origin})"
     above = text.rfind("\n", 0, max(anchor - 1, 0)) + 1 if anchor else 0
     replaced = False
     for marker_path, match in markers:
@@ -332,6 +367,10 @@ def _plan_chunk(plan: _Plan, desired: DesiredState, items: list[ArgItem]) -> Non
         ) from None
     keep = desired.chunk_is_ceiling and wanted > 0 and 0 < current <= wanted
     new_text = hit.value_text if keep or current == wanted else str(wanted)
+    if holder.config is not None:
+        if new_text != hit.value_text:
+            _override_config(plan, option, hit.value_text, new_text, holder.config)
+        return
     _set_flag(plan, items, hits, hit, new_text)
     if new_text != hit.value_text:
         plan.changes.append(Change(option, hit.value_text, new_text, holder.path, holder.where))
@@ -373,7 +412,8 @@ def _apply(sources: UnitSources, edits: dict[str, list[TextEdit]]) -> UnitSource
     env_files = sources.env_files
     if env_files is not None:
         env_files = {p: (apply_edits(t, edits.get(p, [])) if t is not None else None) for p, t in env_files.items()}
-    return UnitSources(new(sources.fragment), tuple(new(d) for d in sources.dropins), env_files, sources.unit_name)
+    return UnitSources(new(sources.fragment), tuple(new(d) for d in sources.dropins), env_files, sources.unit_name,
+                       sources.config_files)  # fmt: skip
 
 
 def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> UnitEdit:
@@ -395,12 +435,12 @@ def plan_edit(sources: UnitSources, desired: DesiredState, *, now: datetime) -> 
     engine = service.engine
     order = {engine.fraction_option: 0, engine.prefill_option: 1, ALLOC: 2, ALLOC_NEW: 3}
     plan.changes.sort(key=lambda change: order[change.setting])
-    for config in plan.hits(items, "config"):
-        for change in plan.changes:
-            if change.setting.startswith("--"):
-                plan.notes.append(
-                    f"{change.setting} on the command line overrides the value in {config.value_text} (--config)"
-                )
+    config = service.config
+    for change in plan.changes:
+        if config is not None and config.words is None and change.setting.startswith("--"):
+            plan.notes.append(
+                f"{change.setting} on the command line overrides any value in --config {config.path} ({config.unread})"
+            )
     new_sources = _apply(sources, plan.edits)
     after = read_settings(new_sources)
     old_texts = {s.path: s.text for s in sources.unit_files} | {

@@ -32,8 +32,11 @@ def refuse_config_owned(service: Service, configs: Sequence[FlagHit], flag: str,
     but its unit files have always been edited on the command line alone: unchanged)."""
     if explicit or service.engine is SGLANG:
         return
+    if service.config is not None and service.config.words is not None:
+        return  # the file was read and does not set it: the engine's default holds
     for config in configs:
-        raise OwnedElsewhereError(f"--{flag}", f"--config {config.value_text} (not read)",
+        why = service.config.unread if service.config is not None else "not read"
+        raise OwnedElsewhereError(f"--{flag}", f"--config {config.value_text} ({why})",
                                   source=service.exec_start.path)  # fmt: skip
 
 

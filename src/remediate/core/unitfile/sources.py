@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from remediate.core.engines import ENGINES, SGLANG, Engine
-from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_in_exec, shell_var
+from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_flags, find_in_exec, shell_var
 from remediate.core.unitfile.command import mentions_engine
+from remediate.core.unitfile.config import ConfigRead, ServerConfig, config_words, named_config
 from remediate.core.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
 from remediate.core.unitfile.execline import Token, parse_exec, split_words
 from remediate.core.unitfile.model import Directive, MappedText, UnitFile, parse_unit
@@ -63,6 +64,7 @@ class UnitSources:
     dropins: tuple[SourceFile, ...] = ()  # UNIT.d/*.conf in systemd's order
     env_files: Mapping[str, str | None] | None = None  # path -> text (None: missing); None: unreadable
     unit_name: str | None = None  # ``sglang@a.service`` (for %i, %n…); default: the fragment's file name
+    config_files: Mapping[str, ConfigRead | None] | None = None  # --config YAML: path -> parsed (None: missing)
 
     @property
     def unit_files(self) -> tuple[SourceFile, ...]:
@@ -106,6 +108,17 @@ class Service:
     env_files: dict[str, EnvFile] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     engine: Engine = SGLANG  # the engine the command runs
+    config: ServerConfig | None = None  # the ``--config`` YAML the command line names
+
+    def items(self) -> list[ArgItem]:
+        """The server's argv as the engine parses it, ``$VAR`` references expanded: a ``--config`` file's words
+        first (core/unitfile/config.py: both engines put them before the command line's, which wins)."""
+        cli = self.cli_items()
+        if self.config is None or self.config.words is None:
+            return cli
+        where = f"--config {self.config.path}"
+        return [ArgItem(w.text, None, self.config.path, where, (0, 0), None, 0, config=self.config.path)
+                for w in self.config.words] + cli  # fmt: skip
 
     def lookup(self, name: str) -> VarValue:
         """The effective value of ``name`` (systemd.exec(5)): EnvironmentFile= overrides Environment=,
@@ -137,8 +150,8 @@ class Service:
                 return VarValue(name, assignment, located.path, "Environment=", located.directive.first_line.start)
         return VarValue(name, None, None, "", 0)
 
-    def items(self) -> list[ArgItem]:
-        """The sglang argv as sglang receives it, ``$VAR`` references expanded."""
+    def cli_items(self) -> list[ArgItem]:
+        """The server's argv as its command line writes it, ``$VAR`` references expanded."""
         items: list[ArgItem] = []
         path = self.exec_start.path
         anchor = self.exec_start.directive.first_line.start
@@ -285,7 +298,64 @@ def load_service(sources: UnitSources) -> Service:
                 raise ConfigError(f"EnvironmentFile={path} does not exist", source=sources.fragment.path)
             if text is not None:
                 service.env_files[path] = parse_env_file(text)
+    service.config = _server_config(service)
     return service
+
+
+def _server_config(service: Service) -> ServerConfig | None:
+    """The ``--config`` file the command line names, read from what the probe brought (None: none named)."""
+    try:
+        named = named_config([item.text for item in service.cli_items()])
+    except ConfigError as exc:
+        raise ConfigError(exc.message, source=service.exec_start.path) from None
+    if named is None:
+        return None
+    path = named[1]
+    files = service.sources.config_files
+    engine = service.engine
+    if service.command.in_container:
+        return ServerConfig(path, None, "not read: a path inside the container")
+    if not path.startswith("/"):
+        return ServerConfig(path, None, "not read: a path relative to the service's working directory")
+    if not path.endswith((".yaml", ".yml")):
+        return ServerConfig(path, None, f"not read: not .yaml/.yml, which {engine.label} refuses at startup")
+    if files is None or path not in files:
+        return ServerConfig(path, None, "not read")
+    read = files[path]
+    if read is None:
+        return ServerConfig(path, None, f"missing on the host ({engine.label} exits at startup)")
+    if read.error is not None or read.data is None:
+        raise ConfigError(read.error or f"--config {path} was not parsed", source=path)
+    words, notes = config_words(read.data, engine.name, engine.bool_flags, engine.resolve_flag)
+    service.notes.extend(f"--config {path}: {note}" for note in notes)
+    return ServerConfig(path, words, notes=notes)
+
+
+def config_notes(sources: UnitSources) -> list[str]:
+    """What the server's ``--config`` YAML sets of the knobs remediate reads, and that the command line wins over
+    it, or why it was not read (shown by status, plan, diagnose, oom); empty without one, or where the unit
+    cannot be read (the run says why)."""
+    try:
+        service = load_service(sources)
+    except ConfigError:
+        return []
+    config = service.config
+    if config is None:
+        return []
+    if config.words is None:
+        return [f"--config {config.path}: {config.unread}; a value set only there is not seen here"]
+    engine = service.engine
+    items = service.items()
+    set_there: list[str] = []
+    for flag in (engine.fraction_flag, engine.prefill_flag):
+        hits = find_flags(items, flag, resolve=engine.resolve_flag, bool_flags=engine.bool_flags)
+        from_file = [h for h in hits if items[h.flag].config is not None]
+        if from_file and from_file[-1].value_text is not None:
+            overridden = " (the command line overrides it)" if hits[-1] is not from_file[-1] else ""
+            set_there.append(f"{flag} {from_file[-1].value_text}{overridden}")
+    said = ", ".join(set_there) if set_there else f"neither {engine.fraction_option} nor {engine.prefill_option}"
+    return [f"--config {config.path} sets {said}; the command line wins over it",
+            *(f"--config {config.path}: {note}" for note in config.notes)]  # fmt: skip
 
 
 def _words_or_nothing(value: MappedText) -> list[Token]:

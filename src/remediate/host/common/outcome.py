@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from remediate.core.probe import ProbeResult, ServiceState, daemonless_note
-from remediate.core.unitfile.edit import UnitSettings
+from remediate.core.unitfile.edit import UnitSettings, UnitSources
 from remediate.core.unitfile.report import env_values, flag_values
+from remediate.core.unitfile.sources import config_notes
 from remediate.errors import RemediateError, SeveralUnitsError, TransportError, UnhealthyError
 from remediate.models import HostResult, Phase, ProgressFn
 
@@ -18,13 +19,17 @@ def new_result(host: str, now: Callable[[], float] = time.time) -> HostResult:
     return HostResult(host=host, started_at=now())
 
 
-def record_unit(result: HostResult, found: ProbeResult) -> ServiceState:
-    """The unit that was read (name and fragment path) goes into the result; returns its state."""
+def record_unit(result: HostResult, found: ProbeResult, sources: UnitSources | None = None) -> ServiceState:
+    """The unit that was read (name and fragment path) goes into the result, with what its ``--config`` YAML
+    sets (``sources``: the unit as read); returns its state."""
     state = found.state
     assert state is not None, "read_unit() resolves the unit before anything is recorded"
     result.unit, result.unit_path = state.unit, state.fragment_path
     if found.daemonless and (note := daemonless_note(found.daemonless)) not in result.notes:
         result.notes.append(note)
+    for note in config_notes(sources) if sources is not None else ():
+        if note not in result.notes:
+            result.notes.append(note)
     return state
 
 

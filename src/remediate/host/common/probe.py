@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import yaml
+
 from remediate.core.engines import SGLANG, Engine
 from remediate.core.probe import SHOW_PROPERTIES, ProbeResult, dropin_order, parse_probe
 from remediate.core.unitfile.argv import server_endpoint
 from remediate.core.unitfile.command import SglangCommand
+from remediate.core.unitfile.config import ConfigRead
 from remediate.core.unitfile.edit import SourceFile, UnitSources
 from remediate.core.unitfile.ports import host_endpoint
 from remediate.core.unitfile.sources import load_service, server_args
@@ -18,6 +21,8 @@ from remediate.host.common.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.common.outcome import host_outcome, new_result, record_unit
 from remediate.models import HostResult
 from remediate.transport.base import Transport
+
+MAX_CONFIG_BYTES = 1 << 20  # a server's option file is a few KiB; anything near this is not one
 
 
 def probe_script(
@@ -113,13 +118,48 @@ def sources_from_probe(found: ProbeResult) -> UnitSources:
     for path, remote in found.files.items():
         if path == state.fragment_path or path in state.dropin_paths or path in found.unloaded_dropins:
             continue
+        if path in found.config_paths:
+            continue
         env_files[path] = remote.text if remote.exists else None
+    configs = {p: load_config(found.files[p].text, p) if found.files[p].exists else None for p in found.config_paths
+               if p in found.files}  # fmt: skip
     return UnitSources(
         fragment=SourceFile(path=fragment.path, text=fragment.text),
         dropins=dropins,
         env_files=env_files,
         unit_name=state.unit or None,  # sglang@a.service: for %i in the unit and its EnvironmentFile= paths
+        config_files=configs,  # the --config YAML files the unit names (core/unitfile/config.py)
     )
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses anchors' aliases (the file is another user's input: a few lines of them
+    expand to gigabytes)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, "aliases are not read", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_config(text: str, path: str) -> ConfigRead:
+    """A server's ``--config`` YAML as its engine loads it (``yaml.safe_load``; an empty file is no options, a
+    root that is no mapping is refused: sglang's "Config file must contain a dictionary at root level"), bounded
+    in size and without aliases; what cannot be used is one line naming the file."""
+    if len(text.encode("utf-8", "surrogateescape")) > MAX_CONFIG_BYTES:
+        return ConfigRead(error=f"--config {path} is over {MAX_CONFIG_BYTES} bytes; not read")
+    try:
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader without aliases
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        return ConfigRead(error=f"--config {path}{where}: {getattr(exc, 'problem', None) or 'not YAML'}")
+    if data is None:
+        return ConfigRead({})
+    if not isinstance(data, dict):
+        return ConfigRead(error=f"--config {path} must hold a mapping at its top level")
+    return ConfigRead(data)
 
 
 def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
@@ -186,6 +226,6 @@ def run_read_only(
     with host_outcome(result, now):
         transport.open()
         found, sources = read_unit(transport, options.unit)
-        record_unit(result, found)
+        record_unit(result, found, sources)
         body(found, sources, result)
     return result

@@ -304,7 +304,7 @@ def diagnose_host(
         found, sources = read_unit(
             transport, options.unit, journal_lines=lines, journal_since=since, smi_timeout=options.smi_timeout
         )
-        state = record_unit(result, found)
+        state = record_unit(result, found, sources)
         evidence = read_diagnosis_evidence(found, sources, since_restarts, options.smi_timeout)
         command = (
             oom_command(result.host, options.unit, evidence.recommendation)

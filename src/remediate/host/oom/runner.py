@@ -251,7 +251,7 @@ def _remediate_locked(
         found, sources = read_unit(
             transport, held.unit, held.found, journal_lines=GATE_LINES, smi_timeout=options.smi_timeout
         )
-        unit = record_unit(result, found).unit
+        unit = record_unit(result, found, sources).unit
         engine = engine_of_probe(found)
         result.extra["engine"] = engine.name
         _check_evidence(found, sources, options, result)

@@ -43,6 +43,7 @@ from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConfigError
 from remediate.host.common.facts import fetch_json
 from remediate.host.common.options import BudgetOptions, RunOptions
+from remediate.host.common.probe import load_config
 from remediate.host.plan.budget import EXPANDABLE, BudgetEvidence, HostBudget, plan_document, proposed_knobs
 from remediate.transport.base import Transport
 
@@ -75,7 +76,14 @@ def vllm_args(found: ProbeResult) -> VllmArgs | None:
         except ConfigError:
             continue
         if command is not None:
-            return parse_vllm_args([t.text for t in command.args], serve=command.entry.text == "serve")
+            words, serve = [t.text for t in command.args], command.entry.text == "serve"
+            args = parse_vllm_args(words, serve=serve)
+            path = args.config_file if "--config" in words else None  # --config=FILE: vLLM never reads it
+            remote = found.files.get(path) if path in found.config_paths else None
+            read = load_config(remote.text, remote.path) if remote is not None and remote.exists else None
+            if read is not None and read.data is not None and not command.in_container:
+                return parse_vllm_args(words, serve=serve, config={str(k): v for k, v in read.data.items()})
+            return args
     return None
 
 

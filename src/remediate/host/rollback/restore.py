@@ -167,7 +167,7 @@ def _rollback_locked(
 ) -> None:
     with timer.phase("read"):
         found, sources = read_unit(transport, options.unit, already)
-        unit = record_unit(result, found).unit
+        unit = record_unit(result, found, sources).unit
         backups = list_backups(transport, found)
     with timer.phase("plan"):
         created = created_dropin(sources, [b.original for b in backups]) if to == "latest" else None
