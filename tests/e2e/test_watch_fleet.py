@@ -19,7 +19,7 @@ from .conftest import FAST_KNOBS, UNIT_PATH, CliRun, Node, poll, remediate_argv,
 from .test_rollout import write_inventory
 
 if TYPE_CHECKING:
-    from tests.conftest import Hook
+    from tests.support.webhook import Hook
 
 pytestmark = pytest.mark.e2e
 CHANGING = ("daemon-reload", "reset-failed", "restart", "start", "stop")

@@ -2,138 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal
-from pathlib import Path
-from typing import Any
-
 import pytest
-import yaml
 
-from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.core.unitfile.model import parse_unit, render_unit
-from remediate.core.unitfile.report import summary_lines, unified_diff
-from remediate.errors import ConfigError
-
-CASES = Path(__file__).resolve().parents[2] / "data" / "unitfile_cases"
-FRAGMENT = "/etc/systemd/system/sglang.service"
-DROPIN_DIR = "/etc/systemd/system/sglang.service.d/"
-
-
-def env_path(name: str) -> str:
-    """``etc__default__sglang`` -> ``/etc/default/sglang``."""
-    return "/" + name.replace("__", "/")
-
-
-@dataclass
-class Case:
-    name: str
-    dir: Path
-    params: dict[str, Any]
-
-    @property
-    def fragment_path(self) -> str:
-        return str(self.params.get("fragment_path", FRAGMENT))
-
-    def sources(self) -> UnitSources:
-        fragment = SourceFile(self.fragment_path, _read(self.dir / "before.service"))
-        dropins = tuple(
-            SourceFile(DROPIN_DIR + p.name, _read(p)) for p in sorted((self.dir / "dropins").glob("*.conf"))
-        )
-        env: dict[str, str | None] | None = {
-            env_path(p.name): _read(p) for p in sorted((self.dir / "envfiles").glob("*"))
-        }
-        if self.params.get("env_files_unreadable"):
-            env = None
-        return UnitSources(fragment, dropins, env, self.params.get("unit_name"))
-
-    def desired(self) -> DesiredState:
-        fields = {k: v for k, v in self.params.items() if k in DesiredState.__dataclass_fields__}
-        for key in ("mem_fraction_static", "mem_fraction_step"):
-            if fields.get(key) is not None:
-                fields[key] = Decimal(str(fields[key]))
-        return DesiredState(**fields)
-
-    @property
-    def now(self) -> datetime:
-        raw = self.params.get("now", "2026-11-29T07:14:22Z")
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).astimezone(UTC)
-
-    def expected(self) -> dict[str, str]:
-        """Expected text of every file after the edit (unchanged files included)."""
-        out = {self.fragment_path: _read(self.dir / "after.service")}
-        for p in sorted((self.dir / "dropins").glob("*.conf")):
-            after = self.dir / "after.dropins" / p.name
-            out[DROPIN_DIR + p.name] = _read(after if after.exists() else p)
-        for p in sorted((self.dir / "envfiles").glob("*")):
-            after = self.dir / "after.envfiles" / p.name
-            out[env_path(p.name)] = _read(after if after.exists() else p)
-        return out
-
-
-def _read(path: Path) -> str:
-    return path.read_bytes().decode("utf-8")
-
-
-def load_cases(root: Path = CASES) -> list[Case]:
-    cases = []
-    for d in sorted(root.iterdir()):
-        if d.is_dir() and (d / "params.yaml").exists():
-            cases.append(Case(d.name, d, yaml.safe_load((d / "params.yaml").read_text()) or {}))
-    return cases
-
+from tests.support.unit_cases import CASES, Case, case_texts, check_golden_case, load_cases, read_text
 
 ALL_CASES = load_cases()
-
-
-@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
-def test_golden_case(case: Case) -> None:
-    sources = case.sources()
-    error = case.params.get("expect_error")
-    if error:
-        with pytest.raises(ConfigError) as info:
-            plan_edit(sources, case.desired(), now=case.now)
-        assert error in str(info.value)
-        assert "\n" not in str(info.value)
-        return
-    plan = plan_edit(sources, case.desired(), now=case.now)
-    expected = case.expected()
-    got = _texts(sources) | {f.path: f.new_text for f in plan.files}
-    assert got == expected
-    for note in case.params.get("expect_notes", []):
-        assert any(note in n for n in plan.notes), plan.notes
-    if "expect_kept" in case.params:  # what the recipe leaves alone, in the flag summary (core/unitfile/guard.py)
-        want = case.params["expect_kept"]
-        assert len(plan.kept) == len(want) and all(w in k for w, k in zip(want, plan.kept, strict=True)), plan.kept
-        assert all(k in summary_lines(plan) for k in plan.kept)
-    for text in case.params.get("expect_diff_contains", []):
-        assert any(text in unified_diff(f.path, f.old_text, f.new_text) for f in plan.files)
-    for text in case.params.get("expect_diff_lacks", []):
-        assert all(text not in unified_diff(f.path, f.old_text, f.new_text) for f in plan.files)
-    # Applying the same desired state to the result changes nothing.
-    again = plan_edit(_replace(sources, got), case.desired(), now=case.now)
-    assert not again.is_changed, again.changes
-    assert again.files == ()
-    assert again.before == plan.after
-
-
-def _texts(sources: UnitSources) -> dict[str, str]:
-    out = {s.path: s.text for s in sources.unit_files}
-    out.update({p: t for p, t in (sources.env_files or {}).items() if t is not None})
-    return out
-
-
-def _replace(sources: UnitSources, texts: dict[str, str]) -> UnitSources:
-    env = sources.env_files
-    if env is not None:
-        env = {p: texts.get(p, t) if t is not None else None for p, t in env.items()}
-    return UnitSources(
-        SourceFile(sources.fragment.path, texts[sources.fragment.path]),
-        tuple(SourceFile(d.path, texts[d.path]) for d in sources.dropins),
-        env,
-        sources.unit_name,
-    )
 
 
 def test_at_least_thirty_cases() -> None:
@@ -141,11 +15,16 @@ def test_at_least_thirty_cases() -> None:
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
+def test_golden_case(case: Case) -> None:
+    check_golden_case(case)
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
 def test_case_files_round_trip(case: Case) -> None:
-    for text in _texts(case.sources()).values():
+    for text in case_texts(case.sources()).values():
         assert render_unit(parse_unit(text)) == text
 
 
 def test_incident_example_matches_case() -> None:
     example = CASES.parents[2] / "examples" / "incident" / "sglang.service"
-    assert _read(example) == _read(CASES / "incident" / "before.service")
+    assert read_text(example) == read_text(CASES / "incident" / "before.service")

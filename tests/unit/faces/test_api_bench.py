@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_transport import FakeTransport, Pieces, incident_host, state_output
 from rich.console import Console
 
 from remediate import api
@@ -23,6 +22,8 @@ from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry
 from remediate.host.bench.bench import BenchOptions
 from remediate.transport.base import SSHOptions
+from tests.support.fake_transport import FakeTransport, Pieces, state_output
+from tests.support.hosts import incident_host
 
 UNIT = "sglang.service"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from fake_transport import FakeTransport, Pieces, incident_host, state_output
-
-from remediate.host.bench.bench import BUSY_NOTE, BenchOptions, bench_host
+from remediate.host.bench import BUSY_NOTE, BenchOptions, bench_host
+from tests.support.fake_transport import FakeTransport, Pieces, state_output
+from tests.support.hosts import incident_host
 
 UNIT = "sglang.service"
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB"

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_transport import FakeTransport, exec_start_value, probe_output
 
 from remediate import api
 from remediate.cli.app import cli
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.fleet.request import OomRequest
-from remediate.host.common.options import RunOptions
-from remediate.host.oom.runner import remediate_host
+from remediate.host.options import RunOptions
+from remediate.host.runner import remediate_host
+from tests.support.fake_transport import FakeTransport, exec_start_value, probe_output
 
 INCIDENT = (Path(__file__).resolve().parents[3] / "examples" / "incident" / "sglang.service").read_text()
 PATH = "/etc/systemd/system/sglang.service"
