@@ -20,9 +20,8 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port, incident_unit
-
-from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll, remediate_argv, run_cli
-from .test_rollout import write_inventory
+from tests.support.fleet import write_inventory
+from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll, remediate_argv, run_cli
 
 pytestmark = pytest.mark.e2e
 QUOTES = (
