@@ -5,6 +5,7 @@ and its named variants, each a host in a known state that a test then scripts fu
   runner: commit, wait, verify); :func:`commit_ok`, :func:`commit_error`, :func:`info` script its answers;
 - :func:`remediating_host`: the same, already scripted to commit and come back healthy (a fleet's hosts);
 - :func:`serving_host`: the unit active and healthy, its backups listed (``status``, ``backups``, ``rollback``);
+- :func:`bench_ready_host`: the unit's server running and answering what a sweep asks (``bench``);
 - :func:`diagnose_host`: a failed unit whose probe answer carries a journal, nvidia-smi and the process tree.
 
 :func:`run_oom` runs ``oom``'s runner on one of them, naps recorded instead of slept (tests/support/clock.py);
@@ -189,6 +190,26 @@ def serving_host(text: str = INCIDENT, tokens: int = 209007) -> FakeTransport:
     fake = incident_host(text=text, active="active", MainPID=42)
     fake.on(r"# remediate: list the backups", "@@end\n")
     fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": tokens})))
+    return fake
+
+
+def bench_ready_host(
+    name: str = "gpu-01",
+    *,
+    info: Mapping[str, object],
+    active: str = "active",
+    polls: Sequence[str] = (),
+    journal: str | None = None,
+    **properties: str | int,
+) -> FakeTransport:
+    """The incident's unit (no file in the answer) ``active``, its server answering ``/server_info`` with
+    ``info``, ``/flush_cache`` and ``/health``; ``polls`` are the state reads (default: active, running). The
+    caller scripts the requests' answers (``stream``)."""
+    fake = incident_host(name, text=None, active=active, journal=journal, **properties)
+    fake.on(POLL, *(polls or [state_output()]))
+    fake.http("/server_info", (200, json.dumps(info)))
+    fake.http("/flush_cache", (200, "Cache flushed.\n"))
+    fake.http("/health", 200)
     return fake
 
 
