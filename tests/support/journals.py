@@ -31,8 +31,8 @@ VLLM_CRASH = [
 VLLM_SMI = ["81704, 616"]  # MiB: memory.total, memory.reserved (an H100 80GB: 79.19 GiB as torch sees it)
 
 
-# -- a vLLM 0.11 start that failed for want of cache memory (tests/unit/core/test_vllm_versions.py says whose
-#    lines they are) ----------------------------------------------------------------------------------------
+# -- a vLLM 0.11 start that failed for want of cache memory (whose lines they are:
+#    tests/unit/core/engines/vllm/test_vllm_versions.py) ---------------------------------------------------
 P = "Dec 04 03:20:01 gpu1 vllm[4242]: (EngineCore_DP0 pid=4300) "
 H100_SMI_TOTAL = 81559 * 2**20  # nvidia-smi memory.total of an H100 80GB HBM3, in bytes
 NO_MEMORY_011 = (

@@ -19,7 +19,7 @@ from remediate.core.unitfile.report import plan_to_dict, summary_lines, unified_
 from remediate.errors import ConfigError
 from tests.support import unit_cases as golden
 
-CORPUS = Path(__file__).resolve().parents[2] / "data" / "unitfile_corpus"
+CORPUS = Path(__file__).resolve().parents[3] / "data" / "unitfile_corpus"
 CASES = golden.load_cases(CORPUS)
 EDITED = [case for case in CASES if not case.params.get("expect_error")]
 REFUSED = [case for case in CASES if case.params.get("expect_error")]
