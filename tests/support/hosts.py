@@ -6,6 +6,7 @@ and its named variants, each a host in a known state that a test then scripts fu
 - :func:`remediating_host`: the same, already scripted to commit and come back healthy (a fleet's hosts);
 - :func:`serving_host`: the unit active and healthy, its backups listed (``status``, ``backups``, ``rollback``);
 - :func:`bench_ready_host`: the unit's server running and answering what a sweep asks (``bench``);
+- :func:`waiting_host`: a restarted unit that the health wait polls, no probe (``wait_healthy`` alone);
 - :func:`diagnose_host`: a failed unit whose probe answer carries a journal, nvidia-smi and the process tree.
 
 :func:`run_oom` runs ``oom``'s runner on one of them, naps recorded instead of slept (tests/support/clock.py);
@@ -210,6 +211,20 @@ def bench_ready_host(
     fake.http("/server_info", (200, json.dumps(info)))
     fake.http("/flush_cache", (200, "Cache flushed.\n"))
     fake.http("/health", 200)
+    return fake
+
+
+def waiting_host(
+    *health: int | None, info: tuple[int, str] | None = None, journal: Sequence[str] = ("\n",)
+) -> FakeTransport:
+    """A unit restarted as ``inv-2``, active and running; ``/health`` answers ``health`` in turn (``None``:
+    refused), ``/server_info`` ``info`` when given, ``journalctl`` prints ``journal`` in turn."""
+    fake = FakeTransport("gpu-01")
+    fake.on(POLL, state_output("active", "running", invocation_id="inv-2"))
+    fake.on(JOURNAL, *journal)
+    fake.http("/health", *health)
+    if info is not None:
+        fake.http("/server_info", info)
     return fake
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from remediate.core.engines import VLLM
 from remediate.host.health import wait_healthy
 from tests.support.clock import Naps
-from tests.support.fake_transport import FakeTransport, state_output
+from tests.support.hosts import waiting_host
 
 UNIT = "vllm.service"
 POLL = r"\Asystemctl show"
@@ -17,10 +17,7 @@ STARTED = (
 
 
 def test_vllm_capacity_comes_from_the_journal_after_health(naps: Naps) -> None:
-    host = FakeTransport("gpu-01")
-    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
-    host.on(r"\Ajournalctl", STARTED)
-    host.http("/health", None, 503, 200)
+    host = waiting_host(None, 503, 200, journal=[STARTED])
     healthy = wait_healthy(
         host,
         UNIT,
@@ -37,9 +34,8 @@ def test_vllm_capacity_comes_from_the_journal_after_health(naps: Naps) -> None:
 
 
 def test_vllm_healthy_without_the_line_keeps_waiting_for_it(naps: Naps) -> None:
-    host = FakeTransport("gpu-01")
-    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
-    host.on(r"\Ajournalctl", "INFO 12-04 03:20:00 [api_server.py:1839] vLLM API server version 0.11.0\n", STARTED)
-    host.http("/health", 200, 200)
+    host = waiting_host(
+        200, 200, journal=["INFO 12-04 03:20:00 [api_server.py:1839] vLLM API server version 0.11.0\n", STARTED]
+    )
     healthy = wait_healthy(host, UNIT, ("127.0.0.1", 8000), timeout=60, restart_epoch=None, engine=VLLM, sleep=naps)
     assert healthy.tokens == 63616 and healthy.polls == 2

@@ -13,6 +13,7 @@ from remediate.host.common.health import MAX_GAP_S, STATE_EVERY_S, wait_healthy
 from remediate.transport.base import HttpResponse
 from tests.support.clock import Naps
 from tests.support.fake_transport import LISTENER_SCRIPT, FakeTransport, listener_output, state_output
+from tests.support.hosts import waiting_host
 
 UNIT = "sglang.service"
 POLL = r"\Asystemctl show"
@@ -20,12 +21,7 @@ INFO = (200, json.dumps({"max_total_num_tokens": 195011}))
 
 
 def _host(refused: int) -> FakeTransport:
-    host = FakeTransport("gpu-01")
-    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
-    host.on(r"\Ajournalctl", "\n")
-    host.http("/health", *([None] * refused), 200)
-    host.http("/server_info", INFO)
-    return host
+    return waiting_host(*([None] * refused), 200, info=INFO)
 
 
 def _wait(host: FakeTransport, naps: Naps) -> int:

@@ -11,7 +11,8 @@ from remediate.core.listener import Listener, parse_listeners, who
 from remediate.host.health import wait_healthy
 from remediate.host.listener import judge_owner, listener_script, parse_look, parse_owner, reached
 from tests.support.clock import Naps
-from tests.support.fake_transport import FakeTransport, listener_output, state_output
+from tests.support.fake_transport import listener_output
+from tests.support.hosts import waiting_host
 
 UNIT = "sglang.service"
 ENDPOINT = ("127.0.0.1", 30000)
@@ -101,11 +102,8 @@ def test_an_unfinished_check_is_not_ours() -> None:
 
 
 def test_the_wait_waits_past_a_squatter_naming_it_until_the_unit_holds_the_port(naps: Naps) -> None:
-    host = FakeTransport("gpu-01")
-    host.on(r"\Asystemctl show", state_output("active", "running", invocation_id="inv-2"))
+    host = waiting_host(200, info=(200, json.dumps({"max_total_num_tokens": 195011})))
     host.on(r"\A# remediate: listener", *([listener_output(ours=False)] * 3), listener_output())
-    host.http("/health", 200)
-    host.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011})))
     progress: list[str] = []
     healthy = wait_healthy(
         host,
