@@ -26,8 +26,8 @@ from remediate import api
 from remediate.cli.render import console as render_console
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.fleet.inventory import HostEntry
-from remediate.host.options import RunOptions
-from remediate.host.runner import remediate_host
+from remediate.host.common.options import RunOptions
+from remediate.host.oom.runner import remediate_host
 from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
 from tests.support.fake_transport import FakeTransport, exec_start_value, probe_output, state_output

@@ -10,8 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from remediate.host import templates
-from remediate.host.commit import FileWrite
+from remediate.host.common import templates
+from remediate.host.common.commit import FileWrite
 
 EPOCH = 1_764_400_000
 UNIT = "sglang.service"

@@ -14,8 +14,8 @@ from remediate.core.capacity.floor import StatedFloor, hold_stated_floor
 from remediate.core.capacity.headroom import BudgetPlan, Knobs, Row, Spike
 from remediate.core.capacity.pool import offline_model
 from remediate.core.unitfile.edit import DesiredState, UnitSettings
-from remediate.host.budget import auto_desired, evidence_from, plan_budget, plan_document
-from remediate.host.options import BudgetOptions
+from remediate.host.common.options import BudgetOptions
+from remediate.host.plan.budget import auto_desired, evidence_from, plan_budget, plan_document
 from tests.support.journals import MIB
 from tests.support.journals import standin_journal as journal
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from remediate.errors import RemediationError
-from remediate.host.bench import BenchOptions, bench_host, probe_prefill
-from remediate.host.bench_vllm import NO_RESET_NOTE
+from remediate.host.bench.bench import BenchOptions, bench_host, probe_prefill
+from remediate.host.bench.bench_vllm import NO_RESET_NOTE
 from tests.support.fake_transport import FakeTransport, Pieces, state_output
 from tests.support.hosts import incident_host
 

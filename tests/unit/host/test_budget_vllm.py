@@ -22,7 +22,6 @@ from remediate.host.plan.budget_vllm import (
     smi_total_gib,
     vllm_plan_document,
 )
-from remediate.host.options import BudgetOptions
 from tests.support.journals import VLLM_CRASH as CRASH
 from tests.support.journals import VLLM_SMI as SMI
 from tests.support.journals import VLLM_START as START
@@ -124,8 +123,8 @@ def test_a_healthy_vllm_start_leaves_a_vllm_calibration_record() -> None:
 def test_plan_host_reads_a_running_vllm_unit_in_one_journal_round_trip() -> None:
     import json as _json
 
-    from remediate.host.options import RunOptions
-    from remediate.host.plan import plan_host
+    from remediate.host.common.options import RunOptions
+    from remediate.host.plan.plan import plan_host
     from tests.support.hosts import JOURNAL, incident_host
 
     argv = ("/usr/bin/vllm", "serve", "standin/mha-13b-40k", "--gpu-memory-utilization", "0.95", "--port", "8001")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.host.commit import FileWrite
+from remediate.host.common.commit import FileWrite
 from tests.support.scripts import rendered_many
 
 pytestmark = pytest.mark.skipif(

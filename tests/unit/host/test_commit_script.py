@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from remediate.host import templates
-from remediate.host.commit import FileWrite
-from remediate.host.lock import LOCK_BROKEN_EXIT, LOCK_HELD_EXIT
-from remediate.host.probe import probe_script
+from remediate.host.common import templates
+from remediate.host.common.commit import FileWrite
+from remediate.host.common.lock import LOCK_BROKEN_EXIT, LOCK_HELD_EXIT
+from remediate.host.common.probe import probe_script
 from tests.support.scripts import (
     ENV_NEW,
     ENV_OLD,

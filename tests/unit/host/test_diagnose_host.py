@@ -8,7 +8,7 @@ import pytest
 
 from remediate import api
 from remediate.errors import ConfigError
-from remediate.host.diagnose import masked, parse_since
+from remediate.host.diagnose.diagnose import masked, parse_since
 from tests.support.hosts import INCIDENT
 from tests.support.hosts import case_journal as journal
 from tests.support.hosts import diagnose_host as host

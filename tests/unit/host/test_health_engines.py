@@ -4,7 +4,7 @@ reads this start's journal for ``GPU KV cache size`` (and never asks for sglang'
 from __future__ import annotations
 
 from remediate.core.engines import VLLM
-from remediate.host.health import wait_healthy
+from remediate.host.common.health import wait_healthy
 from tests.support.clock import Naps
 from tests.support.hosts import waiting_host
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from remediate.core.listener import Listener, parse_listeners, who
-from remediate.host.health import wait_healthy
-from remediate.host.listener import judge_owner, listener_script, parse_look, parse_owner, reached
+from remediate.host.common.health import wait_healthy
+from remediate.host.common.listener import judge_owner, listener_script, parse_look, parse_owner, reached
 from tests.support.clock import Naps
 from tests.support.fake_transport import listener_output
 from tests.support.hosts import waiting_host

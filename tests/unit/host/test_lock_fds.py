@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from remediate.host import templates
-from remediate.host.commit import FileWrite
-from remediate.host.probe import probe_script
+from remediate.host.common import templates
+from remediate.host.common.commit import FileWrite
+from remediate.host.common.probe import probe_script
 from tests.support.scripts import NEW, OLD, UNIT, rendered_many
 
 pytestmark = pytest.mark.skipif(

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from remediate.core.probe import parse_probe
-from remediate.host import commit, templates
-from remediate.host.commit import FileWrite
-from remediate.host.lock import LOCK_HELD_EXIT, lock_path
-from remediate.host.probe import probe_script
+from remediate.host.common import commit, templates
+from remediate.host.common.commit import FileWrite
+from remediate.host.common.lock import LOCK_HELD_EXIT, lock_path
+from remediate.host.common.probe import probe_script
 from tests.support.fake_transport import FakeTransport
 from tests.support.scripts import EPOCH, NEW, OLD, UNIT, rendered_many
 

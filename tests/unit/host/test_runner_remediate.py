@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from remediate.host.options import RunOptions
-from remediate.host.runner import remediate_host
+from remediate.host.common.options import RunOptions
+from remediate.host.oom.runner import remediate_host
 from remediate.models import CommandResult
 from tests.support.clock import Naps
 from tests.support.fake_transport import FakeTransport, listener_output, probe_output, state_output

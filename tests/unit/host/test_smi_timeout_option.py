@@ -14,8 +14,8 @@ from remediate import api
 from remediate.cli.app import cli
 from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.fleet.request import OomRequest
-from remediate.host.options import RunOptions
-from remediate.host.runner import remediate_host
+from remediate.host.common.options import RunOptions
+from remediate.host.oom.runner import remediate_host
 from tests.support.fake_transport import FakeTransport
 from tests.support.hosts import INCIDENT, incident_host
 from tests.support.hosts import SHORT_ARGV as ARGV
