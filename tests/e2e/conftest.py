@@ -10,7 +10,7 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port
-from tests.support.ansible import build_collections
+from tests.support.ansible_play import build_collections
 from tests.support.node import FAST_KNOBS, Node
 
 

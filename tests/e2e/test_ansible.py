@@ -16,7 +16,7 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import incident_unit
-from tests.support.ansible import BIN, Play
+from tests.support.ansible_play import BIN, Play
 from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH
 from tests.support.wheelhouse import install
 

@@ -24,7 +24,7 @@ import yaml
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port
-from tests.support.ansible import Play
+from tests.support.ansible_play import Play
 from tests.support.fleet import fleet_events as _events
 from tests.support.fleet import fleet_fingerprint as _fingerprint
 from tests.support.fleet import watch_fleet as _watch
