@@ -35,13 +35,12 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
-
-from e2e.wheelhouse import VENV, build, install  # noqa: E402
+sys.path.insert(0, str(REPO))  # sandbox/ and tests/support/ (the drivers the tests use)
 
 from sandbox import Sandbox, SandboxHost  # noqa: E402
 from sandbox.host import free_address_block  # noqa: E402
 from sandbox.units import free_port, incident_unit, wait_http_ok  # noqa: E402
+from tests.support.wheelhouse import VENV, build, install  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TIME_SCALE = 0.0002

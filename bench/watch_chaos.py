@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path.insert(0, str(REPO))  # sandbox/ and tests/support/ (the drivers the tests use)
 
 
 def main() -> int:
@@ -47,11 +47,10 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     print(f"chaos seed {seed} (--seed {seed} replays the schedule)", flush=True)
 
-    from e2e.watch_chaos import Chaos, ChaosConfig, dump
-    from e2e.watch_chaos_check import check, lines
-
     from sandbox import Sandbox
     from sandbox.host import free_address_block
+    from tests.support.watch_chaos import Chaos, ChaosConfig, dump
+    from tests.support.watch_chaos_check import check, lines
 
     reason = Sandbox.unavailable_reason()
     if reason:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path.insert(0, str(REPO))  # sandbox/ and tests/support/ (the drivers the tests use)
 
 GOAL_DETECT_S = 2.0
 GOAL_CPU = 0.25
@@ -192,11 +192,10 @@ def _audit_seen(state: Path, host: str, kinds: set[str], seen: dict[str, float],
 
 
 def sandbox_runs(args: argparse.Namespace, work: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from e2e.conftest import FAST_KNOBS, Node
-
     from sandbox import Sandbox
     from sandbox.host import free_address_block
     from sandbox.units import free_port, incident_unit, wait_http_ok
+    from tests.support.node import FAST_KNOBS, Node
 
     fleet = Sandbox(work / "sandbox", args.hosts, first_address=free_address_block(args.hosts, 46))
     fleet.start()

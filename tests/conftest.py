@@ -6,25 +6,18 @@ stand-in crashes, hangs or never gets healthy on demand; tests edit files under 
 
 from __future__ import annotations
 
-import json
 import os
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from sandbox import Sandbox, SandboxError, SandboxHost
+from sandbox import host as sandbox_host_module
 
-from sandbox import Sandbox, SandboxError, SandboxHost  # noqa: E402
-from sandbox import host as sandbox_host_module  # noqa: E402
+# Fixtures of tests/support/, for every test (the repository root is on sys.path: pyproject's ``pythonpath``).
+pytest_plugins = ["tests.support.clock", "tests.support.webhook"]
 
 FLEET_SIZE = int(os.environ.get("SANDBOX_FLEET_SIZE", "12"))  # the fleet rollout tests use 12
 
@@ -130,42 +123,3 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     path = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("REMEDIATE_STATE_DIR", str(path))
     return path
-
-
-@dataclass
-class Hook:
-    """A webhook receiver on loopback: the JSON bodies it was posted; it answers 503 ``failures`` times first."""
-
-    url: str = ""
-    bodies: list[dict[str, Any]] = field(default_factory=list)
-    failures: int = 0
-
-
-@pytest.fixture
-def hook() -> Iterator[Hook]:
-    """A real HTTP server on 127.0.0.1 taking the watcher's posts (ended with the test)."""
-    got = Hook()
-
-    class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            got.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            if got.failures > 0:
-                got.failures -= 1
-                self.send_response(503)
-            else:
-                self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    server = HTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    got.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    try:
-        yield got
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

@@ -5,7 +5,6 @@ library installed on each host from wheels."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -14,72 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import incident_unit
-
-from .conftest import FAST_KNOBS, REPO, UNIT, UNIT_PATH
-from .wheelhouse import VENV, install
+from tests.support.ansible_play import BIN, Play
+from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH
+from tests.support.wheelhouse import install
 
 pytestmark = pytest.mark.e2e
 
-BIN = Path(os.sys.executable).parent  # ansible-playbook, ansible-galaxy beside this interpreter
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-@pytest.fixture(scope="session")
-def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The collection (remediate.serving) and its old name's redirects (remediate.sglang, which depends on it), built
-    with ``ansible-galaxy collection build`` and installed from those tarballs."""
-    out = tmp_path_factory.mktemp("collection")
-    for source in ("ansible", "ansible-sglang"):
-        subprocess.run([BIN / "ansible-galaxy", "collection", "build", str(REPO / source), "--output-path", str(out)],
-                       check=True, capture_output=True, timeout=120)  # fmt: skip
-    tarballs = [str(t) for t in sorted(out.glob("remediate-*.tar.gz"))]
-    assert len(tarballs) == 2, tarballs
-    path = out / "collections"
-    subprocess.run([BIN / "ansible-galaxy", "collection", "install", "--offline", "-p", str(path), *tarballs],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    return path
-
-
-def ansible_env(tmp: Path, collections: Path) -> dict[str, str]:
-    (tmp / "ansible.cfg").write_text("[defaults]\n")  # nothing from the caller's ansible.cfg
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "REMEDIATE_"))},
-        "ANSIBLE_CONFIG": str(tmp / "ansible.cfg"),
-        "ANSIBLE_HOME": str(tmp / "ansible-home"),
-        "ANSIBLE_COLLECTIONS_PATH": str(collections),
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_SSH_ARGS": "-o ControlMaster=no",  # no master left running after the test
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",  # with -v: each result on one line, parsed by results()
-        "ANSIBLE_CALLBACK_FORMAT_PRETTY": "False",
-    }
-
-
-class Play:
-    def __init__(self, fleet: Sandbox, hosts: list[SandboxHost], tmp: Path, collections: Path) -> None:
-        self.hosts = hosts
-        self.tmp = tmp
-        self.env = ansible_env(tmp, collections)
-        self.inventory = tmp / "inventory.yml"
-        self.host_vars: dict[str, dict[str, Any]] = {h.name: {} for h in hosts}
-        self.common = {
-            "ansible_python_interpreter": f"{VENV}/bin/python",
-            "ansible_ssh_common_args": f"-F {fleet.ssh_config}",
-            "remediate_wait_timeout": 60,
-            "remediate_throttle": 2,
-        }
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        document = {"gpu": {"hosts": self.host_vars, "vars": self.common}}
-        self.inventory.write_text(yaml.safe_dump(document))
-        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(REPO / "ansible/examples/oom.yml")]
-        return subprocess.run([*argv, *args], capture_output=True, text=True, env=self.env, cwd=self.tmp, timeout=600)
 
 
 def recap(out: str) -> dict[str, tuple[int, int, int, int]]:

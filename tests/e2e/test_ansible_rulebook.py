@@ -24,13 +24,14 @@ import yaml
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port
-
-from .conftest import FAST_KNOBS, REPO, UNIT_PATH, Node, poll
-from .test_ansible import Play
-from .test_ansible import collections as collections  # noqa: F401 - the fixture, shared
-from .test_rollout import write_inventory
-from .test_watch_fleet import _crash, _events, _fingerprint, _watch
-from .wheelhouse import install
+from tests.support.ansible_play import Play
+from tests.support.fleet import fleet_events as _events
+from tests.support.fleet import fleet_fingerprint as _fingerprint
+from tests.support.fleet import watch_fleet as _watch
+from tests.support.fleet import write_inventory
+from tests.support.node import FAST_KNOBS, REPO, UNIT_PATH, Node, poll
+from tests.support.watch import crash_32k as _crash
+from tests.support.wheelhouse import install
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

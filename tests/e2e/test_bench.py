@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .conftest import UNIT_PATH, Node, poll
+from tests.support.node import UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 

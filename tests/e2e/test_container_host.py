@@ -23,8 +23,7 @@ from sandbox import Sandbox, SandboxError, SandboxHost
 from sandbox import host as sandbox_host_module
 from sandbox.container import ContainerHost
 from sandbox.units import free_port, incident_unit, wait_http_ok
-
-from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, CliRun, poll, remediate_argv, run_cli, sha256_text
+from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, CliRun, poll, remediate_argv, run_cli, sha256_text
 
 pytestmark = pytest.mark.e2e
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sandbox.units import incident_unit
-
-from .conftest import FAST_KNOBS, REPO, UNIT, UNIT_PATH, Node, poll
+from tests.support.node import FAST_KNOBS, REPO, UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import UNIT, UNIT_PATH, Node, poll
+from tests.support.node import UNIT, UNIT_PATH, Node, poll
+from tests.support.squatter import SQUATTER, SQUATTER_UNIT
+from tests.support.squatter import SQUATTER_SCRIPT as _SQUATTER
 
 pytestmark = pytest.mark.e2e
 
@@ -23,39 +25,6 @@ LOCK = f"/run/remediate/{UNIT}.lock"
 SMI = "/usr/local/sbin/nvidia-smi"
 # a hung driver (after an Xid error): no answer, TERM ignored
 HUNG_SMI = "#!/bin/bash\ntrap '' TERM\nwhile :; do sleep 1; done\n"
-SQUATTER_UNIT = "squatter.service"
-SQUATTER = "/opt/squatter.py"
-_SQUATTER = r"""
-import json, socket, sys, threading, time
-host, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-INFO = json.dumps({"max_total_num_tokens": 195011, "version": "0.5.5", "model_path": "squatted"}).encode()
-
-def answer(conn):
-    with conn:
-        request = conn.recv(65536).split(b" ")
-        path = request[1] if len(request) > 1 else b"/"
-        if mode == "trickle":
-            conn.sendall(b"H")
-            while True:  # one byte a second, forever
-                time.sleep(1)
-                conn.sendall(b"T")
-        if path == b"/health":
-            body = b""
-        elif mode == "nested":
-            body = b"[" * 100000 + b"]" * 100000
-        else:
-            body = INFO
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-        conn.sendall(head + body)
-
-server = socket.socket()
-server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind((host, port))
-server.listen(64)
-while True:
-    conn, _ = server.accept()
-    threading.Thread(target=answer, args=(conn,), daemon=True).start()
-"""
 
 
 def lock_is_free(node: Node) -> bool:

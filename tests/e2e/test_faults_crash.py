@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from sandbox.units import incident_unit
-
-from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
-from .test_faults import FIRED, GO, REACHED, _clear_markers, changing, promise
+from tests.support.faults import FIRED, GO, REACHED, changing, promise
+from tests.support.faults import clear_markers as _clear_markers
+from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import Node
+from tests.support.node import Node
 
 pytestmark = pytest.mark.e2e
 

@@ -16,9 +16,9 @@ from remediate.host.common.probe import probe_script
 from remediate.transport import channels, ssh
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
-
-from .conftest import UNIT, UNIT_PATH, Node, poll
-from .test_faults import _CUT, FIRED, changing, install_shim, promise
+from tests.support.faults import CUT as _CUT
+from tests.support.faults import FIRED, changing, install_shim, promise
+from tests.support.node import UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 

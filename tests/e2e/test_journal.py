@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import UNIT, UNIT_PATH, Node, poll, remediate_argv, run_cli
+from tests.support.node import UNIT, UNIT_PATH, Node, poll, remediate_argv, run_cli
 
 pytestmark = pytest.mark.e2e
 

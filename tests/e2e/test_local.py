@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import UNIT, UNIT_PATH, Node
-from .wheelhouse import VENV, install, remediate_over_ssh, ssh
+from tests.support.node import UNIT, UNIT_PATH, Node
+from tests.support.wheelhouse import VENV, install, remediate_over_ssh, ssh
 
 pytestmark = pytest.mark.e2e
 

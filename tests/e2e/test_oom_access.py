@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import UNIT_PATH, Node
+from tests.support.node import UNIT_PATH, Node
 
 pytestmark = pytest.mark.e2e
 

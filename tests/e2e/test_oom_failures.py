@@ -11,8 +11,7 @@ from remediate.host.oom import runner
 from remediate.models import CommandResult
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
-
-from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
+from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 

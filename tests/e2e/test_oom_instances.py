@@ -12,8 +12,7 @@ import dataclasses
 import pytest
 
 from sandbox.units import INCIDENT, free_port, sandbox_unit
-
-from .conftest import FAST_KNOBS, Node, poll
+from tests.support.node import FAST_KNOBS, Node, poll
 
 pytestmark = pytest.mark.e2e
 

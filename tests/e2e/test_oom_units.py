@@ -9,8 +9,7 @@ import dataclasses
 import pytest
 
 from sandbox.units import free_port, incident_unit
-
-from .conftest import Node, poll
+from tests.support.node import Node, poll
 
 pytestmark = pytest.mark.e2e
 

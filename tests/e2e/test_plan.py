@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import UNIT_PATH, Node, poll
+from tests.support.node import UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 

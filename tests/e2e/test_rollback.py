@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sandbox import SandboxHost
-
-from .conftest import UNIT, UNIT_PATH, Node, sha256_text
+from tests.support.node import UNIT, UNIT_PATH, Node, sha256_text
 
 pytestmark = pytest.mark.e2e
 

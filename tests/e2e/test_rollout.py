@@ -13,24 +13,10 @@ import yaml
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import incident_unit
-
-from .conftest import FAST_KNOBS, REPO, UNIT, UNIT_PATH, CliRun, remediate_argv, run_cli, sha256_text
+from tests.support.fleet import remediate, write_inventory
+from tests.support.node import FAST_KNOBS, REPO, UNIT, UNIT_PATH, sha256_text
 
 pytestmark = pytest.mark.e2e
-
-
-def write_inventory(path: Path, fleet: Sandbox, hosts: list[SandboxHost]) -> Path:
-    document = {
-        "defaults": {
-            "identity": str(fleet.identity),
-            "known_hosts": str(fleet.known_hosts),
-            "target_tokens": 200000,
-        },
-        "hosts": {h.name: {"address": h.address} for h in hosts},
-        "groups": {"rack-a": [h.name for h in hosts[:6]], "rack-b": [h.name for h in hosts[6:]]},
-    }
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
 
 
 @pytest.fixture
@@ -45,10 +31,6 @@ def fleet12(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: 
     with ThreadPoolExecutor(max_workers=6) as pool:  # as sandbox_hosts resets them: each waits on its systemd
         list(pool.map(install, hosts))
     return hosts, write_inventory(tmp_path / "inventory.yaml", sandbox_fleet, hosts)
-
-
-def remediate(*args: str, cwd: Path) -> CliRun:
-    return run_cli(remediate_argv(*args), cwd=cwd, timeout=600)  # a whole fleet's rollout, not one host's run
 
 
 def max_overlap(results: list[dict]) -> int:

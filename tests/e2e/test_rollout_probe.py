@@ -11,9 +11,8 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import incident_unit
-
-from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, sha256_text
-from .test_rollout import remediate, write_inventory
+from tests.support.fleet import remediate, write_inventory
+from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, sha256_text
 
 pytestmark = pytest.mark.e2e
 

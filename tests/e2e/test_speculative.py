@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from sandbox.units import incident_unit
-
-from .conftest import FAST_KNOBS, Node, poll
+from tests.support.node import FAST_KNOBS, Node, poll
 
 pytestmark = pytest.mark.e2e
 

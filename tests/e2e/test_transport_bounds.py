@@ -9,9 +9,9 @@ import pytest
 from remediate.errors import ConnectionLost, TransportError
 from remediate.transport.base import MAX_OUTPUT_BYTES, SSHOptions
 from remediate.transport.ssh import SSHTransport
-
-from .conftest import Node, poll
-from .test_faults_answers import _SQUATTER, SQUATTER, SQUATTER_UNIT
+from tests.support.node import Node, poll
+from tests.support.squatter import SQUATTER, SQUATTER_UNIT
+from tests.support.squatter import SQUATTER_SCRIPT as _SQUATTER
 
 pytestmark = pytest.mark.e2e
 

@@ -7,30 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import Http, Node, poll
+from tests.support.node import Node, poll
+from tests.support.vllm import complete as _complete
+from tests.support.vllm import vllm_unit as _unit
 
 pytestmark = pytest.mark.e2e
 
 UNIT = "vllm.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 ALLOC_LINE = "Environment=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-MODEL = "standin/mha-13b-40k"
-
-
-def _unit(node: Node, utilization: str) -> str:
-    return (
-        "[Unit]\nDescription=vLLM server (stand-in, 13B, 40k context)\n\n[Service]\n"
-        "Environment=HF_HOME=/models/.cache/huggingface\n"
-        f"ExecStart=/usr/bin/python3 -m vllm.entrypoints.openai.api_server --model {MODEL} \\\n"
-        f"    --host {node.host.address} --port {node.port} \\\n"
-        f"    --gpu-memory-utilization {utilization} \\\n"
-        "    --max-num-batched-tokens 16384\n"
-    )
-
-
-def _complete(node: Node, tokens: int) -> Http:
-    """One /v1/completions of exactly ``tokens`` token ids."""
-    return node.http("POST", "/v1/completions", {"model": MODEL, "prompt": [7] * tokens, "max_tokens": 8})
 
 
 def _state(node: Node) -> str:

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from remediate.core.engines.vllm.startup import parse_vllm_startup
-
-from .conftest import Node, poll
+from tests.support.node import Node, poll
 
 pytestmark = pytest.mark.e2e
 

@@ -9,28 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import UNIT_PATH, CliRun, Node, poll
+from tests.support.node import UNIT_PATH, Node, poll
+from tests.support.watch import crash_32k as _crash
+from tests.support.watch import watch_events as _events
+from tests.support.watch import watch_once as _watch
 
 pytestmark = pytest.mark.e2e
-
-
-def _watch(node: Node, state: Path, *args: str) -> CliRun:
-    return node.cli("watch", "--once", "--state-dir", str(state), "--wait-timeout", "60", *args, json_out=False)
-
-
-def _events(state: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in (state / "watch-audit.jsonl").read_text().splitlines()]
-
-
-def _crash(node: Node) -> None:
-    for seed in (1, 2):
-        assert node.generate(2000, seed).status == 200
-    assert node.generate(32768, 3).status is None, "the 32k prefill should kill the stand-in"
-    poll(
-        lambda: any("torch.OutOfMemoryError: CUDA out of memory" in line for line in node.journal()),
-        deadline=10,
-        what="the OOM traceback in the journal",
-    )
 
 
 def test_watch_once_fixes_the_32k_crash(incident: Node, tmp_path: Path) -> None:

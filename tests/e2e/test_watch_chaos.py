@@ -2,7 +2,7 @@
 subprocess, 25 s of random 32k-prefill crashes, startup failures, SSH connection cuts and watcher restarts
 (SIGKILL/SIGTERM), one burst past the breaker's threshold; then every incident has its end, the audit log every
 step, each unit its old or new bytes, and the breaker tripped exactly when its threshold was crossed by the
-crashes' own times, each counted once (tests/e2e/watch_chaos_check.py). Seeded: ``CHAOS_SEED=N`` replays a
+crashes' own times, each counted once (tests/support/watch_chaos_check.py). Seeded: ``CHAOS_SEED=N`` replays a
 schedule (the seed is printed). The 20-host run is ``bench/watch_chaos.py``."""
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from sandbox import Sandbox, SandboxHost
-
-from .watch_chaos import Chaos, ChaosConfig, dump
-from .watch_chaos_check import check, lines
+from tests.support.watch_chaos import Chaos, ChaosConfig, dump
+from tests.support.watch_chaos_check import check, lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

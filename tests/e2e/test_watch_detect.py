@@ -12,8 +12,7 @@ from remediate.core.watch.follow import FOLLOWING, follow_command, is_told
 from remediate.host.watch.poll import poll_unit
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
-
-from .conftest import UNIT, Node, poll
+from tests.support.node import UNIT, Node, poll
 
 pytestmark = pytest.mark.e2e
 

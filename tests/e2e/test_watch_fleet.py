@@ -14,15 +14,17 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port
-
-from .conftest import FAST_KNOBS, UNIT_PATH, CliRun, Node, poll, remediate_argv, run_cli
-from .test_rollout import write_inventory
+from tests.support.fleet import fleet_events as _events
+from tests.support.fleet import fleet_fingerprint as _fingerprint
+from tests.support.fleet import watch_fleet as _watch
+from tests.support.fleet import write_inventory
+from tests.support.node import FAST_KNOBS, UNIT_PATH, Node
+from tests.support.watch import crash_32k as _crash
 
 if TYPE_CHECKING:
-    from tests.conftest import Hook
+    from tests.support.webhook import Hook
 
 pytestmark = pytest.mark.e2e
-CHANGING = ("daemon-reload", "reset-failed", "restart", "start", "stop")
 
 
 @pytest.fixture
@@ -36,31 +38,6 @@ def fleet4(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: P
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(install, nodes))
     return nodes, write_inventory(tmp_path / "inventory.yaml", sandbox_fleet, [n.host for n in nodes])
-
-
-def _watch(tmp_path: Path, inventory: Path, *args: str) -> CliRun:
-    state = str(tmp_path / "watch-state")
-    argv = remediate_argv("watch", *args, "--state-dir", state)
-    if args and args[0] == "all":
-        argv += ["-i", str(inventory), "--once", "--wait-timeout", "60"]
-    return run_cli(argv, cwd=tmp_path, timeout=600)
-
-
-def _events(tmp_path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in (tmp_path / "watch-state" / "watch-audit.jsonl").read_text().splitlines()]
-
-
-def _crash(node: Node) -> None:
-    for seed in (1, 2):
-        assert node.generate(2000, seed).status == 200
-    assert node.generate(32768, 3).status is None
-    poll(lambda: any("CUDA out of memory" in line for line in node.journal()), deadline=10, what="the OOM")
-
-
-def _fingerprint(node: Node) -> tuple[str, str, bytes, list[str]]:
-    show = node.show("NRestarts", "InvocationID")
-    changing = [line for line in node.audit() if line.split(" ", 1)[0] in CHANGING]
-    return show["NRestarts"], show["InvocationID"], node.bytes(UNIT_PATH), changing
 
 
 def test_crash_on_host_2_is_fixed_there_only(fleet4, tmp_path: Path) -> None:

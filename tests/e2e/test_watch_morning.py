@@ -14,9 +14,8 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port
-
-from .conftest import FAST_KNOBS, UNIT_PATH, CliRun, Node, poll, remediate_argv, run_cli
-from .test_rollout import write_inventory
+from tests.support.fleet import write_inventory
+from tests.support.node import FAST_KNOBS, UNIT_PATH, CliRun, Node, poll, remediate_argv, run_cli
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,8 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port, incident_unit
-
-from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll, remediate_argv, run_cli
-from .test_rollout import write_inventory
+from tests.support.fleet import write_inventory
+from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll, remediate_argv, run_cli
 
 pytestmark = pytest.mark.e2e
 QUOTES = (
@@ -223,7 +222,7 @@ def test_vllm_stops_by_exit_0_logs_prompts_by_version_and_neither_is_a_crash(nod
     (the unit inactive, Result=success); requests logged with their prompt under --enable-log-requests at
     0.11.0 (off without it), by default at 0.8.5. A restart, a stop + start and a prompt quoting systemd's
     exit lines make no `detected`."""
-    from .test_vllm_incident import _unit
+    from tests.support.vllm import vllm_unit as _unit
 
     def install(flags: str = "") -> None:
         text = _unit(node, "0.94").replace("--max-num-batched-tokens 16384", f"--max-num-batched-tokens 4096{flags}")

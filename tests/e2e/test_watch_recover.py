@@ -16,9 +16,10 @@ import pytest
 
 from remediate.controller.watch_state import WatchState
 from remediate.core.watch.incident import counted_fixes
-
-from .conftest import FAST_KNOBS, UNIT_PATH, Node, poll
-from .test_watch import _crash, _events, _watch
+from tests.support.node import FAST_KNOBS, UNIT_PATH, Node, poll
+from tests.support.watch import crash_32k as _crash
+from tests.support.watch import watch_events as _events
+from tests.support.watch import watch_once as _watch
 
 pytestmark = pytest.mark.e2e
 CHANGING = ("daemon-reload", "reset-failed", "restart", "start", "stop")

@@ -13,10 +13,10 @@ import pytest
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port, incident_unit
-
-from .conftest import FAST_KNOBS, CliRun, Node, poll, remediate_argv, run_cli
-from .test_rollout import write_inventory
-from .test_vllm_incident import _complete, _unit
+from tests.support.fleet import write_inventory
+from tests.support.node import FAST_KNOBS, CliRun, Node, poll, remediate_argv, run_cli
+from tests.support.vllm import complete as _complete
+from tests.support.vllm import vllm_unit as _unit
 
 pytestmark = pytest.mark.e2e
 SGLANG_UNIT = "llm-prod.service"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .proc import Server
+from tests.support.standin_proc import Server
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from .proc import CAPACITY_RE, INCIDENT, Server
+from tests.support.standin_proc import CAPACITY_RE, INCIDENT, Server
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from .proc import CAPACITY_RE, FIX, INCIDENT, Server
+from tests.support.standin_proc import CAPACITY_RE, FIX, INCIDENT, Server
 
 pytestmark = pytest.mark.integration
 

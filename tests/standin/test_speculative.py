@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .proc import INCIDENT
+from tests.support.standin_proc import INCIDENT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .proc import CAPACITY_RE, FIX, INCIDENT, STANDIN
+from tests.support.standin_proc import CAPACITY_RE, FIX, INCIDENT, STANDIN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))
 

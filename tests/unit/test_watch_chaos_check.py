@@ -1,4 +1,4 @@
-"""The chaos run's checker (tests/e2e/watch_chaos_check.py) on made-up audit logs: it must catch a missing
+"""The chaos run's checker (tests/support/watch_chaos_check.py) on made-up audit logs: it must catch a missing
 step, an incident whose end is not its last decision, a fix acted on twice, a breaker that tripped late or
 without a crossing, and it must count a restarted watcher's crash window afresh (or not, for a window kept in
 the state)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from e2e.watch_chaos import ChaosConfig, Lifetime
-from e2e.watch_chaos_check import _breaker, _steps
+from tests.support.watch_chaos import ChaosConfig, Lifetime
+from tests.support.watch_chaos_check import _breaker, _steps
 
 
 def _crash(host: str, at: float, incident: str | None, verdict: str = "report") -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -64,8 +64,17 @@ def _command_name(command: str) -> str:
 class SSHTransport(Holds):
     """One verified SSH connection to one host."""
 
-    def __init__(self, target: str, options: SSHOptions | None = None, *, label: str | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        options: SSHOptions | None = None,
+        *,
+        label: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``sleep``: how the connect retries pause (``time.sleep``; tests record the pauses instead)."""
         self.options = options or SSHOptions()
+        self._sleep = sleep
         self.target = target
         self.host = label or target
         overrides: dict[str, object] = {"load_ssh_configs": True}
@@ -152,6 +161,7 @@ class SSHTransport(Holds):
             retry=retry_if_exception_type(ConnectError),
             wait=wait_random_exponential(multiplier=0.2, max=2.0),
             stop=stop_after_attempt(self.options.connect_attempts),
+            sleep=self._sleep,
             reraise=True,
         )
         for attempt in retrying:
@@ -198,6 +208,7 @@ class SSHTransport(Holds):
             retry=retry_if_exception_type(ConnectError),
             wait=wait_random_exponential(multiplier=0.2, max=2.0),
             stop=stop_before_delay(max(within, 1.0)),
+            sleep=self._sleep,
             reraise=True,
         )
         for attempt in retrying:

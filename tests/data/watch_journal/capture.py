@@ -1,4 +1,4 @@
-"""Capture the journal fixtures of tests/unit/core/test_watch_trust.py from a real sandbox host (systemd 252):
+"""Capture the journal fixtures of tests/unit/core/watch/test_watch_trust.py from a real sandbox host (systemd 252):
 ``python -m tests.data.watch_journal.capture`` (root, as the sandbox needs). Each fixture is the raw
 ``journalctl -u sglang.service -o json`` of one scenario, plus the unit's ``systemctl show`` after it:
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from fake_transport import exec_start_value, probe_output
 
 from remediate.core.diagnosis.explain import explain_crash
 from remediate.core.diagnosis.systemd import gave_up_restarting
@@ -16,6 +15,7 @@ from remediate.core.probe import (
     parse_show,
 )
 from remediate.core.unitfile.argv import server_endpoint
+from tests.support.fake_transport import exec_start_value, probe_output
 
 
 def test_parse_show_keeps_equals_signs_inside_values() -> None:

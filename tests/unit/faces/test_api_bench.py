@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_transport import FakeTransport, Pieces, incident_host, state_output
 from rich.console import Console
 
 from remediate import api
@@ -23,6 +22,8 @@ from remediate.fleet import bench_files
 from remediate.fleet.inventory import HostEntry
 from remediate.host.bench.bench import BenchOptions
 from remediate.transport.base import SSHOptions
+from tests.support.fake_transport import FakeTransport, Pieces
+from tests.support.hosts import bench_ready_host
 
 UNIT = "sglang.service"
 
@@ -38,11 +39,7 @@ def sse(body: bytes) -> Pieces:
 
 
 def host(name: str) -> FakeTransport:
-    fake = incident_host(name, text=None, active="active", MainPID=42)
-    fake.on(r"\Asystemctl show", state_output())
-    fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011, "max_req_input_len": 195005})))
-    fake.http("/flush_cache", (200, "Cache flushed.\n"))
-    fake.http("/health", 200)
+    fake = bench_ready_host(name, info={"max_total_num_tokens": 195011, "max_req_input_len": 195005}, MainPID=42)
     fake.stream("/generate", sse)
     return fake
 

@@ -6,10 +6,10 @@ import dataclasses
 import inspect
 
 import pytest
-from fake_transport import FakeTransport
 
 from remediate import api
 from remediate.errors import ConfigError
+from tests.support.fake_transport import FakeTransport
 
 REMOTE = ("status", "diagnose", "backups", "plan", "bench", "rollback")
 FUNCTIONS = sorted(n for n in api.__all__ if inspect.isfunction(getattr(api, n)))

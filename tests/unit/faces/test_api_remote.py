@@ -9,37 +9,15 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport, incident_host
 
 from remediate import api
 from remediate.cli.render import console as render_console
-from remediate.fleet.inventory import HostEntry
 from remediate.fleet.request import OomRequest
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
-
-ROOT = Path(__file__).resolve().parents[3]
-INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
-PATH = "/etc/systemd/system/sglang.service"
-
-
-def host(text: str, tokens: int = 209007) -> FakeTransport:
-    fake = incident_host(text=text, active="active", MainPID=42)
-    fake.on(r"# remediate: list the backups", "@@end\n")
-    fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": tokens})))
-    return fake
-
-
-class Factory:
-    """A transport factory that hands out one scripted host and records what it was asked for."""
-
-    def __init__(self, fake: FakeTransport) -> None:
-        self.fake = fake
-        self.seen: list[tuple[HostEntry, SSHOptions]] = []
-
-    def __call__(self, entry: HostEntry, options: SSHOptions) -> FakeTransport:
-        self.seen.append((entry, options))
-        return self.fake
+from tests.support.hosts import INCIDENT
+from tests.support.hosts import OneHost as Factory
+from tests.support.hosts import serving_host as host
 
 
 def document(results: list[HostResult], **extra: object) -> dict[str, object]:

@@ -4,21 +4,17 @@ journal reaches any output."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport, incident_host, state_output
-from rich.console import Console
 
 from remediate import api
-from remediate.cli.render import console as render_console
-from remediate.cli.render import results as render_results
 from remediate.fleet.request import OomRequest
-from remediate.models import HostResult
-from unit.faces import test_api_remote as api_remote
-from unit.host import test_runner_remediate as runner
+from tests.support import hosts
+from tests.support.fake_transport import FakeTransport, state_output
+from tests.support.hosts import incident_host
+from tests.support.output import printed as _printed
 
 ENV_PATH = "/etc/default/sglang"
 ENV_UNIT = (
@@ -50,46 +46,34 @@ def _env_host() -> FakeTransport:
 
 def test_health_wait_polls_the_address_in_the_environment_file() -> None:
     host = _env_host()
-    host.on(runner.COMMIT, runner.commit_ok())
-    host.on(runner.POLL, state_output(invocation_id="inv-2"))
+    host.on(hosts.COMMIT, hosts.commit_ok())
+    host.on(hosts.POLL, state_output(invocation_id="inv-2"))
     host.http("/health", 200)
     host.http("/server_info", (200, json.dumps({"max_total_num_tokens": 190000, "mem_fraction_static": 0.93,
                                                  "chunked_prefill_size": 4096})))  # fmt: skip
-    result = runner.run(host)
+    result = hosts.run_oom(host)
     assert result.outcome == "remediated", result.error
     assert {(call.host, call.port) for call in host.http_calls} == {("127.0.0.2", 31000)}
     [script] = host.scripts("# remediate commit")
-    written = runner.written_texts(script)
+    written = hosts.written_texts(script)
     assert '--mem-fraction-static 0.93 --chunked-prefill-size 4096"' in written[ENV_PATH]
-    assert written[runner.PATH].endswith("$SGLANG_ARGS\n")
+    assert written[hosts.UNIT_PATH].endswith("$SGLANG_ARGS\n")
 
 
 def _secret_host() -> FakeTransport:
-    fake = api_remote.host(SECRET_UNIT)
+    fake = hosts.serving_host(SECRET_UNIT)
     fake.on(r"\Ajournalctl", JOURNAL)
     return fake
-
-
-def _printed(results: list[HostResult], *, dry_run: bool, table: bool = False) -> str:
-    """What the CLI prints for ``results``: the human report (or table) and the ``--json`` document."""
-    out = io.StringIO()
-    console = Console(file=out, width=200, highlight=False)
-    if table:
-        render_results.status_table(console, results)
-    else:
-        for result in results:
-            render_results.host_report(console, result, dry_run=dry_run)
-    return out.getvalue() + render_console.dumps(render_console.results_document(results))
 
 
 def test_dry_run_and_status_never_print_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     rollout = api.remediate_oom(
-        OomRequest(targets=("root@gpu-01",), dry_run=True), transport_factory=api_remote.Factory(_secret_host())
+        OomRequest(targets=("root@gpu-01",), dry_run=True), transport_factory=hosts.OneHost(_secret_host())
     )
     shown = _printed(rollout.results, dry_run=True)
     assert '--api-key "***"' in shown and "HTTPS_PROXY=http://svc:***@proxy.example:3128" in shown
-    status = api.status(["root@gpu-01"], transport_factory=api_remote.Factory(_secret_host()))
+    status = api.status(["root@gpu-01"], transport_factory=hosts.OneHost(_secret_host()))
     shown += _printed(status, dry_run=False, table=True)
     for secret in SECRETS:
         assert secret not in shown
@@ -99,10 +83,10 @@ def test_failed_run_masks_the_journal(tmp_path: Path, monkeypatch: pytest.Monkey
     """A real (fake-host) run whose new server dies: the journal tail is shown, its api_key masked."""
     monkeypatch.chdir(tmp_path)
     fake = _secret_host()
-    fake.on(runner.COMMIT, runner.commit_ok(), runner.commit_ok(invocation="inv-3"))
-    fake.on(runner.POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
+    fake.on(hosts.COMMIT, hosts.commit_ok(), hosts.commit_ok(invocation="inv-3"))
+    fake.on(hosts.POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
     rollout = api.remediate_oom(
-        OomRequest(targets=("root@gpu-01",), rollback=False), transport_factory=api_remote.Factory(fake)
+        OomRequest(targets=("root@gpu-01",), rollback=False), transport_factory=hosts.OneHost(fake)
     )
     [result] = rollout.results
     assert result.outcome == "failed" and result.journal

@@ -4,7 +4,7 @@ Each text (the diagnosis golden cases, the budget logs, torch's real OOM prints)
 would print its entries — ``short``, ``short-precise``, ``short-iso``, ``short-iso-precise``, ``cat`` and
 ``json`` (some MESSAGEs as byte arrays, entries without MESSAGE, journalctl's markers) — saved to a file and
 read through :func:`remediate.api.diagnose_journal`. The reference is the live path's functions on the text
-itself: :func:`parse_journal` (whose output tests/unit/core/test_diagnosis_cases.py holds against each case's
+itself: :func:`parse_journal` (whose output tests/unit/core/diagnosis/test_diagnosis_cases.py holds against each case's
 ``expected.yaml``) and :func:`advise`, in the JSON form a live ``diagnose`` prints (``DiagnosisEvidence``); for
 ``plan``, the live read's two journalctl reads made with the real ``grep -E`` over the ``-o cat`` text.
 """

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_transport import FakeTransport, incident_host
 
 from remediate import api
 from remediate.cli import cli
@@ -22,9 +21,12 @@ from remediate.fleet.inventory import HostEntry
 from remediate.host.common.options import BudgetOptions
 from remediate.host.plan.budget import auto_desired, diagnosed_spike, evidence_from, plan_budget
 from remediate.models import HostResult
+from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import incident_host
+from tests.support.journals import MIB
+from tests.support.journals import standin_journal as journal
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "budget_logs"
-MIB = 1 << 20
 SPIKE = Spike(896 * MIB, 32768, int(666.44 * MIB), int(358.40 * MIB), fraction=0.94)
 INFO_093 = {
     "mem_fraction_static": 0.93,
@@ -36,11 +38,6 @@ INFO_093 = {
     "model_path": "moonshotai/Kimi-K2.6",
     "tp_size": 8,
 }
-
-
-def journal(name: str) -> list[str]:
-    """The stand-in's stderr as ``journalctl -o cat`` prints it (no journald prefix)."""
-    return [line.split("]: ", 1)[1] for line in (LOGS / name).read_text().splitlines() if "]: " in line]
 
 
 def host(journal_lines: list[str], info: dict[str, object] | None, reply: str | None = None) -> FakeTransport:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from fake_transport import FakeTransport, incident_host
 
 from remediate import api
 from remediate.cli import cli
@@ -18,8 +17,9 @@ from remediate.cli.flags import pick_timeout
 from remediate.errors import ConfigError
 from remediate.fleet.request import OomRequest
 from remediate.fleet.settings import resolve_hosts
-from unit.faces import test_api_remote as api_remote
-from unit.host import test_runner_remediate as runner
+from tests.support import hosts
+from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import incident_host
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "inventory.yaml"
@@ -112,15 +112,15 @@ def test_deprecated_timeout_alias() -> None:
 
 def _failing_host() -> FakeTransport:
     """A host whose commit finds the unit changed under it (CAS, exit 76): the run fails, nothing written."""
-    fake = api_remote.host(api_remote.INCIDENT)
-    fake.on(runner.COMMIT, runner.commit_error(76, f"conflict {api_remote.PATH} changed since it was read"))
+    fake = hosts.serving_host(hosts.INCIDENT)
+    fake.on(hosts.COMMIT, hosts.commit_error(76, f"conflict {hosts.UNIT_PATH} changed since it was read"))
     return fake
 
 
 def test_no_retry_file_for_an_ad_hoc_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     fake = _failing_host()
-    rollout = api.remediate_oom(OomRequest(targets=("root@gpu-01",)), transport_factory=api_remote.Factory(fake))
+    rollout = api.remediate_oom(OomRequest(targets=("root@gpu-01",)), transport_factory=hosts.OneHost(fake))
     assert rollout.results[0].outcome == "failed"
     assert rollout.retry_file is None and list(tmp_path.iterdir()) == []
 
@@ -130,7 +130,7 @@ def test_retry_file_of_an_inventory_rollout_goes_to_the_state_dir(
 ) -> None:
     rollout = api.remediate_oom(
         OomRequest(targets=("gpu-a01",), inventory="inventory.yaml"),
-        transport_factory=api_remote.Factory(_failing_host()),
+        transport_factory=hosts.OneHost(_failing_host()),
     )
     assert rollout.retry_file is not None
     retry = Path(rollout.retry_file)
@@ -140,7 +140,7 @@ def test_retry_file_of_an_inventory_rollout_goes_to_the_state_dir(
     explicit = tmp_path / "again.yaml"
     rollout = api.remediate_oom(
         OomRequest(targets=("gpu-a01",), inventory="inventory.yaml", retry_file=str(explicit)),
-        transport_factory=api_remote.Factory(_failing_host()),
+        transport_factory=hosts.OneHost(_failing_host()),
     )
     assert rollout.retry_file == str(explicit) and explicit.is_file()
 
@@ -171,7 +171,7 @@ def test_a_template_change_for_one_instance_goes_into_its_own_dropin() -> None:
     """The alloc conf would be added to the template (shared by every instance): it is planned in the
     instance's drop-in instead (issue 24), and the template is not in the diff."""
     fake = _instance_host(TEMPLATE_UNIT, "SGLANG_ARGS=--model-path /m --mem-fraction-static 0.9\n")
-    result = runner.run(fake, unit="sglang@a.service", dry_run=True)
+    result = hosts.run_oom(fake, unit="sglang@a.service", dry_run=True)
     assert result.error is None and result.changed
     dropin = "/etc/systemd/system/sglang@a.service.d/90-remediate-oom.conf"
     assert f"+++ b{dropin}" in result.diff and f"+++ b{TEMPLATE}" not in result.diff
@@ -186,7 +186,7 @@ def test_a_shared_environment_file_for_one_instance_is_refused() -> None:
     fake = incident_host(text=shared, unit="sglang@a.service", path=TEMPLATE, argv=argv, active="active",
                          MainPID=42, files={"/etc/default/sglang": env})  # fmt: skip
     fake.http("/server_info", (200, '{"max_total_num_tokens": 1000}'))
-    result = runner.run(fake, unit="sglang@a.service")
+    result = hosts.run_oom(fake, unit="sglang@a.service")
     assert result.outcome == "failed" and result.exit_code == 2
     assert result.error is not None and result.error.startswith(
         "/etc/default/sglang: sglang@a.service is an instance of a template: changing /etc/default/sglang "
@@ -200,6 +200,6 @@ def test_an_instance_only_edit_goes_ahead() -> None:
     env = "SGLANG_ARGS=--model-path /m --mem-fraction-static 0.9 --chunked-prefill-size 4096\n"
     env += "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     fake = _instance_host(TEMPLATE_UNIT, env)
-    result = runner.run(fake, unit="sglang@a.service", dry_run=True)
+    result = hosts.run_oom(fake, unit="sglang@a.service", dry_run=True)
     assert result.error is None and result.changed
     assert "/etc/sglang/a.env" in result.diff and TEMPLATE not in result.diff

@@ -16,7 +16,8 @@ from remediate.core.capacity.pool import offline_model
 from remediate.core.unitfile.edit import DesiredState, UnitSettings
 from remediate.host.common.options import BudgetOptions
 from remediate.host.plan.budget import auto_desired, evidence_from, plan_budget, plan_document
-from unit.faces.test_plan_api import MIB, journal
+from tests.support.journals import MIB
+from tests.support.journals import standin_journal as journal
 
 FAILED_START = [
     "[2026-12-01 10:00:01] server_args=ServerArgs(model_path='moonshotai/Kimi-K2.6', mem_fraction_static=0.75, "

@@ -8,8 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from remediate.cli import cli
-
-from ..host.test_budget_vllm import CRASH, START
+from tests.support.journals import VLLM_CRASH as CRASH
+from tests.support.journals import VLLM_START as START
 
 UNIT = """[Unit]
 Description=vLLM

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import types
 from pathlib import Path
 
 import pytest
-import tenacity
 import yaml
 
-NAMES = ("gpu-a01", "gpu-a02", "gpu-a03")
-
-
-@pytest.fixture
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The health wait backs off with tenacity: no real naps."""
-    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=lambda _: None))
+from tests.support.hosts import FLEET_NAMES as NAMES
 
 
 @pytest.fixture

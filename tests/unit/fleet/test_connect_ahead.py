@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_transport import FakeTransport, incident_host
 
 from remediate import api
 from remediate.errors import ConfigError, ConnectError
@@ -23,6 +22,8 @@ from remediate.fleet.jobs import ConnectAhead
 from remediate.fleet.rollout import Strategy
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
+from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import incident_host
 
 
 class _Recorded:
@@ -173,8 +174,8 @@ def test_the_read_only_jobs_load_their_host_module_after_the_connections_are_sta
     `status`'s host module (host/oom/runner.py) is not loaded yet (a fresh interpreter: nothing loaded it before)."""
     code = f"""
 import json, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-from fake_transport import FakeTransport
+sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
+from tests.support.fake_transport import FakeTransport
 from remediate import api
 loaded = []
 class Recording(FakeTransport):

@@ -1,18 +1,16 @@
 """A worker that raises something that is not a RemediateError (a bug, or a library exception that escaped
 translation) fails only its host: the other hosts' results and the retry file are kept, the run exits 70,
 and the traceback goes to the log, not to the terminal. The fault cannot be made real, so a scripted host's
-transport raises it (pytest-mock) — the fake transport of tests/fake_transport.py, three inventory hosts."""
+transport raises it (pytest-mock) — the fake transport of tests/support/fake_transport.py, three inventory hosts."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
-from fake_transport import FakeTransport, incident_host, state_output
 from pytest_mock import MockerFixture
 
 from remediate import api
@@ -25,31 +23,14 @@ from remediate.fleet.request import OomRequest
 from remediate.fleet.rollout import Rollout, Strategy
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
-from unit.fleet.conftest import NAMES
+from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import FLEET_NAMES as NAMES
+from tests.support.hosts import remediating_host
 
 BROKEN = "gpu-a02"
 UNIT = "sglang.service"
 PATH = f"/etc/systemd/system/{UNIT}"
 OOM_JOURNAL = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB\n"
-
-
-pytestmark = pytest.mark.usefixtures("no_sleep")
-
-
-def remediating_host(name: str) -> FakeTransport:
-    """A host running the incident's unit (failed after its OOM) that the run remediates: commit, wait, verify."""
-    fake = incident_host(name, journal=OOM_JOURNAL)
-    fake.on(r"# remediate commit", commit_ok())
-    fake.on(r"\Asystemctl show", state_output("activating", "start", invocation_id="inv-2", main_pid=5000))
-    fake.http("/health", None, 200)
-    fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011, "chunked_prefill_size": 4096})))
-    return fake
-
-
-def commit_ok() -> str:
-    backup = f"{PATH}.bak.oom.1764400000"
-    lines = [f"@@backup 0 {backup}", "@@renamed 0", "@@written 0 0123abcd", "@@reloaded", "@@restart 1764400000"]
-    return "\n".join([*lines, "@@restarted inv-2", "@@end"]) + "\n"
 
 
 class Factory:

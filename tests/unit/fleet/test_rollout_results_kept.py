@@ -1,7 +1,7 @@
 """Results are never lost (issue 20): where they go (the state directory, the retry file) is checked before
 any host is touched; a retry file that cannot be written later is a warning beside the full results; a second
 Ctrl-C while results are collected, or a raising ``confirm``/``on_event`` callback, keeps every result gathered
-so far. Scripted hosts (tests/fake_transport.py), three inventory hosts, through the API and the CLI."""
+so far. Scripted hosts (tests/support/hosts.py), three inventory hosts, through the API and the CLI."""
 
 from __future__ import annotations
 
@@ -25,9 +25,8 @@ from remediate.fleet.request import OomRequest
 from remediate.fleet.rollout import Rollout, Strategy
 from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
-from unit.fleet.test_rollout_internal_error import NAMES, commit_ok, remediating_host
-
-pytestmark = pytest.mark.usefixtures("no_sleep")
+from tests.support.hosts import FLEET_NAMES as NAMES
+from tests.support.hosts import commit_ok, remediating_host
 
 
 class Hosts:

@@ -16,8 +16,9 @@ from remediate.core.watch.policy import Policy
 from remediate.errors import ConfigError
 from remediate.fleet.watch.clock import SteadyClock
 from remediate.fleet.watch.loop import Watcher
-
-from .test_watch_loop import NOW, Fleet, _fixed, _watcher
+from tests.support.watch_fleet import NOW, Fleet
+from tests.support.watch_fleet import fixed as _fixed
+from tests.support.watch_fleet import watcher as _watcher
 
 
 def _events(directory: Path, kind: str) -> list[dict[str, object]]:

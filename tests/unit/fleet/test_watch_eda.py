@@ -19,10 +19,10 @@ from remediate.fleet.watch.eda import DecisionContext
 from remediate.fleet.watch.loop import Watcher
 from remediate.fleet.watch.webhook import post_event
 from remediate.models import HostResult
-from tests.unit.fleet.test_watch_loop import NOW, Fleet
+from tests.support.watch_fleet import NOW, Fleet
 
 if TYPE_CHECKING:
-    from tests.conftest import Hook
+    from tests.support.webhook import Hook
 
 RECOMMENDATION = {
     "kind": "cuda_oom_runtime",

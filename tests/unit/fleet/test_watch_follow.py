@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from remediate.core.watch.follow import FOLLOWING
 from remediate.fleet.watch.follow import Follower
-from tests.fake_transport import FakeTransport
+from tests.support.fake_transport import FakeTransport
 
 
 class Wakes:

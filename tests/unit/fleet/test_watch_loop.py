@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import queue
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from remediate.controller.watch_audit import read_events
@@ -17,74 +15,10 @@ from remediate.core.watch.follow import FOLLOWING
 from remediate.core.watch.policy import Policy
 from remediate.errors import ConnectionLost
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.watch.loop import Watcher
-from remediate.models import CommandResult, HostResult
-from tests.fake_transport import FakeTransport, show_output
-
-NOW = 1_800_000_000.0
-OOM = ("cuda_oom_runtime",)
-
-
-@dataclass
-class Unit:
-    """One host's sglang unit as ``systemctl show`` and its journal tell it; ``crash()`` kills it."""
-
-    name: str
-    n_restarts: int = 0
-    is_failed: bool = False
-    journal: list[dict[str, str]] = field(default_factory=list)
-    polls: int = 0
-    invocation: int = 1
-
-    def crash(self, at: float = NOW) -> None:
-        """The invocation's main process exits at ``at`` (systemd's line carries the invocation id)."""
-        self.is_failed = True
-        stamp = str(int(at * 1e6) + len(self.journal))
-        line = "sglang.service: Main process exited, code=exited, status=1/FAILURE"
-        self.journal.append({"__CURSOR": f"c{len(self.journal)}", "__REALTIME_TIMESTAMP": stamp, "MESSAGE": line,
-                             "INVOCATION_ID": f"i{self.invocation}", "_PID": "1",
-                             "UNIT": "sglang.service"})  # fmt: skip
-
-    def restarted(self) -> None:
-        self.is_failed = False
-        self.invocation += 1
-
-    def answer(self, command: str, stdin: str | None) -> CommandResult:
-        self.polls += 1
-        state = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"} if self.is_failed else {
-            "ActiveState": "active", "SubState": "running", "Result": "success"}  # fmt: skip
-        show = show_output({**state, "NRestarts": self.n_restarts, "InvocationID": f"i{self.invocation}",
-                            "ExecMainStatus": 0})  # fmt: skip
-        after = command.split("--after-cursor ")[1].split()[0].strip("'") if "--after-cursor" in command else None
-        seen = [e["__CURSOR"] for e in self.journal]
-        entries = self.journal[seen.index(after) + 1 :] if after in seen else self.journal
-        return CommandResult(command, 0, show + "@@journal\n" + "".join(json.dumps(e) + "\n" for e in entries), "")
-
-
-class Fleet:
-    def __init__(self, names: list[str]) -> None:
-        self.units = {n: Unit(n) for n in names}
-        self.entries = [HostEntry(name=n, address="127.0.0.1", settings={"unit": "sglang.service"}) for n in names]
-
-    def connect(self, entry: HostEntry) -> FakeTransport:
-        return FakeTransport(host=entry.name).on("systemctl show", self.units[entry.name].answer)
-
-
-def _watcher(directory: Path, fleet: Fleet, policy: Policy, fix: object, kinds: tuple[str, ...] = OOM) -> Watcher:
-    def diagnose(transport: object, entry: HostEntry) -> HostResult:
-        return HostResult(host=entry.name, outcome="diagnosed", extra={"findings": [{"kind": k} for k in kinds]})
-
-    return Watcher(fleet.entries, fleet.connect, diagnose, fix, WatchState(directory), policy)  # type: ignore[arg-type]
-
-
-def _fixed(names: list[str], fleet: Fleet | None = None) -> object:
-    def fix(entry: HostEntry) -> HostResult:
-        names.append(entry.name)
-        if fleet is not None:
-            fleet.units[entry.name].restarted()
-        return HostResult(host=entry.name, outcome="remediated")
-
-    return fix
+from tests.support.fake_transport import FakeTransport
+from tests.support.watch_fleet import NOW, Fleet, Gate
+from tests.support.watch_fleet import fixed as _fixed
+from tests.support.watch_fleet import watcher as _watcher
 
 
 def _settled(watcher: Watcher, now: float) -> None:
@@ -174,38 +108,6 @@ def test_crashes_detected_rounds_apart_trip_by_their_own_times(tmp_path: Path) -
 
 
 # -- the fleet-wide concurrency of fixes ----------------------------------------------------------------
-class Gate:
-    """A fix that waits to be let go; records how many ran at once."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.started: list[str] = []
-        self.running = 0
-        self.most = 0
-        self.go: dict[str, threading.Event] = {}
-        self.began = threading.Condition(self.lock)
-
-    def fix(self, entry: HostEntry) -> HostResult:
-        with self.lock:
-            self.started.append(entry.name)
-            self.running += 1
-            self.most = max(self.most, self.running)
-            go = self.go.setdefault(entry.name, threading.Event())
-            self.began.notify_all()
-        assert go.wait(30), f"{entry.name} was never let go"
-        with self.lock:
-            self.running -= 1
-        return HostResult(host=entry.name, outcome="remediated")
-
-    def wait_started(self, n: int) -> None:
-        with self.lock:
-            assert self.began.wait_for(lambda: len(self.started) >= n, 30), self.started
-
-    def release(self, name: str) -> None:
-        with self.lock:
-            self.go.setdefault(name, threading.Event()).set()
-
-
 def test_fixes_on_different_hosts_run_in_parallel_up_to_the_limit(tmp_path: Path) -> None:
     fleet = Fleet(["h1", "h2", "h3", "h4"])
     gate = Gate()

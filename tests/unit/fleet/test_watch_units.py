@@ -17,9 +17,10 @@ from remediate.core.watch.policy import Policy
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.loop import Watcher
 from remediate.models import CommandResult, HostResult
-from tests.fake_transport import FakeTransport
-
-from .test_watch_loop import NOW, OOM, Fleet, Gate, Unit, _fixed, _watcher
+from tests.support.fake_transport import FakeTransport
+from tests.support.watch_fleet import NOW, OOM, Fleet, Gate, Unit
+from tests.support.watch_fleet import fixed as _fixed
+from tests.support.watch_fleet import watcher as _watcher
 
 
 def _events(directory: Path, kind: str) -> list[dict[str, object]]:

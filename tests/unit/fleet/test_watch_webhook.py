@@ -16,7 +16,7 @@ from remediate.errors import ConfigError
 from remediate.fleet.watch.webhook import TRIES, WebhookQueue, audit_dropped, check_url, post_event, shown_url
 
 if TYPE_CHECKING:
-    from tests.conftest import Hook
+    from tests.support.webhook import Hook
 
 
 def test_posts_json_with_slack_text_and_masks(hook: Hook) -> None:

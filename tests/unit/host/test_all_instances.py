@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_transport import FakeTransport, exec_start_value, incident_host, probe_output, state_output
 
 from remediate.models import CommandResult, HostResult
-from unit.faces.test_inputs_remote import _printed
-from unit.host.test_runner_remediate import (
-    ARGV,
+from tests.support.fake_transport import FakeTransport, exec_start_value, probe_output, state_output
+from tests.support.hosts import (
     COMMIT,
     EPOCH,
     INCIDENT,
@@ -19,12 +17,14 @@ from unit.host.test_runner_remediate import (
     OOM_JOURNAL,
     POLL,
     commit_ok,
+    incident_host,
     info,
-    make_host,
-    no_sleep,  # noqa: F401 - autouse: the health waits nap without sleeping
-    run,
     written_texts,
 )
+from tests.support.hosts import KIMI_ARGV as ARGV
+from tests.support.hosts import oom_host as make_host
+from tests.support.hosts import run_oom as run
+from tests.support.output import printed as _printed
 
 TEMPLATE = "/etc/systemd/system/sglang@.service"
 TEXT = INCIDENT.replace("--port 30000", "--port %i")

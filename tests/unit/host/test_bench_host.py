@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from fake_transport import FakeTransport, Pieces, incident_host, state_output
-
 from remediate.host.bench.bench import BUSY_NOTE, BenchOptions, bench_host
+from tests.support.fake_transport import FakeTransport, Pieces, state_output
+from tests.support.hosts import bench_ready_host
 
 UNIT = "sglang.service"
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB"
@@ -14,12 +14,9 @@ INFO = {"max_total_num_tokens": 195011, "max_req_input_len": 195005, "api_key": 
 
 
 def host(active: str = "active", *polls: str) -> FakeTransport:
-    t = incident_host(text=None, active=active, journal=f"Prefill batch. #new-seq: 1\n{OOM}\nSIGQUIT received\n")
-    t.on(r"\Asystemctl show", *(polls or [state_output()]))
-    t.http("/server_info", (200, json.dumps(INFO)))
+    journal = f"Prefill batch. #new-seq: 1\n{OOM}\nSIGQUIT received\n"
+    t = bench_ready_host(info=INFO, active=active, polls=polls, journal=journal)
     t.http("/model_info", (200, json.dumps({"model_path": "m", "vocab_size": 163840})))
-    t.http("/flush_cache", (200, "Cache flushed.\n"))
-    t.http("/health", 200)
     return t
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_transport import FakeTransport, Pieces, incident_host, state_output
 
 from remediate.errors import RemediationError
 from remediate.host.bench.bench import BenchOptions, bench_host, probe_prefill
 from remediate.host.bench.bench_vllm import NO_RESET_NOTE
+from tests.support.fake_transport import FakeTransport, Pieces, state_output
+from tests.support.hosts import incident_host
 
 ARGV = ("/usr/bin/vllm", "serve", "m", "--gpu-memory-utilization", "0.92", "--host", "127.0.0.1", "--port", "8001")
 MODELS = {"object": "list", "data": [{"id": "m", "object": "model", "max_model_len": 40960}]}

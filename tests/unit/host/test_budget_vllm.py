@@ -22,22 +22,11 @@ from remediate.host.plan.budget_vllm import (
     smi_total_gib,
     vllm_plan_document,
 )
+from tests.support.journals import VLLM_CRASH as CRASH
+from tests.support.journals import VLLM_SMI as SMI
+from tests.support.journals import VLLM_START as START
 
 ARGS = "--model standin/mha-13b-40k --gpu-memory-utilization 0.95 --max-num-batched-tokens 16384 --max-model-len 57344"
-START = [
-    "(EngineCore_DP0 pid=7) INFO 12-04 03:20:01 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
-    "model='standin/mha-13b-40k', max_seq_len=57344",
-    "(EngineCore_DP0 pid=7) INFO 12-04 03:20:09 [gpu_worker.py:298] Available KV cache memory: 46.33 GiB",
-    "(EngineCore_DP0 pid=7) INFO 12-04 03:20:09 [kv_cache_utils.py:1087] GPU KV cache size: 60,720 tokens",
-]
-CRASH = [
-    "(EngineCore_DP0 pid=7) ERROR 12-04 03:25:00 [core.py:710] EngineCore encountered a fatal error.",
-    "(EngineCore_DP0 pid=7) Traceback (most recent call last):",
-    "(EngineCore_DP0 pid=7) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.79 GiB. GPU 0 has a total "
-    "capacity of 79.19 GiB of which 20.00 MiB is free. Including non-PyTorch memory, this process has 78.99 GiB "
-    "memory in use.",
-]
-SMI = ["81704, 616"]  # MiB: memory.total, memory.reserved (an H100 80GB: 79.19 GiB as torch sees it)
 
 
 def evidence(
@@ -134,10 +123,9 @@ def test_a_healthy_vllm_start_leaves_a_vllm_calibration_record() -> None:
 def test_plan_host_reads_a_running_vllm_unit_in_one_journal_round_trip() -> None:
     import json as _json
 
-    from fake_transport import JOURNAL, incident_host
-
     from remediate.host.common.options import RunOptions
     from remediate.host.plan.plan import plan_host
+    from tests.support.hosts import JOURNAL, incident_host
 
     argv = ("/usr/bin/vllm", "serve", "standin/mha-13b-40k", "--gpu-memory-utilization", "0.95", "--port", "8001")
     journal = "\n".join([*START, "@@journal-tail", *START, *CRASH, "@@smi", *SMI]) + "\n"

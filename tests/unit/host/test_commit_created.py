@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from remediate.host.common.commit import FileWrite
-from unit.host.test_remote_scripts import rendered_many
+from tests.support.scripts import rendered_many
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("bash", "flock", "sha256sum", "base64", "mktemp", "sync", "readlink")),

@@ -11,12 +11,15 @@ import re
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport, state_output
 
 from remediate.errors import ConnectionLost, TransportError
 from remediate.host.common.lock import locked_read, retake
 from remediate.models import CommandResult
-from unit.host.test_runner_remediate import COMMIT, PATH, POLL, commit_ok, info, make_host, phases, run, written_texts
+from tests.support.fake_transport import FakeTransport, state_output
+from tests.support.hosts import COMMIT, POLL, commit_ok, info, phases, written_texts
+from tests.support.hosts import UNIT_PATH as PATH
+from tests.support.hosts import oom_host as make_host
+from tests.support.hosts import run_oom as run
 
 LOG = r"\Aflock -E 75 -w \d+ \S+\.lock\.commit true .*\.commit\.[0-9a-f]+\.log"
 FILES = r"\Afor p in"

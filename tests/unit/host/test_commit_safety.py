@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport
 
 from remediate.core.probe import parse_probe, refuse_unsafe
 from remediate.errors import EXIT_BAD_INPUT, UnsafePathError
@@ -22,8 +21,8 @@ from remediate.host.common import commit
 from remediate.host.common.commit import UNSAFE_EXIT, FileWrite
 from remediate.host.common.probe import probe_script
 from remediate.models import CommandResult
-from unit.host.test_commit_script import ENV_OLD, names, run, shim, two_files
-from unit.host.test_remote_scripts import EPOCH, NEW, OLD, UNIT, rendered_many
+from tests.support.fake_transport import FakeTransport
+from tests.support.scripts import ENV_OLD, EPOCH, NEW, OLD, UNIT, names, rendered_many, run, shim, two_files
 
 SERVICE_UID = 1001  # the service account: not root, owns nothing we trust
 

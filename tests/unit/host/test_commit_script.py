@@ -19,56 +19,26 @@ from remediate.host.common import templates
 from remediate.host.common.commit import FileWrite
 from remediate.host.common.lock import LOCK_BROKEN_EXIT, LOCK_HELD_EXIT
 from remediate.host.common.probe import probe_script
-from unit.host.test_remote_scripts import EPOCH, NEW, OLD, UNIT, rendered_many
+from tests.support.scripts import (
+    ENV_NEW,
+    ENV_OLD,
+    EPOCH,
+    NEW,
+    OLD,
+    UNIT,
+    forward,
+    names,
+    rendered_many,
+    run,
+    shim,
+    two_files,
+    undo_of,
+)
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("bash", "flock", "sha256sum", "base64", "mktemp", "sync", "readlink")),
     reason="needs bash and coreutils/util-linux",
 )
-
-ENV_OLD = "MEM=0.94\n"
-ENV_NEW = "MEM=0.93\n"
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def two_files(tmp_path: Path) -> tuple[Path, Path]:
-    unit = tmp_path / "system" / UNIT
-    env = tmp_path / "default" / "sglang"
-    for path, text in ((unit, OLD), (env, ENV_OLD)):
-        path.parent.mkdir(parents=True)
-        path.write_text(text)
-        path.chmod(0o640)
-    return unit, env
-
-
-def forward(unit: Path, env: Path) -> list[FileWrite]:
-    return [FileWrite(str(unit), OLD, NEW), FileWrite(str(env), ENV_OLD, ENV_NEW)]
-
-
-def undo_of(writes: list[FileWrite]) -> list[FileWrite]:
-    return [FileWrite(w.path, w.new_text, w.old_text, backup_tag=None) for w in writes]
-
-
-def shim(tmp_path: Path, tool: str, body: str) -> dict[str, str]:
-    """PATH with ``tool`` replaced by a script (``$REAL`` is the real one)."""
-    bindir = tmp_path / "shim"
-    bindir.mkdir(exist_ok=True)
-    real = shutil.which(tool)
-    (bindir / tool).write_text(f"#!/bin/bash\nREAL={real}\n{body}\n")
-    (bindir / tool).chmod(0o755)
-    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
-
-
-def run(script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60, env=env)
-
-
-def names(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir())
-
 
 # -- 1. several files: stage all, rename all; an undo restores exactly what was renamed -----------------
 

@@ -7,20 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_transport import INCIDENT, listener_output, state_output
 
 from remediate import api
-from unit.host.test_diagnose_host import host, journal, run
-from unit.host.test_runner_remediate import (
-    COMMIT,
-    POLL,
-    commit_ok,
-    info,
-    make_host,
-    no_sleep,  # noqa: F401 - autouse: no real naps
-    written_texts,
-)
-from unit.host.test_runner_remediate import run as run_host
+from tests.support.fake_transport import listener_output, state_output
+from tests.support.hosts import COMMIT, INCIDENT, POLL, commit_ok, info, written_texts
+from tests.support.hosts import case_journal as journal
+from tests.support.hosts import diagnose_host as host
+from tests.support.hosts import diagnose_one as run
+from tests.support.hosts import oom_host as make_host
+from tests.support.hosts import run_oom as run_host
 
 
 @pytest.mark.parametrize(

@@ -2,52 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from fake_transport import INCIDENT, FakeTransport, incident_host
 
 from remediate import api
-from remediate.cli.render import console as render_console
 from remediate.errors import ConfigError
 from remediate.host.diagnose.diagnose import masked, parse_since
-
-ROOT = Path(__file__).resolve().parents[3]
-ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
-CASES = ROOT / "tests" / "data" / "diagnosis_cases"
-
-
-def host(
-    journal: list[str],
-    *,
-    gpus: list[str] | None = None,
-    apps: list[str] = (),
-    state: str = "failed",
-    argv: list[str] = ARGV,
-    text: str = INCIDENT,
-) -> FakeTransport:  # type: ignore[assignment]
-    extra = ["@@journal", *journal]
-    if gpus is None:
-        extra.append("@@gpus absent")
-    else:
-        extra += ["@@gpus", *gpus, "@@apps", *apps]
-    extra += ["@@ps", "  100     1", "  101   100", "  102   100", "  555     1", "  200     1", "  201   200"]
-    main_pid = 100 if state == "active" else 0
-    return incident_host(
-        argv=argv, text=text, active=state, probe_tail=extra, Result="exit-code", NRestarts=1, MainPID=main_pid
-    )
-
-
-def journal(case: str) -> list[str]:
-    return (CASES / case / "journal.txt").read_text().splitlines()
-
-
-def run(fake: FakeTransport, **kw: object) -> dict[str, object]:
-    results = api.diagnose(["gpu-01"], transport_factory=lambda entry, ssh: fake, **kw)  # type: ignore[arg-type]
-    doc = json.loads(render_console.dumps(render_console.results_document(results)))
-    (only,) = doc["results"]
-    return only  # type: ignore[no-any-return]
+from tests.support.hosts import INCIDENT
+from tests.support.hosts import case_journal as journal
+from tests.support.hosts import diagnose_host as host
+from tests.support.hosts import diagnose_one as run
 
 
 def test_incident_journal_gives_findings_recommendation_and_command() -> None:

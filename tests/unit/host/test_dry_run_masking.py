@@ -4,7 +4,8 @@ masking run to the closing quote, and the edited ExecStart showed as an unchange
 
 from __future__ import annotations
 
-from unit.host.test_runner_remediate import make_host, run
+from tests.support.hosts import oom_host as make_host
+from tests.support.hosts import run_oom as run
 
 SCRIPT = (
     "HF_TOKEN=hf_Quoted8 exec /opt/sglang/bin/python3 -m sglang.launch_server --model-path /models/Kimi-K2.6 "

@@ -3,14 +3,10 @@ reads this start's journal for ``GPU KV cache size`` (and never asks for sglang'
 
 from __future__ import annotations
 
-import types
-
-import pytest
-import tenacity.nap
-from fake_transport import FakeTransport, state_output
-
 from remediate.core.engines import VLLM
 from remediate.host.common.health import wait_healthy
+from tests.support.clock import Naps
+from tests.support.hosts import waiting_host
 
 UNIT = "vllm.service"
 POLL = r"\Asystemctl show"
@@ -20,30 +16,26 @@ STARTED = (
 )
 
 
-@pytest.fixture(autouse=True)
-def naps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    taken: list[float] = []
-    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=taken.append))
-    return taken
-
-
-def test_vllm_capacity_comes_from_the_journal_after_health() -> None:
-    host = FakeTransport("gpu-01")
-    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
-    host.on(r"\Ajournalctl", STARTED)
-    host.http("/health", None, 503, 200)
+def test_vllm_capacity_comes_from_the_journal_after_health(naps: Naps) -> None:
+    host = waiting_host(None, 503, 200, journal=[STARTED])
     healthy = wait_healthy(
-        host, UNIT, ("127.0.0.1", 8000), timeout=60, restart_epoch=1764800000, invocation_id="inv-2", engine=VLLM
+        host,
+        UNIT,
+        ("127.0.0.1", 8000),
+        timeout=60,
+        restart_epoch=1764800000,
+        invocation_id="inv-2",
+        engine=VLLM,
+        sleep=naps,
     )
     assert (healthy.tokens, healthy.source, healthy.info) == (63616, "journal", None)
     assert {c.path for c in host.http_calls} == {"/health"}  # no /server_info, /get_server_info
     assert any("--since @1764800000" in c.command for c in host.ran(r"\Ajournalctl"))
 
 
-def test_vllm_healthy_without_the_line_keeps_waiting_for_it() -> None:
-    host = FakeTransport("gpu-01")
-    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
-    host.on(r"\Ajournalctl", "INFO 12-04 03:20:00 [api_server.py:1839] vLLM API server version 0.11.0\n", STARTED)
-    host.http("/health", 200, 200)
-    healthy = wait_healthy(host, UNIT, ("127.0.0.1", 8000), timeout=60, restart_epoch=None, engine=VLLM)
+def test_vllm_healthy_without_the_line_keeps_waiting_for_it(naps: Naps) -> None:
+    host = waiting_host(
+        200, 200, journal=["INFO 12-04 03:20:00 [api_server.py:1839] vLLM API server version 0.11.0\n", STARTED]
+    )
+    healthy = wait_healthy(host, UNIT, ("127.0.0.1", 8000), timeout=60, restart_epoch=None, engine=VLLM, sleep=naps)
     assert healthy.tokens == 63616 and healthy.polls == 2

@@ -4,56 +4,45 @@ and the unit's state read often at first but only every few seconds while a big 
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
-import tenacity.nap
-from fake_transport import LISTENER_SCRIPT, FakeTransport, listener_output, state_output
 
 from remediate.core.probe import ServiceState
 from remediate.errors import UnhealthyError
 from remediate.host.common.health import MAX_GAP_S, STATE_EVERY_S, wait_healthy
 from remediate.transport.base import HttpResponse
+from tests.support.clock import Naps
+from tests.support.fake_transport import LISTENER_SCRIPT, FakeTransport, listener_output, state_output
+from tests.support.hosts import waiting_host
 
 UNIT = "sglang.service"
 POLL = r"\Asystemctl show"
 INFO = (200, json.dumps({"max_total_num_tokens": 195011}))
 
 
-@pytest.fixture
-def naps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The pauses wait_healthy takes, recorded instead of slept."""
-    taken: list[float] = []
-    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=taken.append))
-    return taken
-
-
 def _host(refused: int) -> FakeTransport:
-    host = FakeTransport("gpu-01")
-    host.on(POLL, state_output("active", "running", invocation_id="inv-2"))
-    host.on(r"\Ajournalctl", "\n")
-    host.http("/health", *([None] * refused), 200)
-    host.http("/server_info", INFO)
-    return host
+    return waiting_host(*([None] * refused), 200, info=INFO)
 
 
-def _wait(host: FakeTransport) -> int:
-    healthy = wait_healthy(host, UNIT, ("127.0.0.1", 30000), timeout=3600, restart_epoch=None, invocation_id="inv-2")
+def _wait(host: FakeTransport, naps: Naps) -> int:
+    healthy = wait_healthy(
+        host, UNIT, ("127.0.0.1", 30000), timeout=3600, restart_epoch=None, invocation_id="inv-2", sleep=naps
+    )
     return healthy.tokens
 
 
-def test_an_instant_server_is_seen_on_the_first_poll(naps: list[float]) -> None:
+def test_an_instant_server_is_seen_on_the_first_poll(naps: Naps) -> None:
     host = _host(refused=0)
-    assert _wait(host) == 195011
+    assert _wait(host, naps) == 195011
     assert naps == []  # no pause before the first poll
     assert [c.path for c in host.http_calls] == ["/health", "/server_info"]
     assert len(host.ran(POLL)) == 1  # the state, once, before success
 
 
-def test_a_long_load_polls_health_at_least_every_second_and_the_state_rarely(naps: list[float]) -> None:
+def test_a_long_load_polls_health_at_least_every_second_and_the_state_rarely(naps: Naps) -> None:
     refused = 600  # ten minutes of loading at the 1 s cap
     host = _host(refused)
-    assert _wait(host) == 195011
+    assert _wait(host, naps) == 195011
     assert naps[0] <= 0.05 and max(naps) == MAX_GAP_S  # backoff grows, capped: readiness seen within 1 s
     assert naps == sorted(naps)
     loading = sum(naps)
@@ -63,7 +52,7 @@ def test_a_long_load_polls_health_at_least_every_second_and_the_state_rarely(nap
     assert host.ran(r"\Ajournalctl") == []  # no journal reads beyond the state's newest line
 
 
-def test_a_crash_while_loading_is_noticed_by_the_next_state_read(naps: list[float]) -> None:
+def test_a_crash_while_loading_is_noticed_by_the_next_state_read(naps: Naps) -> None:
     host = FakeTransport("gpu-01")
     host.on(
         POLL,
@@ -73,49 +62,49 @@ def test_a_crash_while_loading_is_noticed_by_the_next_state_read(naps: list[floa
     host.on(r"\Ajournalctl", "torch.OutOfMemoryError: CUDA out of memory.\n")
     host.http("/health", None)
     with pytest.raises(UnhealthyError, match="crashed while loading"):
-        _wait(host)
+        _wait(host, naps)
     assert len(host.ran(POLL)) == 2
     assert sum(naps) <= 1.5  # found by the read a second after the first one
 
 
-def test_another_server_answering_while_the_unit_failed_is_not_success(naps: list[float]) -> None:
+def test_another_server_answering_while_the_unit_failed_is_not_success(naps: Naps) -> None:
     host = FakeTransport("gpu-01")
     host.on(POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
     host.on(r"\Ajournalctl", "\n")
     host.http("/health", 200)
     host.http("/server_info", INFO)
     with pytest.raises(UnhealthyError, match="failed"):
-        _wait(host)
+        _wait(host, naps)
 
 
-def test_a_fresh_look_at_our_running_unit_is_not_repeated_when_the_server_answers(naps: list[float]) -> None:
+def test_a_fresh_look_at_our_running_unit_is_not_repeated_when_the_server_answers(naps: Naps) -> None:
     host = _host(refused=1)  # the state read on the first poll saw it active, InvocationID ours, MainPID set
-    assert _wait(host) == 195011
+    assert _wait(host, naps) == 195011
     assert len(host.ran(POLL)) == 1
 
 
-def test_an_activating_unit_is_looked_at_again_when_the_server_answers(naps: list[float]) -> None:
+def test_an_activating_unit_is_looked_at_again_when_the_server_answers(naps: Naps) -> None:
     host = FakeTransport("gpu-01")
     host.on(POLL, state_output("activating", "start", invocation_id="inv-2"), state_output(invocation_id="inv-2"))
     host.on(r"\Ajournalctl", "\n")
     host.http("/health", None, 200)
     host.http("/server_info", INFO)
-    assert _wait(host) == 195011
+    assert _wait(host, naps) == 195011
     assert len(host.ran(POLL)) == 2
 
 
-def test_the_last_look_brings_the_state_so_no_separate_read_follows(naps: list[float]) -> None:
+def test_the_last_look_brings_the_state_so_no_separate_read_follows(naps: Naps) -> None:
     host = FakeTransport("gpu-01")
     host.on(POLL, state_output("activating", "start", invocation_id="inv-2"))
     running = {"ActiveState": "active", "SubState": "running", "NRestarts": 0, "InvocationID": "inv-2"}
     host.on(rf"\A{LISTENER_SCRIPT}", listener_output(listen="0.0.0.0:30000", state=running))
     host.http("/health", None, 200)
     host.http("/server_info", INFO)
-    assert _wait(host) == 195011
+    assert _wait(host, naps) == 195011
     assert len(host.ran(POLL)) == 1  # the first poll's read; the answer's look read the state with the owner
 
 
-def test_a_new_main_pid_in_the_last_look_fails_the_wait(naps: list[float]) -> None:
+def test_a_new_main_pid_in_the_last_look_fails_the_wait(naps: Naps) -> None:
     host = FakeTransport("gpu-01")
     host.on(POLL, state_output("activating", "start", invocation_id="inv-2", main_pid=4242))
     moved = {"ActiveState": "active", "SubState": "running", "NRestarts": 0, "InvocationID": "inv-2"}
@@ -124,15 +113,17 @@ def test_a_new_main_pid_in_the_last_look_fails_the_wait(naps: list[float]) -> No
     host.http("/health", None, 200)
     host.http("/server_info", INFO)
     with pytest.raises(UnhealthyError, match="MainPID changed 4242 → 5000"):
-        _wait(host)
+        _wait(host, naps)
 
 
-def test_without_a_progress_line_the_state_reads_skip_the_journal(naps: list[float]) -> None:
+def test_without_a_progress_line_the_state_reads_skip_the_journal(naps: Naps) -> None:
     host = _host(refused=3)
-    _wait(host)
+    _wait(host, naps)
     assert all("journalctl" not in c.command for c in host.ran(POLL))
     host = _host(refused=3)
-    wait_healthy(host, UNIT, ("127.0.0.1", 30000), timeout=60, restart_epoch=None, on_progress=lambda *_: None)
+    wait_healthy(
+        host, UNIT, ("127.0.0.1", 30000), timeout=60, restart_epoch=None, on_progress=lambda *_: None, sleep=naps
+    )
     assert all("journalctl -u" in c.command for c in host.ran(POLL))
 
 
@@ -142,30 +133,30 @@ def _restarted(active: str = "active", sub: str = "running", result: str = "succ
     return ServiceState(unit=UNIT, properties={**props, "InvocationID": "inv-2"})
 
 
-def _wait_after(host: FakeTransport, restarted: ServiceState) -> int:
+def _wait_after(host: FakeTransport, restarted: ServiceState, naps: Naps) -> int:
     """The wait as the transaction runs it: with the commit script's state read right after the restart."""
     healthy = wait_healthy(
         host, UNIT, ("127.0.0.1", 30000), timeout=3600, restart_epoch=None, invocation_id="inv-2",
-        initial_state=restarted,
+        initial_state=restarted, sleep=naps,
     )  # fmt: skip
     return healthy.tokens
 
 
-def test_the_commits_state_read_is_the_first_one_so_the_wait_starts_with_a_poll(naps: list[float]) -> None:
+def test_the_commits_state_read_is_the_first_one_so_the_wait_starts_with_a_poll(naps: Naps) -> None:
     host = _host(refused=3)
-    assert _wait_after(host, _restarted()) == 195011
+    assert _wait_after(host, _restarted(), naps) == 195011
     assert host.ran(POLL) == []  # the restart's own read stands: a running server answering is ours
     assert [c.path for c in host.http_calls][:4] == ["/health"] * 4
 
 
-def test_a_unit_that_failed_right_after_the_restart_fails_the_wait_at_once(naps: list[float]) -> None:
+def test_a_unit_that_failed_right_after_the_restart_fails_the_wait_at_once(naps: Naps) -> None:
     host = _host(refused=3)
     with pytest.raises(UnhealthyError, match="failed"):
-        _wait_after(host, _restarted("failed", "failed", "exit-code"))
+        _wait_after(host, _restarted("failed", "failed", "exit-code"), naps)
     assert host.http_calls == [] and naps == []
 
 
-def test_a_poll_that_is_not_refused_is_named_in_the_progress(naps: list[float]) -> None:
+def test_a_poll_that_is_not_refused_is_named_in_the_progress(naps: Naps) -> None:
     """Every failed poll read "port closed", a timeout or a wrong port included: the wrong-port bug hid behind it."""
     host = _host(refused=0)
     host.http("/health", None)
@@ -182,6 +173,6 @@ def test_a_poll_that_is_not_refused_is_named_in_the_progress(naps: list[float]) 
     with pytest.raises(UnhealthyError):
         wait_healthy(
             host, UNIT, ("127.0.0.1", 30000), timeout=0.05, restart_epoch=None, invocation_id="inv-2",
-            on_progress=lambda phase, _elapsed, _line: seen.append(phase),
+            on_progress=lambda phase, _elapsed, _line: seen.append(phase), sleep=naps,
         )  # fmt: skip
     assert seen and seen[0] == "loading (no answer on 127.0.0.1:30000: 127.0.0.1:30000/health: timed out)"

@@ -4,15 +4,15 @@
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
-import tenacity.nap
-from fake_transport import FakeTransport, listener_output, state_output
 
 from remediate.core.listener import Listener, parse_listeners, who
 from remediate.host.common.health import wait_healthy
 from remediate.host.common.listener import judge_owner, listener_script, parse_look, parse_owner, reached
+from tests.support.clock import Naps
+from tests.support.fake_transport import listener_output
+from tests.support.hosts import waiting_host
 
 UNIT = "sglang.service"
 ENDPOINT = ("127.0.0.1", 30000)
@@ -101,19 +101,9 @@ def test_an_unfinished_check_is_not_ours() -> None:
     assert not parse_owner("@@show\nMainPID=5\n", UNIT, ENDPOINT).is_ours
 
 
-@pytest.fixture
-def naps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    taken: list[float] = []
-    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=taken.append))
-    return taken
-
-
-def test_the_wait_waits_past_a_squatter_naming_it_until_the_unit_holds_the_port(naps: list[float]) -> None:
-    host = FakeTransport("gpu-01")
-    host.on(r"\Asystemctl show", state_output("active", "running", invocation_id="inv-2"))
+def test_the_wait_waits_past_a_squatter_naming_it_until_the_unit_holds_the_port(naps: Naps) -> None:
+    host = waiting_host(200, info=(200, json.dumps({"max_total_num_tokens": 195011})))
     host.on(r"\A# remediate: listener", *([listener_output(ours=False)] * 3), listener_output())
-    host.http("/health", 200)
-    host.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011})))
     progress: list[str] = []
     healthy = wait_healthy(
         host,
@@ -123,6 +113,7 @@ def test_the_wait_waits_past_a_squatter_naming_it_until_the_unit_holds_the_port(
         restart_epoch=None,
         invocation_id="inv-2",
         on_progress=lambda phase, _elapsed, _line: progress.append(phase),
+        sleep=naps,
     )
     assert healthy.polls == 4  # three answers from the squatter were not taken for the new server
     assert len(progress) == 3

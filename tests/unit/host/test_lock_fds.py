@@ -24,7 +24,7 @@ import pytest
 from remediate.host.common import templates
 from remediate.host.common.commit import FileWrite
 from remediate.host.common.probe import probe_script
-from unit.host.test_remote_scripts import NEW, OLD, UNIT, rendered_many
+from tests.support.scripts import NEW, OLD, UNIT, rendered_many
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("bash", "flock", "sha256sum", "base64", "mktemp", "sync", "setsid")),

@@ -10,43 +10,22 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport
 
 from remediate.core.probe import parse_probe
 from remediate.host.common import commit, templates
 from remediate.host.common.commit import FileWrite
 from remediate.host.common.lock import LOCK_HELD_EXIT, lock_path
 from remediate.host.common.probe import probe_script
+from tests.support.fake_transport import FakeTransport
+from tests.support.scripts import EPOCH, NEW, OLD, UNIT, rendered_many
 
-EPOCH = 1_764_400_000
-UNIT = "sglang.service"
 HOSTILE = "/etc/systemd/system/it's $(touch PWNED) `id` \"q.service"
 SPACED = "/etc/systemd/system/my unit's.service"
-OLD = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --mem-fraction-static 0.94\n"
-NEW = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --mem-fraction-static 0.93\n"
 REPORT = "@@reloaded\n@@restart 1764400001\n@@restarted inv-2\n@@end\n"
 
 
 def rendered(path: str, *, restart: bool = True, run_dir: Path | None = None) -> str:
     return rendered_many([FileWrite(path, OLD, NEW)], restart=restart, run_dir=run_dir)
-
-
-def rendered_many(
-    writes: list[FileWrite], *, restart: bool = False, run_dir: Path | None = None, token: str = "t0k3n"
-) -> str:
-    """The commit script for ``writes``; its lock directory (commit lock, log) under ``run_dir``. A commit's
-    token names its log: each commit its own (an undo of the same files, say, gets another)."""
-    run = run_dir or Path("/run/remediate")
-    return templates.render(
-        "commit.sh.j2",
-        unit=UNIT,
-        files=[w.render_args() for w in writes],
-        epoch=EPOCH,
-        restart=restart,
-        analyze=False,
-        log_path=str(run / f"{UNIT}.commit.{token}.log"),
-        commit_lock=str(run / f"{UNIT}.lock.commit"),
-    )
 
 
 def sent_script(path: str) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from fake_transport import FakeTransport, state_output
-
-from unit.host.test_runner_remediate import COMMIT, POLL, commit_ok, info, make_host, no_sleep, phases, run  # noqa: F401 - no_sleep: autouse, no real naps
+from tests.support.fake_transport import FakeTransport, state_output
+from tests.support.hosts import COMMIT, POLL, commit_ok, info, phases
+from tests.support.hosts import oom_host as make_host
+from tests.support.hosts import run_oom as run
 
 SIZE = 32768
 

@@ -2,123 +2,52 @@
 
 from __future__ import annotations
 
-import base64
 import json
-import shlex
-import types
-from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-import tenacity.nap
-from fake_transport import FakeTransport, incident_host, listener_output, probe_output, state_output
 
-from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, plan_edit
 from remediate.host.common.options import RunOptions
 from remediate.host.oom.runner import remediate_host
-from remediate.models import CommandResult, HostResult
-
-ROOT = Path(__file__).resolve().parents[3]
-INCIDENT = (ROOT / "examples" / "incident" / "sglang.service").read_text()
-UNIT = "sglang.service"
-PATH = "/etc/systemd/system/sglang.service"
-ARGV = [
-    "/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--model-path", "/models/Kimi-K2.6", "--tp", "8",
-    "--host", "0.0.0.0", "--port", "30000", "--mem-fraction-static", "0.94", "--trust-remote-code",
-]  # fmt: skip
-NOW = 1_764_400_000.0  # 2025-11-29T07:06:40Z
-EPOCH = int(NOW)
-PROBE = r"# remediate probe"  # run (status) or held (oom: detection, lock and read in one)
-COMMIT = r"\Abash -s\n# remediate commit"
-POLL = r"\Asystemctl show"
-JOURNAL = r"\Ajournalctl"
-OOM_JOURNAL = "\n".join(
-    [
-        "Loading safetensors checkpoint shards: 100% Completed",
-        "Scheduler hit an exception: Traceback (most recent call last):",
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
-        "launched with HF_TOKEN=hf_abc123",
-        "sglang.service: Main process exited, code=exited, status=1/FAILURE",
-    ]
+from remediate.models import CommandResult
+from tests.support.clock import Naps
+from tests.support.fake_transport import FakeTransport, listener_output, probe_output, state_output
+from tests.support.hosts import (
+    COMMIT,
+    EPOCH,
+    INCIDENT,
+    NOW,
+    POLL,
+    commit_error,
+    commit_ok,
+    info,
+    phases,
+    remediated_text,
+    written_texts,
 )
+from tests.support.hosts import KIMI_ARGV as ARGV
+from tests.support.hosts import UNIT_PATH as PATH
+from tests.support.hosts import oom_host as make_host
+from tests.support.hosts import run_oom as run
+
+UNIT = "sglang.service"
+PROBE = r"# remediate probe"  # run (status) or held (oom: detection, lock and read in one)
+JOURNAL = r"\Ajournalctl"
 CAPACITY_LINE = (
     "[2026-11-29 07:14:22 TP0] max_total_num_tokens=195011, chunked_prefill_size=4096, max_prefill_tokens=16384, "
     "max_running_requests=6, context_len=262144, available_gpu_mem=1.81 GB"
 )
 
 
-@pytest.fixture(autouse=True)
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """wait_healthy backs off with tenacity; record the naps instead of taking them (no real sleeps)."""
-    naps: list[float] = []
-    monkeypatch.setattr(tenacity.nap, "time", types.SimpleNamespace(sleep=naps.append))
-    return naps
-
-
-def remediated_text(text: str = INCIDENT, path: str = PATH, desired: DesiredState | None = None) -> str:
-    sources = UnitSources(fragment=SourceFile(path=path, text=text), env_files={})
-    plan = plan_edit(sources, desired or DesiredState(), now=datetime.fromtimestamp(NOW, tz=UTC))
-    return plan.files[0].new_text if plan.files else text
-
-
-def commit_ok(path: str = PATH, invocation: str = "inv-2", *, backup: bool = True, wrote: bool = True) -> str:
-    lines = [f"@@backup 0 {path}.bak.oom.{EPOCH}"] if backup else []
-    lines += ["@@renamed 0", "@@written 0 0123abcd"] if wrote else []
-    lines += ["@@reloaded", f"@@restart {EPOCH}", f"@@restarted {invocation}", "@@end"]
-    return "\n".join(lines) + "\n"
-
-
-def commit_error(code: int, message: str, stdout: str = "") -> CommandResult:
-    return CommandResult(argv="bash -s", exited=code, stdout=stdout, stderr=f"@@error {message}\n")
-
-
-def info(tokens: int) -> tuple[int, str]:
-    return 200, json.dumps({"max_total_num_tokens": tokens, "chunked_prefill_size": 4096})
-
-
-def make_host(
-    text: str = INCIDENT,
-    *,
-    active: str = "failed",
-    path: str = PATH,
-    argv: list[str] | None = None,
-    journal: str = OOM_JOURNAL,
-) -> FakeTransport:
-    """A host whose sglang unit is ``text`` at ``path``; the caller scripts commits, polls and HTTP."""
-    environment = "HF_HOME=/models/.cache/huggingface CUDA_HOME=/usr/local/cuda"
-    return incident_host(
-        text=text, path=path, argv=argv or ARGV, active=active, journal=journal + "\n", Environment=environment
-    )
-
-
-def run(transport: FakeTransport, **options: object) -> HostResult:
-    return remediate_host(transport, RunOptions(**options), now=lambda: NOW)  # type: ignore[arg-type]
-
-
-def phases(result: HostResult) -> list[str]:
-    return [p.name for p in result.phases]
-
-
-def written_texts(script: str) -> dict[str, str]:
-    """The bytes a rendered commit script writes, per target path (decoded from its base64 array)."""
-    arrays = {}
-    for line in script.splitlines():
-        name, eq, value = line.partition("=(")
-        if eq and name in ("paths", "b64s"):
-            arrays[name] = shlex.split(value.rstrip(")"))
-    return {p: base64.b64decode(b).decode() for p, b in zip(arrays["paths"], arrays["b64s"], strict=True)}
-
-
 # -- success -----------------------------------------------------------------------------------
 
 
-def test_remediated_phases_in_order(no_sleep: list[float]) -> None:
+def test_remediated_phases_in_order(naps: Naps) -> None:
     host = make_host()
     host.on(COMMIT, commit_ok())
     host.on(POLL, state_output("activating", "start", invocation_id="inv-2", main_pid=5000))
     host.http("/health", None, None, 503, 200)
     host.http("/server_info", info(206635))
-    result = run(host)
+    result = run(host, sleep=naps)
     assert result.outcome == "remediated", result.error
     assert result.exit_code == 0 and result.error is None
     assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait", "verify"]
@@ -133,7 +62,7 @@ def test_remediated_phases_in_order(no_sleep: list[float]) -> None:
     assert len(host.ran(POLL)) == 2  # the state: on the first poll (refused), and once the server answers
     assert [c.path for c in host.http_calls] == ["/health"] * 4 + ["/server_info"]
     assert {(c.host, c.port) for c in host.http_calls} == {("127.0.0.1", 30000)}
-    assert len(no_sleep) == 3
+    assert len(naps) == 3
     assert host.opened == 1
 
 
@@ -416,9 +345,8 @@ def test_probe_failure_is_a_transport_error() -> None:
 
 
 def test_fake_refuses_unscripted_commands_and_repeats_its_last_reply() -> None:
-    from fake_transport import UnscriptedCommandError
-
     from remediate.transport.base import Transport
+    from tests.support.fake_transport import UnscriptedCommandError
 
     host: Transport = FakeTransport("h").on(r"\Aecho", "one\n", 3).http("/health", None, 503, 200)
     assert [host.run("echo").stdout, host.run("echo").exited, host.run("echo").exited] == ["one\n", 3, 3]
@@ -438,7 +366,7 @@ def test_lock_held_by_another_run_fails_clearly_before_reading() -> None:
     assert phases(result) == ["connect", "lock"]
 
 
-def test_an_owner_check_that_could_not_run_is_said_in_the_notes(no_sleep: list[float]) -> None:
+def test_an_owner_check_that_could_not_run_is_said_in_the_notes() -> None:
     """ss missing on the host: the answer is taken as the unit's (nothing to check it with), and the result
     says it was not proven, instead of passing in silence."""
     host = make_host()
@@ -452,7 +380,7 @@ def test_an_owner_check_that_could_not_run_is_said_in_the_notes(no_sleep: list[f
     assert any("port's owner is not checked" in note for note in result.notes), result.notes
 
 
-def test_the_environment_read_with_the_last_look_is_what_verify_checks(no_sleep: list[float]) -> None:
+def test_the_environment_read_with_the_last_look_is_what_verify_checks() -> None:
     """The wait's last look brings the server's environment: no round trip of its own, and a server that lacks
     the alloc conf there is rolled back as if it had been read apart."""
     running = {"ActiveState": "active", "SubState": "running", "NRestarts": 0, "InvocationID": "inv-2"}

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from fake_transport import incident_host
-
 from remediate.core.unitfile.edit import DesiredState
 from remediate.host.common.options import BudgetOptions, RunOptions
 from remediate.host.oom.runner import remediate_host, status_host
 from remediate.models import HostResult
-from unit.host.test_budget_vllm import CRASH, SMI, START
-from unit.host.test_runner_remediate import COMMIT, NOW, no_sleep  # noqa: F401 - no_sleep: autouse, no real naps
+from tests.support.hosts import NOW, incident_host
+from tests.support.journals import VLLM_CRASH as CRASH
+from tests.support.journals import VLLM_SMI as SMI
+from tests.support.journals import VLLM_START as START
 
 UNIT = "vllm.service"
 PATH = f"/etc/systemd/system/{UNIT}"

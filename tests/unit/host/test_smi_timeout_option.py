@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import shlex
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_transport import FakeTransport, exec_start_value, probe_output
 
 from remediate import api
 from remediate.cli.app import cli
@@ -18,10 +16,10 @@ from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, 
 from remediate.fleet.request import OomRequest
 from remediate.host.common.options import RunOptions
 from remediate.host.oom.runner import remediate_host
-
-INCIDENT = (Path(__file__).resolve().parents[3] / "examples" / "incident" / "sglang.service").read_text()
-PATH = "/etc/systemd/system/sglang.service"
-ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
+from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import INCIDENT, incident_host
+from tests.support.hosts import SHORT_ARGV as ARGV
+from tests.support.hosts import UNIT_PATH as PATH
 
 
 def _remediated() -> str:
@@ -31,22 +29,8 @@ def _remediated() -> str:
 
 def _host(text: str = INCIDENT, *, smi: str = "timeout") -> FakeTransport:
     """One host whose nvidia-smi queries both timed out (what the script reports as ``@@gpus timeout``)."""
-    props = {
-        "FragmentPath": PATH,
-        "DropInPaths": "",
-        "ExecStart": exec_start_value(ARGV),
-        "ActiveState": "active",
-        "SubState": "running",
-        "Result": "success",
-        "NeedDaemonReload": "no",
-        "NRestarts": 0,
-        "MainPID": 100,
-    }
-    out = probe_output("sglang.service", props, {PATH: text}, candidates=["sglang.service"])
     extra = ["@@journal", "@@gpus", f"@@gpus {smi}", "@@apps", f"@@apps {smi}", "@@ps", "  100     1"]
-    fake = FakeTransport("gpu-01")
-    fake.on(r"# remediate probe", out.replace("@@end\n", "\n".join(extra) + "\n@@end\n"))
-    return fake
+    return incident_host(text=text, path=PATH, argv=ARGV, active="active", MainPID=100, probe_tail=extra)
 
 
 def _scripts(fake: FakeTransport) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_transport import state_output
 
 from remediate.core.backups import Backup, choose, make_backup, mark_truncated, select_prune
 from remediate.errors import ConfigError, ConnectError, ConnectionLost
@@ -14,7 +13,11 @@ from remediate.host.common.lock import commit_log_path, lock_path
 from remediate.host.common.options import RunOptions
 from remediate.models import CommandResult
 from remediate.transport.known_hosts import read_known_hosts
-from unit.host.test_runner_remediate import COMMIT, PATH, POLL, commit_ok, info, make_host, phases, run
+from tests.support.fake_transport import state_output
+from tests.support.hosts import COMMIT, POLL, commit_ok, info, phases
+from tests.support.hosts import UNIT_PATH as PATH
+from tests.support.hosts import oom_host as make_host
+from tests.support.hosts import run_oom as run
 
 LOG = r"\Aflock -E 75 -w \d+ /run/remediate/sglang\.service\.lock\.commit true .*\.commit\.[0-9a-f]+\.log"
 

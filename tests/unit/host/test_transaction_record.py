@@ -11,12 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fake_transport import FakeTransport, state_output
 
 from remediate.host.common import templates
 from remediate.host.common.commit import FileWrite, commit
 from remediate.models import HostResult
-from unit.host import test_runner_remediate as runner
+from tests.support import hosts
+from tests.support.fake_transport import FakeTransport, state_output
 
 EPOCH = 1_764_400_000
 OLD = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --mem-fraction-static 0.94\n"
@@ -50,9 +50,11 @@ def test_commit_script_logs_the_change_and_the_backup_to_the_journal(tmp_path: P
 
 
 def test_commit_masks_the_journal_line_it_is_given() -> None:
-    host = runner.make_host()
-    host.on(runner.COMMIT, runner.commit_ok())
-    commit(host, "sglang.service", [FileWrite(runner.PATH, OLD, NEW)], epoch=EPOCH, journal="x --api-key sk-Leak2\n y")
+    host = hosts.oom_host()
+    host.on(hosts.COMMIT, hosts.commit_ok())
+    commit(
+        host, "sglang.service", [FileWrite(hosts.UNIT_PATH, OLD, NEW)], epoch=EPOCH, journal="x --api-key sk-Leak2\n y"
+    )
     [script] = host.scripts("# remediate commit")
     assert "sk-Leak2" not in script and "msg='x --api-key *** y'" in script and "logger -t remediate" in script
 
@@ -63,12 +65,12 @@ def _records(state: Path) -> list[dict[str, object]]:
 
 def _remediated_run() -> tuple[FakeTransport, HostResult]:
     """One healthy `oom` run on a scripted host: the host (what it was sent) and the result."""
-    host = runner.make_host()
-    host.on(runner.COMMIT, runner.commit_ok())
-    host.on(runner.POLL, state_output(invocation_id="inv-2"))
+    host = hosts.oom_host()
+    host.on(hosts.COMMIT, hosts.commit_ok())
+    host.on(hosts.POLL, state_output(invocation_id="inv-2"))
     host.http("/health", 200)
-    host.http("/server_info", runner.info(206635))
-    return host, runner.run(host)
+    host.http("/server_info", hosts.info(206635))
+    return host, hosts.run_oom(host)
 
 
 def test_remediation_is_recorded_in_the_state_dir(_state_dir: Path) -> None:
@@ -78,23 +80,23 @@ def test_remediation_is_recorded_in_the_state_dir(_state_dir: Path) -> None:
     assert committed["event"] == "committed" and done["event"] == "remediated"
     assert committed["host"] == "gpu-01" and committed["unit"] == "sglang.service"
     assert "--mem-fraction-static 0.94 → 0.93" in str(committed["changes"])
-    assert committed["backups"] == [f"{runner.PATH}.bak.oom.{runner.EPOCH}"]
+    assert committed["backups"] == [f"{hosts.UNIT_PATH}.bak.oom.{hosts.EPOCH}"]
     [script] = host.scripts("# remediate commit")
     assert "logger -t remediate" in script and "--mem-fraction-static 0.94 → 0.93" in script
     assert (_state_dir / "transactions.jsonl").stat().st_mode & 0o777 == 0o600
 
 
 def test_rolled_back_run_is_recorded(_state_dir: Path) -> None:
-    host = runner.make_host()
-    host.on(runner.COMMIT, runner.commit_ok(), runner.commit_ok(invocation="inv-3", backup=False))
+    host = hosts.oom_host()
+    host.on(hosts.COMMIT, hosts.commit_ok(), hosts.commit_ok(invocation="inv-3", backup=False))
     host.on(
-        runner.POLL,
+        hosts.POLL,
         state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0),
         state_output(invocation_id="inv-3"),
     )
     host.http("/health", 200)
-    host.http("/server_info", runner.info(180000))
-    result = runner.run(host)
+    host.http("/server_info", hosts.info(180000))
+    result = hosts.run_oom(host)
     assert result.outcome == "rolled_back", result.error
     events = [r["event"] for r in _records(_state_dir)]
     assert events == ["committed", "rolled_back"]

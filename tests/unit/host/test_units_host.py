@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_transport import INCIDENT, FakeTransport, exec_start_value, probe_output
 
 from remediate import api
 from remediate.cli.render import console as render_console
 from remediate.fleet.request import OomRequest
 from remediate.host.units import bundle
 from remediate.models import HostResult
+from tests.support.fake_transport import FakeTransport, exec_start_value, probe_output
+from tests.support.hosts import INCIDENT
 
 ROOT = Path(__file__).resolve().parents[3]
 OOM_JOURNAL = (ROOT / "tests" / "data" / "diagnosis_cases" / "incident-kimi-tp8" / "journal.txt").read_text()

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from unit.core.test_vllm_versions import FAILED_AT_050
-from unit.host.test_diagnose_host import host, run
+from tests.support.hosts import diagnose_host as host
+from tests.support.hosts import diagnose_one as run
+from tests.support.journals import FAILED_AT_050
 
 UNIT = "[Service]\nExecStart=/usr/bin/vllm serve /models/m --port 8001 --gpu-memory-utilization 0.50\n"
 ARGV = ["/usr/bin/vllm", "serve", "/models/m", "--port", "8001", "--gpu-memory-utilization", "0.50"]

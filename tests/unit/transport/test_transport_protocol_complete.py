@@ -7,11 +7,11 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from fake_transport import FakeTransport
 
 from remediate.transport.base import Transport
 from remediate.transport.local import LocalTransport
 from remediate.transport.ssh import SSHTransport
+from tests.support.fake_transport import FakeTransport
 
 SSH_ONLY = {
     "address"

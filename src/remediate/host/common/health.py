@@ -83,6 +83,7 @@ class HealthWait:
     max_backoff: float = MAX_GAP_S
     engine: Engine = SGLANG  # its info documents and its capacity line (vLLM: the journal's GPU KV cache size)
     environ: bool = False  # read the server's allocator variables with the last look (verify checks them)
+    sleep: Callable[[float], None] = time.sleep  # how the pauses are taken (tests record them instead)
     start: float = field(default_factory=time.monotonic, init=False)
     baseline_restarts: int | None = field(default=None, init=False)  # NRestarts at the first state read
     baseline_pid: int | None = field(default=None, init=False)  # the first MainPID seen
@@ -100,6 +101,7 @@ class HealthWait:
             retry=retry_if_exception_type(_NotReady),
             wait=self.pause,
             stop=stop_before_delay(self.timeout),
+            sleep=self.sleep,
             reraise=False,
         )
         try:
@@ -254,6 +256,7 @@ def wait_healthy(
     initial_state: ServiceState | None = None,
     engine: Engine = SGLANG,
     environ: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Healthy:
     """Poll until healthy; raise UnhealthyError on failure, crash loop, or timeout.
 
@@ -264,7 +267,7 @@ def wait_healthy(
     port's owner in one round trip, so a crash, a systemd restart or another server on the port is never
     taken for the new server. ``initial_state``: the unit's state read right after the restart (the commit
     script's): it is the first state read, so the wait begins with a /health poll. ``environ``: the last look
-    also reads the server's allocator variables (``Healthy.env``)."""
+    also reads the server's allocator variables (``Healthy.env``). ``sleep`` takes the pauses between polls."""
     wait = HealthWait(
         transport,
         unit,
@@ -276,6 +279,7 @@ def wait_healthy(
         max_backoff=max_backoff,
         engine=engine,
         environ=environ,
+        sleep=sleep,
     )
     return wait.run(initial_state)
 

@@ -160,13 +160,15 @@ def run_locked(
     label: str | None = None,
     progress: ProgressFn | None = None,
     now: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
     journal_lines: int = 0,
 ) -> HostResult:
     """One mutating run on a host (``oom``, ``rollback``): ``body(held, result, timer)`` runs connected and
     under the unit's lock, its phases timed; a RemediateError becomes the returned result, never raised.
-    ``journal_lines``: the locked read also brings the crash evidence (oom's pre-commit gate)."""
+    ``journal_lines``: the locked read also brings the crash evidence (oom's pre-commit gate). ``now`` and
+    ``sleep``: the run's clock (the result's timestamps; the pauses of its health waits)."""
     result = new_result(label or transport.host, now)
-    timer = Timer(result, progress)
+    timer = Timer(result, progress, sleep)
     with host_outcome(result, now), connected_and_locked(transport, options, timer, journal_lines) as held:
         body(held, result, timer)
     return result

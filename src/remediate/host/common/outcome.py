@@ -53,11 +53,15 @@ def host_outcome(result: HostResult, now: Callable[[], float] = time.time) -> It
 
 
 class Timer:
-    """Times a host's phases into its result and reports each one (and the waits) as progress."""
+    """Times a host's phases into its result and reports each one (and the waits) as progress. ``sleep`` is
+    how the run's waits pause (``time.sleep``; tests pass one that records the pauses instead)."""
 
-    def __init__(self, result: HostResult, progress: ProgressFn | None) -> None:
+    def __init__(
+        self, result: HostResult, progress: ProgressFn | None, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.result = result
         self.progress = progress
+        self.sleep = sleep
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -84,7 +84,7 @@ def transact(transport: Transport, change: Change, result: HostResult, timer: Ti
         result.warnings += [f"systemd-analyze: {line}" for line in report.analyze]
         with timer.phase("wait"):
             healthy = _wait(
-                transport, change, report, timer.waiting if timer.progress else None, environ=change.environ
+                transport, change, report, timer, timer.waiting if timer.progress else None, environ=change.environ
             )
         with timer.phase("verify"):
             change.verify(healthy)
@@ -159,7 +159,7 @@ def _roll_back(
     result.error = str(exc)
     try:
         with timer.phase("rollback"):
-            _undo(transport, change, result)
+            _undo(transport, change, result, timer)
     except RemediateError as undo_exc:
         record_change(result, change, "failed", changes, error=str(undo_exc))
         raise
@@ -194,6 +194,7 @@ def _wait(
     transport: Transport,
     change: Change,
     report: CommitReport,
+    timer: Timer,
     on_progress: Callable[[str, float, str], None] | None = None,
     *,
     environ: bool = False,
@@ -209,10 +210,11 @@ def _wait(
         initial_state=ServiceState(unit=change.unit, properties=report.state) if report.state else None,
         engine=change.engine,
         environ=environ,
+        sleep=timer.sleep,
     )
 
 
-def _undo(transport: Transport, change: Change, result: HostResult) -> None:
+def _undo(transport: Transport, change: Change, result: HostResult, timer: Timer) -> None:
     """Restore the pre-change bytes the same atomic way, restart, and wait for the old server.
 
     Every file is in the undo: the script compares each one against the hash it should have now — the new
@@ -233,7 +235,7 @@ def _undo(transport: Transport, change: Change, result: HostResult) -> None:
         detail = str(getattr(exc, "message", exc))
         raise RemediationError(result.host, f"{first}; the rollback failed too: {detail}") from exc
     try:
-        result.max_total_num_tokens = _wait(transport, change, report).tokens
+        result.max_total_num_tokens = _wait(transport, change, report, timer).tokens
     except RemediateError as exc:
         # The undo's commit held: the previous bytes are on disk and the unit was reset and restarted on them.
         # What is left is the old server itself not coming up (the same fault may hit both configurations).

@@ -183,6 +183,7 @@ def _wait(transport: Transport, change: Change, member: Member, report: CommitRe
         invocation_id=report.invocation_id,
         on_progress=timer.waiting,
         initial_state=state,
+        sleep=timer.sleep,
     )
 
 

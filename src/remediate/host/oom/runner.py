@@ -157,6 +157,7 @@ def _already_healthy(
     plan: UnitEdit,
     result: HostResult,
     wanted: str | None,
+    timer: Timer,
 ) -> tuple[int | None, list[str]]:
     """(tokens, drift) for a unit that needs no change: tokens when the running server runs it; drift
     (what it lacks) when it answers with other values or lacks the alloc conf (edited and reloaded, never
@@ -187,6 +188,7 @@ def _already_healthy(
                 restart_epoch=None,
                 invocation_id=state.invocation_id or None,
                 engine=engine,
+                sleep=timer.sleep,
             ).info
         except UnhealthyError:
             return None, []
@@ -220,13 +222,17 @@ def remediate_host(
     label: str | None = None,
     progress: ProgressFn | None = None,
     now: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> HostResult:
-    """The whole OOM remediation of one host. Never raises RemediateError: it lands in the result."""
+    """The whole OOM remediation of one host. Never raises RemediateError: it lands in the result. ``now`` and
+    ``sleep``: its clock (tests pass fixed ones)."""
 
     def body(held: Held, result: HostResult, timer: Timer) -> None:
         _remediate_locked(transport, options, held, result, timer, now)
 
-    return run_locked(transport, options, body, label=label, progress=progress, now=now, journal_lines=GATE_LINES)
+    return run_locked(
+        transport, options, body, label=label, progress=progress, now=now, sleep=sleep, journal_lines=GATE_LINES
+    )
 
 
 def guard_desired(sources: UnitSources, desired: DesiredState) -> DesiredState:
@@ -279,7 +285,7 @@ def _remediate_locked(
         check_probe(transport, sources, endpoint_of(found, options), options, engine)  # a typo stops here
     drift: list[str] = []
     if not plan.is_changed:
-        tokens, drift = _already_healthy(transport, found, sources, options, plan, result, desired.alloc_conf)
+        tokens, drift = _already_healthy(transport, found, sources, options, plan, result, desired.alloc_conf, timer)
         if tokens is not None:
             result.outcome = "unchanged"
             result.max_total_num_tokens = tokens

@@ -16,7 +16,7 @@ import yaml
 
 from remediate.core.diagnosis import KINDS, AdvisorInput, advise, parse_journal
 
-CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
+CASES = Path(__file__).resolve().parents[3] / "data" / "diagnosis_cases"
 NAMES = sorted(p.name for p in CASES.iterdir() if p.is_dir())
 
 

@@ -12,7 +12,7 @@ from remediate.core.capacity.headroom import Knobs, Spike, choose, grid, overhea
 from remediate.core.capacity.pool import GIB, MIB, BudgetModel, model_from_server, offline_model
 from remediate.core.startup import parse_startup
 
-LOGS = Path(__file__).resolve().parents[2] / "data" / "budget_logs"
+LOGS = Path(__file__).resolve().parents[3] / "data" / "budget_logs"
 # The stand-in's incident crash (budget_logs/standin-incident-crash-0.94.journal): 896 MiB for a 32,768-token
 # prefill, 666.44 MiB free, 358.40 MiB reserved but unallocated, at 0.94 without chunking or expandable segments.
 INCIDENT = Spike(896 * MIB, 32768, int(666.44 * MIB), int(358.40 * MIB), fraction=0.94)

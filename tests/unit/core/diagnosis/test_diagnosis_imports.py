@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[3] / "src" / "remediate" / "core" / "diagnosis"
+PACKAGE = Path(__file__).resolve().parents[4] / "src" / "remediate" / "core" / "diagnosis"
 FORBIDDEN = {
     "os", "sys", "pathlib", "io", "subprocess", "socket", "shutil", "tempfile", "time", "datetime", "random",
     "logging", "click", "rich", "jinja2", "fabric", "paramiko", "invoke", "glob", "urllib", "http", "requests",

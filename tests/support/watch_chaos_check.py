@@ -30,9 +30,8 @@ from typing import Any
 
 from remediate.controller.watch_audit import read_events
 from remediate.controller.watch_state import WatchState
-
-from .conftest import UNIT_PATH
-from .watch_chaos import Chaos
+from tests.support.node import UNIT_PATH
+from tests.support.watch_chaos import Chaos
 
 FINAL = {"remediated": "remediated", "rolled_back": "rolled_back", "needs_human": "needs_human",
          "report": "reported", "breaker_open": "reported"}  # fmt: skip

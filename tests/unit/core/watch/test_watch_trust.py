@@ -18,7 +18,7 @@ from remediate.core.watch.detect import (
     poll_command,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "watch_journal"
+DATA = Path(__file__).resolve().parents[3] / "data" / "watch_journal"
 UNIT = "sglang.service"
 RUNNING = "ActiveState=active\nSubState=running\nResult=success\nNRestarts=0\nInvocationID={inv}\nExecMainStatus=0\n"
 

@@ -43,8 +43,7 @@ from typing import Any
 
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port, incident_unit, wait_http_ok
-
-from .conftest import FAST_KNOBS, UNIT, UNIT_PATH, Node
+from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, Node
 
 ROLLBACK_KNOBS = {"failure": "exit_at_once", "failure_match": "--chunked-prefill-size"}
 NEIGHBOUR = {"pid": 4242, "gib": 12, "gpus": [5]}  # unbalanced TP memory: the server dies at startup

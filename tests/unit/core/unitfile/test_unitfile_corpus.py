@@ -17,9 +17,9 @@ from remediate.cli import cli
 from remediate.core.unitfile.edit import plan_edit
 from remediate.core.unitfile.report import plan_to_dict, summary_lines, unified_diff
 from remediate.errors import ConfigError
-from unit.core import test_unitfile_cases as golden
+from tests.support import unit_cases as golden
 
-CORPUS = Path(__file__).resolve().parents[2] / "data" / "unitfile_corpus"
+CORPUS = Path(__file__).resolve().parents[3] / "data" / "unitfile_corpus"
 CASES = golden.load_cases(CORPUS)
 EDITED = [case for case in CASES if not case.params.get("expect_error")]
 REFUSED = [case for case in CASES if case.params.get("expect_error")]
@@ -34,7 +34,7 @@ def test_corpus_size() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_corpus_case(case: golden.Case) -> None:
-    golden.test_golden_case(case)
+    golden.check_golden_case(case)
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=lambda c: c.name)

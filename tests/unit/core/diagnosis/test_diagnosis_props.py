@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from remediate.core.diagnosis import AdvisorInput, advise, format_size, parse_journal, parse_size, parse_torch_oom
 
-CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
+CASES = Path(__file__).resolve().parents[3] / "data" / "diagnosis_cases"
 REAL = sorted({line for p in sorted(CASES.glob("*/journal.txt")) for line in p.read_text().splitlines()})
 SHOW_KEYS = ("NRestarts", "Result", "ActiveState", "SubState", "MainPID")
 

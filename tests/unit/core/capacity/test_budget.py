@@ -22,8 +22,8 @@ from remediate.core.capacity.pool import (
 )
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_server_info, parse_startup
 
-LOGS = Path(__file__).resolve().parents[2] / "data" / "budget_logs"
-CORE = Path(__file__).resolve().parents[3] / "src" / "remediate" / "core"
+LOGS = Path(__file__).resolve().parents[3] / "data" / "budget_logs"
+CORE = Path(__file__).resolve().parents[4] / "src" / "remediate" / "core"
 
 
 def lines(name: str) -> list[str]:

@@ -12,24 +12,7 @@ from __future__ import annotations
 
 from remediate.core.engines.vllm.advice import vllm_recommendation
 from remediate.core.engines.vllm.engine import vllm_verdict
-
-P = "Dec 04 03:20:01 gpu1 vllm[4242]: (EngineCore_DP0 pid=4300) "
-H100_SMI_TOTAL = 81559 * 2**20  # nvidia-smi memory.total of an H100 80GB HBM3, in bytes
-NO_MEMORY_011 = (
-    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-    "initializing the engine."
-)
-NO_MEMORY_034 = (
-    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-    "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, despite its "
-    "name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
-)
-FAILED_AT_050 = [
-    f"{P}INFO 12-04 03:19:20 [gpu_model_runner.py:2653] Model loading took 32.8821 GiB and 41.127310 seconds",
-    f"{P}INFO 12-04 03:19:58 [gpu_worker.py:298] Available KV cache memory: -2.31 GiB",
-    f"{P}ERROR 12-04 03:19:58 [core.py:708] EngineCore failed to start.",
-    f"{P}{NO_MEMORY_011}",
-]
+from tests.support.journals import FAILED_AT_050, H100_SMI_TOTAL, NO_MEMORY_011, NO_MEMORY_034, P
 
 
 def test_the_050_host_gets_a_number_above_050_from_its_own_start_and_the_cards_total() -> None:

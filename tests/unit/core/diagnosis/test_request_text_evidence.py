@@ -18,7 +18,7 @@ from remediate.core.diagnosis import AdvisorInput, advise, parse_journal
 from remediate.core.startup import STARTUP_LINES_ERE, parse_capacity_line, parse_startup
 from remediate.host.plan.budget import diagnosed_spike
 
-CASES = Path(__file__).resolve().parents[2] / "data" / "diagnosis_cases"
+CASES = Path(__file__).resolve().parents[3] / "data" / "diagnosis_cases"
 FORGED_CASE = CASES / "request-text-is-not-evidence" / "journal.txt"
 HEALTHY = (CASES / "healthy-journal-no-findings" / "journal.txt").read_text().splitlines()
 FORGED = [line for line in FORGED_CASE.read_text().splitlines() if "Receive: obj=" in line or "prompt=" in line]

@@ -9,8 +9,8 @@ must say what the host answers.
 
 The ``*_output`` helpers build what the remote side prints (``@@``-framed probe output,
 ``systemctl show`` state polls, systemd's ``ExecStart=`` rendering), so tests script hosts in terms
-of units and files rather than of framing details. :func:`incident_host` builds the host most tests
-start from: the incident's sglang unit, found and read by the probe.
+of units and files rather than of framing details. The hosts built from it (the incident's unit, found and
+read by the probe, and its named variants) are in tests/support/hosts.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from remediate.errors import CommandError, ConnectionLost, TransportError
 from remediate.models import CommandResult
@@ -414,54 +413,3 @@ def state_output(
 
 
 # -- the incident's host -----------------------------------------------------------------------
-
-INCIDENT = (Path(__file__).resolve().parents[1] / "examples" / "incident" / "sglang.service").read_text()
-UNIT = "sglang.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT}"
-SERVER_ARGV = ("/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000")
-PROBE = r"# remediate probe"  # templates/probe.sh.j2: run (status) or held (oom: detection, lock and read in one)
-JOURNAL = r"\Ajournalctl"
-
-
-def incident_host(
-    name: str = "gpu-01",
-    *,
-    text: str | None = INCIDENT,
-    unit: str = UNIT,
-    path: str = UNIT_PATH,
-    argv: Sequence[str] = SERVER_ARGV,
-    active: str = "failed",
-    files: Mapping[str, str] = {},  # noqa: B006 - read-only default
-    journal: str | None = None,
-    probe_tail: Sequence[str] = (),
-    **properties: str | int,
-) -> FakeTransport:
-    """A host whose sglang unit ``unit`` is the file ``text`` at ``path`` (``None``: no file in the answer)
-    running ``argv``: ``active``, or ``failed`` as the incident's OOM left it. The probe answers with the
-    unit, its ``systemctl show`` properties (``properties`` override or add to them), the file and
-    ``files`` (environment files, drop-ins), then ``probe_tail`` (more ``@@`` sections, before ``@@end``);
-    ``journal``, when given, is what ``journalctl`` prints. The caller scripts commits, polls and HTTP."""
-    running = active == "active"
-    shown: dict[str, str | int] = {
-        "FragmentPath": path,
-        "DropInPaths": "",
-        "ExecStart": exec_start_value(argv),
-        "EnvironmentFiles": "",
-        "NeedDaemonReload": "no",
-        "ActiveState": active,
-        "SubState": "running" if running else "failed",
-        "Result": "success" if running else "exit-code",
-        "NRestarts": 0,
-        "MainPID": 4242 if running else 0,
-        "InvocationID": "inv-1",
-        **properties,
-    }
-    read = {**({} if text is None else {path: text}), **files}
-    answer = probe_output(unit, shown, read, candidates=[unit])
-    if probe_tail:
-        answer = answer.removesuffix("@@end\n") + "\n".join(probe_tail) + "\n@@end\n"
-    host = FakeTransport(name)
-    host.on(PROBE, answer)
-    if journal is not None:
-        host.on(JOURNAL, journal)
-    return host

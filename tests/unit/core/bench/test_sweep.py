@@ -154,7 +154,7 @@ def test_the_bench_core_does_no_io() -> None:
     import ast
     from pathlib import Path
 
-    core = Path(__file__).resolve().parents[3] / "src" / "remediate" / "core"
+    core = Path(__file__).resolve().parents[4] / "src" / "remediate" / "core"
     allowed = {"__future__", "collections.abc", "dataclasses", "hashlib", "json", "math", "re", "typing"}
     for name in ("bench/sweep.py", "bench/stream.py", "bench/latency.py", "bench/record.py"):
         tree = ast.parse((core / name).read_text())

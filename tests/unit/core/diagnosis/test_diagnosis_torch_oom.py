@@ -16,7 +16,7 @@ import pytest
 
 from remediate.core.diagnosis import AdvisorInput, advise, parse_journal
 
-FIXTURES = Path(__file__).resolve().parents[2] / "data" / "torch_oom"
+FIXTURES = Path(__file__).resolve().parents[3] / "data" / "torch_oom"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((FIXTURES / "expected.json").read_text())
 FIELDS = (
     "tried_bytes",
