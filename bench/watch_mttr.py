@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO)]
 
 UNIT = "sglang.service"
 GOAL_DECIDED_S = 2.0
@@ -146,7 +146,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    from e2e.conftest import Node
+    from tests.support.node import Node
 
     from sandbox import Sandbox
     from sandbox.host import free_address_block

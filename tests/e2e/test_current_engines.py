@@ -7,7 +7,7 @@ import pytest
 
 from sandbox.units import incident_unit
 
-from .conftest import UNIT, UNIT_PATH, Node, poll
+from tests.support.node import UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e
 

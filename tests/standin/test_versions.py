@@ -11,7 +11,7 @@ import pytest
 from remediate.core.diagnosis.parser import parse_journal
 from remediate.core.engines.vllm.startup import parse_vllm_startup
 
-from .proc import INCIDENT
+from tests.support.standin_proc import INCIDENT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))
 

@@ -14,8 +14,8 @@ from remediate.api.watch import WatchRequest, watch
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.sdnotify import Heartbeat, kept_alive, sd_notify, watchdog_usec
 from remediate.transport.base import SSHOptions
-from tests.fake_transport import FakeTransport
-from tests.unit.fleet.test_watch_loop import Unit
+from tests.support.fake_transport import FakeTransport
+from tests.support.watch_fleet import Unit
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from remediate.core.watch.policy import Policy
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.loop import Watcher
 from remediate.models import CommandResult, HostResult
-from tests.fake_transport import FakeTransport, show_output
+from tests.support.fake_transport import FakeTransport, show_output
 
 NOW = 1_800_000_000.0
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB."
