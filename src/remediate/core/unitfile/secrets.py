@@ -65,8 +65,9 @@ _PLAIN = re.compile(r"[^ \t;&|)\r\n\\\"']*")
 _UNESCAPED_QUOTE = re.compile(r"(?<!\\)(?:\\\\)*[\"']")
 _LINE_END = re.compile(r"[\r\n]")
 _BARE_VALUE = re.compile(r"[^,}\]\s]*")  # a dict/JSON value that is not a string: up to the next item
-# A repr's literal followed by the repr's own punctuation (``hf_token=None,``): the punctuation stays.
-_LITERAL_TAIL = re.compile(r"(None|True|False|null|true|false|-?\d+(?:\.\d+)?)([,)\]}]+)")
+# A repr's literal followed by the repr's own punctuation (``hf_token=None,``): the punctuation stays. The mask
+# itself counts as such a literal, so masking a masked text changes nothing (``Cookie: 0)`` → ``Cookie: ***)``).
+_LITERAL_TAIL = re.compile(r"(None|True|False|null|true|false|-?\d+(?:\.\d+)?|\*\*\*)([,)\]}]+)")
 
 
 class _Text:
