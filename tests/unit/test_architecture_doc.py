@@ -1,4 +1,4 @@
-"""docs/ARCHITECTURE.md's module list and src/remediate/ agree, in both directions.
+"""docs/internals/ARCHITECTURE.md's module list and src/remediate/ agree, in both directions.
 
 The list is the fenced block of ARCHITECTURE.md whose first line is ``src/remediate/``. One entry per
 line, first on its line, indented under its folder; ``name/`` is a package (it stands for its
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
-DOC = ROOT / "docs" / "ARCHITECTURE.md"
+DOC = ROOT / "docs" / "internals" / "ARCHITECTURE.md"
 PACKAGE = ROOT / "src" / "remediate"
 TOP = "src/remediate/"
 
@@ -76,10 +76,10 @@ def disagreement(listed: dict[str, int], present: set[str]) -> str:
     extra = sorted(set(listed) - present)
     parts = []
     if missing:
-        parts.append("not in docs/ARCHITECTURE.md's module list (add a line each): " + ", ".join(missing))
+        parts.append("not in docs/internals/ARCHITECTURE.md's module list (add a line each): " + ", ".join(missing))
     if extra:
         where = ", ".join(f"{name} (line {listed[name]})" for name in extra)
-        parts.append(f"named in docs/ARCHITECTURE.md but not in src/remediate/ (rename or remove): {where}")
+        parts.append(f"named in docs/internals/ARCHITECTURE.md but not in src/remediate/ (rename or remove): {where}")
     return "\n".join(parts)
 
 
@@ -149,8 +149,8 @@ def test_a_disagreement_names_each_missing_and_extra_module() -> None:
     listed = {"cli/": 3, "cli/app.py": 4, "render.py": 9}
     present = {"cli/", "cli/app.py", "cli/render/", "cli/render/results.py"}
     assert disagreement(listed, present) == (
-        "not in docs/ARCHITECTURE.md's module list (add a line each): cli/render/, cli/render/results.py\n"
-        "named in docs/ARCHITECTURE.md but not in src/remediate/ (rename or remove): render.py (line 9)"
+        "not in docs/internals/ARCHITECTURE.md's module list (add a line each): cli/render/, cli/render/results.py\n"
+        "named in docs/internals/ARCHITECTURE.md but not in src/remediate/ (rename or remove): render.py (line 9)"
     )
     assert disagreement({"cli/": 1}, {"cli/"}) == ""
 
