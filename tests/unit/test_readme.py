@@ -1,5 +1,6 @@
-"""Every `remediate …` example in the README, in docs/ (every folder) and in each command's --help parses: options exist,
-values fit. Every option named in an inline `remediate COMMAND … --option` span exists on that command."""
+"""Every `remediate …` example in the README, in docs/ (every folder) and in each command's --help parses:
+options exist, values fit. Every option named in an inline `remediate COMMAND … --option` span exists on that
+command."""
 
 from __future__ import annotations
 
