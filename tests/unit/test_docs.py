@@ -91,3 +91,9 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert issue_references("sglang#23862, ## Heading, [x](#the-watcher), `&#8203;`, 3 issues found") == []
     (tmp_path / "a.md").write_text("# Top\n## The `oom` step\n[ok](a.md#the-oom-step) [gone](b.md) [no](#nowhere)\n")
     assert broken_links(tmp_path / "a.md") == ["b.md (no such file)", "#nowhere (no heading #nowhere in a.md)"]
+
+
+def test_the_readme_stays_a_first_read() -> None:
+    """At most 200 lines: what it is, installing it, the two commands, a short tour, links; the rest is in docs/."""
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= 200, f"README.md has {lines} lines (at most 200): move detail to a page in docs/"
