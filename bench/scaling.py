@@ -1,5 +1,5 @@
 """Throughput of `oom` over a sandbox fleet: our own rollout vs ansible-playbook with the remediate.serving
-collection (docs/SCALING.md), and what each costs the controller per fork.
+collection (docs/internals/SCALING.md), and what each costs the controller per fork.
 
 For each ``--forks`` value and each contender, on freshly reset hosts running the incident's unit (the stand-in
 loads in ~0.1 s, so what remains is each tool's own cost plus the restart), with the library installed on every

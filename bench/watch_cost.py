@@ -1,4 +1,4 @@
-"""`remediate watch`: detection latency and the watcher's idle cost (issue 22; docs/PERFORMANCE.md).
+"""`remediate watch`: detection latency and the watcher's idle cost (issue 22; docs/internals/PERFORMANCE.md).
 
 1. **Detection latency**, N sandbox hosts (systemd in nspawn, real sshd, the incident's sglang unit with the
    stand-in) watched by ``remediate watch run … --dry-run --interval I``: the 32k prefill crashes one host's

@@ -1,4 +1,4 @@
-"""`remediate watch`: the time from the crash to a server that serves again (issue 33; docs/PERFORMANCE.md).
+"""`remediate watch`: the time from the crash to a server that serves again (docs/internals/PERFORMANCE.md).
 
 One sandbox host (systemd in nspawn, real sshd) runs the incident's unit (TP8, `Restart=on-failure`,
 `RestartSec=10`) on the sglang stand-in at ``time_scale`` 1 (simulated seconds are wall seconds), once per

@@ -3,7 +3,7 @@ ansible-rulebook (from the package index, in its own cached venv; Java 17 from D
 ansible/examples/rulebook.yml as shipped; its run_playbook runs the collection's oom on the crashed sandbox
 host only. Checked: that host fixed by the module (tokens, backup, the 32k prefill served), a second decision
 for it within the throttle's window runs nothing, the other host untouched. Prints the time from the crash
-line to the fixed server (docs/SCALING.md)."""
+line to the fixed server (docs/internals/SCALING.md)."""
 
 from __future__ import annotations
 

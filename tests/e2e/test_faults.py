@@ -5,7 +5,7 @@ complete backup of the original exists whenever the unit changed, no temp file i
 code and message say what happened. Faults are real: the SSH connection is cut by SIGKILLing the sshd
 processes that serve it (from a one-shot shim on the host's PATH at the exact step, so the moment is
 deterministic), the controller is SIGKILLed while a step is paused, the unit directory is a full tmpfs or
-a read-only bind mount inside the host, and systemctl steps fail through the same shim. docs/RELIABILITY.md
+a read-only bind mount inside the host, and systemctl steps fail through the same shim. docs/internals/RELIABILITY.md
 maps each fault to its cell here.
 """
 

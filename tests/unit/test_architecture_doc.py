@@ -1,4 +1,4 @@
-"""docs/ARCHITECTURE.md's module list and src/remediate/ agree, in both directions.
+"""docs/internals/ARCHITECTURE.md's module list and src/remediate/ agree, in both directions.
 
 The list is the fenced block of ARCHITECTURE.md whose first line is ``src/remediate/``. One entry per
 line, first on its line, indented under its folder; ``name/`` is a package (it stands for its
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
-DOC = ROOT / "docs" / "ARCHITECTURE.md"
+DOC = ROOT / "docs" / "internals" / "ARCHITECTURE.md"
 PACKAGE = ROOT / "src" / "remediate"
 TOP = "src/remediate/"
 
@@ -76,10 +76,10 @@ def disagreement(listed: dict[str, int], present: set[str]) -> str:
     extra = sorted(set(listed) - present)
     parts = []
     if missing:
-        parts.append("not in docs/ARCHITECTURE.md's module list (add a line each): " + ", ".join(missing))
+        parts.append("not in docs/internals/ARCHITECTURE.md's module list (add a line each): " + ", ".join(missing))
     if extra:
         where = ", ".join(f"{name} (line {listed[name]})" for name in extra)
-        parts.append(f"named in docs/ARCHITECTURE.md but not in src/remediate/ (rename or remove): {where}")
+        parts.append(f"named in docs/internals/ARCHITECTURE.md but not in src/remediate/ (rename or remove): {where}")
     return "\n".join(parts)
 
 
@@ -149,15 +149,13 @@ def test_a_disagreement_names_each_missing_and_extra_module() -> None:
     listed = {"cli/": 3, "cli/app.py": 4, "render.py": 9}
     present = {"cli/", "cli/app.py", "cli/render/", "cli/render/results.py"}
     assert disagreement(listed, present) == (
-        "not in docs/ARCHITECTURE.md's module list (add a line each): cli/render/, cli/render/results.py\n"
-        "named in docs/ARCHITECTURE.md but not in src/remediate/ (rename or remove): render.py (line 9)"
+        "not in docs/internals/ARCHITECTURE.md's module list (add a line each): cli/render/, cli/render/results.py\n"
+        "named in docs/internals/ARCHITECTURE.md but not in src/remediate/ (rename or remove): render.py (line 9)"
     )
     assert disagreement({"cli/": 1}, {"cli/"}) == ""
 
 
-# docs/ARCHITECTURE.md describes the layout that issue #21's slices are moving the tree to (cli/render/,
-# controller/, fleet/jobs.py, host/probe.py …): on the docs branch alone the tree is still the old one.
-# Strict: once the slices are merged and the list adjusted, this passes and the mark must go.
+# The module list in docs/internals/ARCHITECTURE.md and the source tree name the same modules, both ways.
 def test_the_module_list_matches_the_source_tree() -> None:
     problem = disagreement(doc_modules(DOC.read_text()), source_modules(PACKAGE))
     assert not problem, problem

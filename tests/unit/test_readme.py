@@ -1,5 +1,6 @@
-"""Every `remediate …` example in the README, in docs/*.md and in each command's --help parses: options exist,
-values fit. Every option named in an inline `remediate COMMAND … --option` span exists on that command."""
+"""Every `remediate …` example in the README, in docs/ (every folder) and in each command's --help parses:
+options exist, values fit. Every option named in an inline `remediate COMMAND … --option` span exists on that
+command."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from remediate.cli import cli
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _examples(text: str, *, fenced: bool = False) -> list[str]:
@@ -73,7 +74,7 @@ def test_the_readme_has_examples_for_every_command() -> None:
 
 def test_every_docs_page_is_linked_from_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
-    missing = [p.name for p in PAGES[1:] if f"(docs/{p.name})" not in readme]
+    missing = [rel for p in PAGES[1:] if f"({(rel := p.relative_to(ROOT).as_posix())})" not in readme]
     assert not missing, f"docs pages the README does not link: {missing}"
 
 

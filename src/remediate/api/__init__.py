@@ -27,7 +27,7 @@ The shape, the same for every function that reaches hosts:
 
 The names are imported from their modules on first use (PEP 562): `remediate oom` then loads the change
 path only, not `bench`'s or `plan`'s modules (`status` not `bench`'s), and its first connection starts
-sooner (docs/PERFORMANCE.md).
+sooner (docs/internals/PERFORMANCE.md).
 """
 
 from __future__ import annotations

@@ -54,6 +54,6 @@ def main() -> None:
         # the run loaded need not go through the cycle collector again at interpreter exit. gc.freeze() moves
         # every object to the permanent generation, which "future collections" ignore
         # (https://docs.python.org/3/library/gc.html#gc.freeze): exit after paramiko, cryptography and our
-        # modules took ~0.08 s here, ~0.015 s frozen (docs/PERFORMANCE.md). Reference counting still frees;
+        # modules took ~0.08 s here, ~0.015 s frozen (docs/internals/PERFORMANCE.md). Reference counting still frees;
         # atexit handlers and threads still running (a second Ctrl-C's hosts) run as before.
         gc.freeze()

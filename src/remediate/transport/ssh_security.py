@@ -20,7 +20,8 @@ REVOKED = "is marked @revoked in known_hosts"
 
 # Offered first, in this order, when paramiko has them (the rest follow in paramiko's own order, so a server
 # that lacks these still negotiates): X25519 is the cheapest secure key exchange paramiko does, and AES-GCM
-# authenticates as it encrypts (one pass, AES-NI) where AES-CTR needs a separate HMAC. See docs/PERFORMANCE.md.
+# authenticates as it encrypts (one pass, AES-NI) where AES-CTR needs a separate HMAC.
+# See docs/internals/PERFORMANCE.md.
 PREFERRED_KEX = ("curve25519-sha256@libssh.org", "curve25519-sha256")
 PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
@@ -39,7 +40,7 @@ def fast_transport(
 
     TCP_NODELAY on the socket, as OpenSSH sets it: SSH sends small messages and waits for the answer (open a
     channel, exec, EOF; each health poll), and with Nagle on each waited for the peer's delayed ACK — 40 ms
-    per command round trip on Linux, 10x what the command itself cost (docs/PERFORMANCE.md)."""
+    per command round trip on Linux, 10x what the command itself cost (docs/internals/PERFORMANCE.md)."""
     no_delay(sock)
     transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
     security = transport.get_security_options()

@@ -28,7 +28,7 @@ def test_the_fast_transport_offers_x25519_and_aes_gcm_first_and_keeps_the_rest()
 
 def test_the_fast_transport_turns_nagle_off_on_a_tcp_socket() -> None:
     """With Nagle on, each command round trip waited for the peer's delayed ACK: 40-50 ms for `true` over an
-    open connection to a sandbox host, against 5 ms with TCP_NODELAY (measured, docs/PERFORMANCE.md)."""
+    open connection to a sandbox host, against 5 ms with TCP_NODELAY (measured, docs/internals/PERFORMANCE.md)."""
     listener = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(listener.getsockname())
     server, _ = listener.accept()
