@@ -146,11 +146,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    from tests.support.node import Node
-
     from sandbox import Sandbox
     from sandbox.host import free_address_block
     from sandbox.units import free_port
+    from tests.support.node import Node
 
     reason = Sandbox.unavailable_reason()
     if reason:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from sandbox.units import incident_unit
-
 from tests.support.node import UNIT, UNIT_PATH, Node, poll
 
 pytestmark = pytest.mark.e2e

@@ -21,9 +21,8 @@ import yaml
 
 from sandbox import Sandbox
 from sandbox.units import free_port
-
-from tests.support.node import FAST_KNOBS, Node, _cli_env, poll, remediate_argv
 from tests.support.fleet import write_inventory
+from tests.support.node import FAST_KNOBS, Node, _cli_env, poll, remediate_argv
 
 pytestmark = pytest.mark.e2e
 LOAD_S = 60.0

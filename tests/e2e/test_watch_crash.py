@@ -18,9 +18,8 @@ import pytest
 
 from sandbox import Sandbox
 from sandbox.units import free_port, incident_unit
-
-from tests.support.node import UNIT, UNIT_PATH, Node, _cli_env, poll, remediate_argv
 from tests.support.fleet import write_inventory
+from tests.support.node import UNIT, UNIT_PATH, Node, _cli_env, poll, remediate_argv
 
 pytestmark = pytest.mark.e2e
 # The linger is 65 simulated seconds (13 s wall at this scale); a load of 30 simulated seconds (6 s) and a

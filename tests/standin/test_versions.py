@@ -10,7 +10,6 @@ import pytest
 
 from remediate.core.diagnosis.parser import parse_journal
 from remediate.core.engines.vllm.startup import parse_vllm_startup
-
 from tests.support.standin_proc import INCIDENT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))

@@ -51,7 +51,7 @@ class Case:
             env = None
         configs: dict[str, ConfigRead | None] | None = None
         if (self.dir / "configfiles").is_dir():  # --config YAML files as the probe read them (never edited)
-            configs = {env_path(p.name): load_config(_read(p), env_path(p.name))
+            configs = {env_path(p.name): load_config(read_text(p), env_path(p.name))
                        for p in sorted((self.dir / "configfiles").glob("*"))}  # fmt: skip
             configs |= {path: None for path in self.params.get("config_missing", [])}
         return UnitSources(fragment, dropins, env, self.params.get("unit_name"), configs)

@@ -15,6 +15,8 @@ from remediate.core.watch.follow import FOLLOWING
 from remediate.core.watch.policy import Policy
 from remediate.errors import ConnectionLost
 from remediate.fleet.inventory import HostEntry
+from remediate.fleet.watch.loop import Watcher
+from remediate.models import CommandResult
 from tests.support.fake_transport import FakeTransport
 from tests.support.watch_fleet import NOW, Fleet, Gate
 from tests.support.watch_fleet import fixed as _fixed
