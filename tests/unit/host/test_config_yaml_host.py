@@ -3,11 +3,10 @@ core plans from, and the vLLM command line the plan and the health wait read."""
 
 from __future__ import annotations
 
-from fake_transport import exec_start_value, probe_output
-
 from remediate.core.probe import ProbeResult, parse_probe
 from remediate.host.common.probe import sources_from_probe
 from remediate.host.plan.budget_vllm import vllm_args
+from tests.support.fake_transport import exec_start_value, probe_output
 
 UNIT = "vllm.service"
 PATH = f"/etc/systemd/system/{UNIT}"
