@@ -136,7 +136,10 @@ def watch(
             watcher.round(clock())
             if on_round is not None:
                 on_round(watcher)
-            if request.once or should_stop():
+            if request.once:
+                watcher.drain(clock, request.wait_timeout)
+                return 0
+            if should_stop():
                 return 0
             pause = request.interval_s * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
             until = time.monotonic() + pause

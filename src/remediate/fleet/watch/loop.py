@@ -155,6 +155,17 @@ class Watcher:
         if self.metrics is not None:
             self.metrics.observe_round(self.host_states(), self.state.breaker_reason() is not None)
 
+    def drain(self, clock: Callable[[], float], wait_s: float) -> None:
+        """``--once``: the fixes the round started waited for (``wait_s`` each) and recorded, and the incidents
+        that waited for their slot decided again and fixed in turn, so that one run leaves no decided fix
+        undone; at most one pass per watched host."""
+        with kept_alive(self.alive):
+            for _ in range(len(self._hosts) + 1):
+                if not self._running:
+                    return
+                self._reap(clock(), wait=wait_s, every=True)
+                self._waiting(clock())
+
     def _count(self, crashed: list[WatchedHost], now: float) -> None:
         """Every crash of the round counted before any is decided, once (watch.db keys it by host, unit and
         crashed invocation), at its own time; the breaker trips once the crashes' times cross its threshold."""
