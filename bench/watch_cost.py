@@ -82,7 +82,7 @@ class Rounds:
                 continue
             except OSError:
                 return
-            if b"WATCHDOG=1" in data:
+            if data.startswith(b"STATUS=round "):
                 self.times.append(time.time())
 
     def wait(self, n: int, timeout: float, proc: subprocess.Popen[str]) -> None:
