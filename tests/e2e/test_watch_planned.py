@@ -22,18 +22,12 @@ from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port, incident_unit
 from tests.support.fleet import write_inventory
 from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, Node, poll, remediate_argv, run_cli
+from tests.support.watch import spoof_systemd_line
 
 pytestmark = pytest.mark.e2e
 QUOTES = (
     "sglang.service: Main process exited, code=killed, status=9/KILL",
     "sglang.service: Failed with result 'signal'.",
-)
-# journald's native protocol, written from the service's own cgroup (so `journalctl -u` shows it): every field a
-# client may set saying "systemd, PID 1, a stop job of sglang.service"; journald records the sender's real _PID.
-SPOOF = (
-    "MESSAGE=sglang.service: Main process exited, code=killed, status=9/KILL\\n"
-    "SYSLOG_IDENTIFIER=systemd\\nUNIT=sglang.service\\n_PID=1\\nJOB_TYPE=stop\\n"
-    "MESSAGE_ID=de5b426a63be47a7b6ac3eaac82e2f6f\\n"
 )
 
 
@@ -175,15 +169,7 @@ def test_planned_restarts_and_stops_are_no_crash_and_a_real_oom_after_them_is_fi
 
 def _spoof(node: Node) -> None:
     """A line from the service's own cgroup, claiming every systemd field a client can set."""
-    code = (
-        "import socket, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
-        f"s.sendto(b'{SPOOF}', '/run/systemd/journal/socket'); time.sleep(0.5)"
-    )
-    out = node.host.sh(
-        "for f in /sys/fs/cgroup/unified /sys/fs/cgroup/systemd /sys/fs/cgroup; do "
-        f"p=$f/system.slice/{UNIT}/cgroup.procs; [ -e $p ] && echo $$ > $p; done; "
-        f'exec /usr/bin/python3 -c "{code}"'
-    )
+    out = spoof_systemd_line(node)
     assert out.returncode == 0, out.stderr
 
 

@@ -44,19 +44,13 @@ from typing import Any
 from sandbox import Sandbox, SandboxHost
 from sandbox.units import free_port, incident_unit, wait_http_ok
 from tests.support.node import FAST_KNOBS, UNIT, UNIT_PATH, Node
+from tests.support.watch import spoof_systemd_line
 
 ROLLBACK_KNOBS = {"failure": "exit_at_once", "failure_match": "--chunked-prefill-size"}
 NEIGHBOUR = {"pid": 4242, "gib": 12, "gpus": [5]}  # unbalanced TP memory: the server dies at startup
 ACTIONS = (("crash", 0.35), ("startup", 0.12), ("cut", 0.2), ("restart", 0.12), ("planned", 0.13), ("quote", 0.08))
 PLANNED = ("oom+rollback", "restart", "stop+start")
 QUOTES = ("Main process exited, code=killed, status=9/KILL", "Failed with result 'signal'.")
-# journald's native protocol from the service's own cgroup (so `journalctl -u` shows it): every field a client
-# may set saying "systemd, PID 1, a stop job of the unit"; journald records the sender's real _PID.
-SPOOF = (
-    f"MESSAGE={UNIT}: Main process exited, code=killed, status=9/KILL\\n"
-    f"SYSLOG_IDENTIFIER=systemd\\nUNIT={UNIT}\\n_PID=1\\nJOB_TYPE=stop\\n"
-    "MESSAGE_ID=de5b426a63be47a7b6ac3eaac82e2f6f\\n"
-)
 
 
 @dataclass(frozen=True)
@@ -267,15 +261,7 @@ class Chaos:
             body = {"text": f"{UNIT}: {text}", "sampling_params": {"max_new_tokens": 2}}
             if node.http("POST", "/generate", body).status != 200:
                 return "skipped"
-        code = (
-            "import socket, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
-            f"s.sendto(b'{SPOOF}', '/run/systemd/journal/socket'); time.sleep(0.5)"
-        )
-        out = node.host.sh(
-            "for f in /sys/fs/cgroup/unified /sys/fs/cgroup/systemd /sys/fs/cgroup; do "
-            f"p=$f/system.slice/{UNIT}/cgroup.procs; [ -e $p ] && echo $$ > $p; done; "
-            f'exec /usr/bin/python3 -c "{code}"'
-        )
+        out = spoof_systemd_line(node)
         return "quoted" if out.returncode == 0 else f"spoof exit {out.returncode}"
 
     def _fixing(self, host: str) -> bool:
