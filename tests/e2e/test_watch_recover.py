@@ -117,16 +117,22 @@ def test_two_watchers_as_pid_1_recover_the_killed_fix_once(incident: Node, tmp_p
     assert len(node.backups(UNIT_PATH)) == 1
 
 
-def test_a_fix_a_person_rolled_back_is_not_redone(incident: Node, tmp_path: Path) -> None:
-    """The watcher killed in its fix's health wait; a person then rolls the unit back: the next watcher
-    closes the incident ``rolled_back_by_person`` and makes no fix (the person's bytes stay)."""
-    node, state = incident, tmp_path / "watch-state"
+def _fix_killed_after_its_commit(node: Node, state: Path) -> bytes:
+    """The incident's crash, the watcher's fix killed after its commit (a slow load); the unit's original bytes."""
     original = node.bytes(UNIT_PATH)
     assert _watch(node, state).returncode == 0
     _crash(node)
     node.host.set_standin(time_scale=0.02)
     _kill_after_the_commit(node, state)
     node.host.set_standin(**FAST_KNOBS)
+    return original
+
+
+def test_a_fix_a_person_rolled_back_is_not_redone(incident: Node, tmp_path: Path) -> None:
+    """The watcher killed in its fix's health wait; a person then rolls the unit back: the next watcher
+    closes the incident ``rolled_back_by_person`` and makes no fix (the person's bytes stay)."""
+    node, state = incident, tmp_path / "watch-state"
+    original = _fix_killed_after_its_commit(node, state)
     back = node.cli("rollback", "--wait-timeout", "60")
     assert back.returncode == 0, back
     assert node.bytes(UNIT_PATH) == original
@@ -146,12 +152,7 @@ def test_a_fix_rolled_back_from_another_controller_is_not_redone(incident: Node,
     controller's transaction log has no `restored`, and the unit's bytes on the host (its fix's backup's
     again) are what says the fix was undone: closed ``rolled_back_by_person``, nothing made again."""
     node, state = incident, tmp_path / "watch-state"
-    original = node.bytes(UNIT_PATH)
-    assert _watch(node, state).returncode == 0
-    _crash(node)
-    node.host.set_standin(time_scale=0.02)
-    _kill_after_the_commit(node, state)
-    node.host.set_standin(**FAST_KNOBS)
+    original = _fix_killed_after_its_commit(node, state)
     elsewhere = {**node.env(), "REMEDIATE_STATE_DIR": str(tmp_path / "other-controller")}
     back = subprocess.run(node.argv("rollback", "--wait-timeout", "60"), cwd=node.tmp_path, env=elsewhere,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
