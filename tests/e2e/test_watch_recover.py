@@ -59,7 +59,9 @@ def test_sigkill_in_the_health_wait_then_restart(incident: Node, tmp_path: Path)
     _crash(node)
     node.host.set_standin(time_scale=0.02)  # the fixed server loads in ~9 s: the kill lands in the health wait
     proc = _kill_after_the_commit(node, state)
-    assert [r["event"] for r in _transactions(node)] == ["committed"], "killed before the health wait ended"
+    assert [r["event"] for r in _transactions(node)] == ["committing", "committed"], (
+        "killed before the health wait ended"
+    )
     killed = _events(state)
     assert [e["event"] for e in killed] == ["detected", "diagnosed", "decided", "acted"], killed
     assert WatchState(state).incidents()[0]["outcome"] == "remediating"

@@ -76,7 +76,10 @@ def _remediated_run() -> tuple[FakeTransport, HostResult]:
 def test_remediation_is_recorded_in_the_state_dir(_state_dir: Path) -> None:
     host, result = _remediated_run()
     assert result.outcome == "remediated", result.error
-    committed, done = _records(_state_dir)
+    ahead, committed, done = _records(_state_dir)
+    # Written before the commit ran: the backups it is about to make (a controller killed meanwhile still
+    # names them for the next run's undo).
+    assert ahead["event"] == "committing" and ahead["backups"] == [f"{hosts.UNIT_PATH}.bak.oom.{hosts.EPOCH}"]
     assert committed["event"] == "committed" and done["event"] == "remediated"
     assert committed["host"] == "gpu-01" and committed["unit"] == "sglang.service"
     assert "--mem-fraction-static 0.94 → 0.93" in str(committed["changes"])
@@ -99,7 +102,7 @@ def test_rolled_back_run_is_recorded(_state_dir: Path) -> None:
     result = hosts.run_oom(host)
     assert result.outcome == "rolled_back", result.error
     events = [r["event"] for r in _records(_state_dir)]
-    assert events == ["committed", "rolled_back"]
+    assert events == ["committing", "committed", "rolled_back"]
     _, undo = host.scripts("# remediate commit")
     assert "remediate undo sglang.service" in undo
 

@@ -102,6 +102,9 @@ def counted_fixes(history: HostHistory, now: float) -> int:
 # transaction went on without it (the commit runs detached to its end); what the controller's transaction
 # log says of that attempt decides how the next watcher resolves it — never by fixing blindly again.
 _FINAL = {"rolled_back": "rolled_back", "failed": "failed"}
+# The backups a killed attempt made: its ``committed`` record's, else (killed while the host committed) the
+# ones its ``committing`` record planned (the reported name wins: a taken name gets ``.1``, host/commit.py).
+_COMMITS = ("committing", "committed")
 _RECHECKED = {
     "unchanged": "remediated",
     "remediated": "remediated",
@@ -139,18 +142,22 @@ def recovered_outcome(recheck: str) -> str:
 def backup_to_restore(recheck: str, logged: tuple[tuple[str, tuple[str, ...]], ...]) -> str | None:
     """The backup to put back when the re-check did not hold (``failed``: e.g. the killed fix's server
     crash-loops on the new bytes, and a re-run with nothing to write cannot undo it): the one the killed
-    attempt's commit made (its ``committed`` record), else None. ``logged`` is (event, backups) per record."""
+    attempt's commit made (its ``committed`` record, else the ``committing`` one written ahead of the commit:
+    killed while the host committed), else None. ``logged`` is (event, backups) per record."""
     if recovered_outcome(recheck) != "failed":
         return None
-    made = [backups[0] for event, backups in logged if event == "committed" and backups]
-    return made[0] if made else None
+    for kind in ("committed", "committing"):  # what the commit reported, else what it was about to make
+        made = [backups[0] for event, backups in logged if event == kind and backups]
+        if made:
+            return made[0]
+    return None
 
 
 def committed_backups(logged: tuple[tuple[str, tuple[str, ...]], ...], files: tuple[str, ...]) -> dict[str, str]:
     """Each file the killed fix's commit wrote → the backup it made of the file's bytes before (its backups
     are named ``FILE.bak.TAG.EPOCH``, host/commit.py); ``logged`` is (event, backups) per record."""
-    made = [b for event, backups in logged if event == "committed" for b in backups]
-    return {f: b for f in files for b in made if b.startswith(f + ".bak.")}
+    made = [b for kind in _COMMITS for event, backups in logged if event == kind for b in backups]
+    return {f: b for f in files for b in made if b.startswith(f + ".bak.")}  # a reported backup wins
 
 
 def undone_on_host(pairs: dict[str, str], sums: dict[str, str]) -> bool:

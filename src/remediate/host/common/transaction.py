@@ -66,6 +66,10 @@ def transact(transport: Transport, change: Change, result: HostResult, timer: Ti
     unit, writes = change.unit, change.writes
     changes = "; ".join(result.summary) or ", ".join(w.path for w in writes)
     report: CommitReport | None = None
+    # Written ahead of the commit: a controller killed while the host commits (the host goes on to the end)
+    # still has a line naming the backups the commit makes, so the next run can put them back.
+    planned = [f"{w.path}.bak.{w.backup_tag}.{change.epoch}" for w in writes]
+    record_change(result, change, "committing", changes, backups=planned)
     try:
         with timer.phase("commit"):
             note = f"remediate {change.verb} {unit}: {changes}"
@@ -169,9 +173,18 @@ def _roll_back(
     record_change(result, change, "rolled_back", changes, error=result.error)
 
 
-def record_change(result: HostResult, change: Change, event: str, changes: str, *, error: str | None = None) -> None:
+def record_change(
+    result: HostResult,
+    change: Change,
+    event: str,
+    changes: str,
+    *,
+    error: str | None = None,
+    backups: list[str] | None = None,
+) -> None:
     """The controller-side line of this transaction (state dir ``transactions.jsonl``), masked; a state dir
-    that cannot be written is a warning, never a reason to leave a host half done."""
+    that cannot be written is a warning, never a reason to leave a host half done. ``backups``: the ones named
+    (the commit's planned ones, before it ran), else the result's."""
     record = {
         "time": datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": result.host,
@@ -179,7 +192,7 @@ def record_change(result: HostResult, change: Change, event: str, changes: str, 
         "event": event,
         "changes": changes,
         "files": [w.path for w in change.writes],
-        "backups": list(result.backups),
+        "backups": list(result.backups) if backups is None else backups,
         "error": error,
     }
     try:

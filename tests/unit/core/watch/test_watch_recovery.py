@@ -75,6 +75,17 @@ def test_a_recheck_that_holds_or_undid_itself_restores_nothing(recheck: str) -> 
     assert backup_to_restore(recheck, KILLED) is None
 
 
+def test_killed_while_the_host_committed_restores_the_backup_written_ahead() -> None:
+    """The controller killed after its ``committing`` record, before the commit's report came back: the host
+    made the change (and its backup) all the same; the re-run finds nothing to write and the server dies."""
+    ahead = (("committing", ("/etc/systemd/system/sglang.service.bak.oom.1",)),)
+    again = (("committing", ("/etc/systemd/system/sglang.service.bak.oom.2",)), ("committed", ()), ("failed", ()))
+    assert backup_to_restore("failed", ahead + again) == "/etc/systemd/system/sglang.service.bak.oom.1"
+    reported = (("committing", ("/etc/x.bak.oom.1",)), ("committed", ("/etc/x.bak.oom.1.1",)))
+    assert backup_to_restore("failed", reported) == "/etc/x.bak.oom.1.1", "the name the commit reported wins"
+    assert committed_backups(reported, ("/etc/x",)) == {"/etc/x": "/etc/x.bak.oom.1.1"}
+
+
 def test_nothing_committed_nothing_to_restore() -> None:
     assert backup_to_restore("failed", ()) is None
     assert backup_to_restore("failed", (("committed", ()),)) is None
