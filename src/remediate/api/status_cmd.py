@@ -28,7 +28,7 @@ def status(
     ``forks``: hosts at once (None: the inventory's ``rollout: forks``, else 10)."""
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
-        from remediate.host.oom.runner import status_host
+        from remediate.host.status.status import status_host
         from remediate.host.units import each_unit
 
         options = run_options_for(entry, OomRequest(unit=unit))

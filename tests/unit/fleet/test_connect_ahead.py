@@ -171,7 +171,7 @@ def test_a_bug_while_connecting_ahead_closes_what_was_already_started() -> None:
 
 def test_the_read_only_jobs_load_their_host_module_after_the_connections_are_started() -> None:
     """The handshakes overlap the import of the job's host module: when the first transport is opened ahead,
-    `status`'s host module (host/oom/runner.py) is not loaded yet (a fresh interpreter: nothing loaded it before)."""
+    `status`'s host module (host/status/status.py) is not loaded yet (a fresh interpreter: nothing loaded it before)."""
     code = f"""
 import json, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
@@ -180,10 +180,10 @@ from remediate import api
 loaded = []
 class Recording(FakeTransport):
     def open_ahead(self):
-        loaded.append("remediate.host.oom.runner" in sys.modules)
+        loaded.append("remediate.host.status.status" in sys.modules)
         super().open_ahead()
 results = api.status(["root@a", "root@b"], transport_factory=lambda e, o: Recording(e.name))
-print(json.dumps([loaded, "remediate.host.oom.runner" in sys.modules, "remediate.fleet.bench" in sys.modules]))
+print(json.dumps([loaded, "remediate.host.status.status" in sys.modules, "remediate.fleet.bench" in sys.modules]))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True)

@@ -11,7 +11,7 @@ from remediate.core.unitfile.edit import DesiredState, SourceFile, UnitSources, 
 from remediate.errors import RemediationError
 from remediate.host.common.health import Healthy
 from remediate.host.common.options import RunOptions
-from remediate.host.oom.runner import verify_server_args, verify_tokens
+from remediate.host.common.verify import verify_server_args, verify_tokens
 from remediate.models import HostResult
 
 INCIDENT = (Path(__file__).resolve().parents[3] / "examples" / "incident" / "sglang.service").read_text()

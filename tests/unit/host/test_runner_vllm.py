@@ -8,7 +8,8 @@ from decimal import Decimal
 
 from remediate.core.unitfile.edit import DesiredState
 from remediate.host.common.options import BudgetOptions, RunOptions
-from remediate.host.oom.runner import remediate_host, status_host
+from remediate.host.oom.runner import remediate_host
+from remediate.host.status.status import status_host
 from remediate.models import HostResult
 from tests.support.hosts import NOW, incident_host
 from tests.support.journals import VLLM_CRASH as CRASH

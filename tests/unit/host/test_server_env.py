@@ -7,7 +7,7 @@ import pytest
 from remediate.core.unitfile.alloc import missing_options
 from remediate.errors import RemediationError
 from remediate.host.common.environ import ServerEnv, environ_script, parse_environ
-from remediate.host.oom.runner import env_problems, verify_server_env
+from remediate.host.common.verify import env_problems, verify_server_env
 
 WANTED = "expandable_segments:True"
 

@@ -1,0 +1,1 @@
+"""`status` on one host: read-only, the same read as `oom`."""

@@ -1,0 +1,93 @@
+"""`status` on one host: the same read as `oom`, the plan computed but not applied; a remediated unit whose
+running server lacks a setting is ``drift``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from remediate.core.probe import ProbeResult
+from remediate.core.startup import tokens_from_info
+from remediate.core.unitfile.dropin import plan_instance_edit
+from remediate.core.unitfile.edit import UnitEdit, UnitSources
+from remediate.errors import RemediationError
+from remediate.host.common.facts import fetch_server_info, fetch_tokens, startup_lines
+from remediate.host.common.options import RunOptions
+from remediate.host.common.probe import endpoint_of, engine_of_probe, run_read_only
+from remediate.host.common.verify import env_problems, fill_plan, guard_desired, server_env, verify_server_args
+from remediate.models import HostResult
+from remediate.transport.base import Transport
+
+
+def _status_drift(
+    transport: Transport,
+    unit: str,
+    sources: UnitSources,
+    info: dict[str, Any] | None,
+    plan: UnitEdit,
+    options: RunOptions,
+    result: HostResult,
+) -> None:
+    """A remediated unit whose running server lacks a setting is ``drift`` in `status` too (read-only)."""
+    drift: list[str] = []
+    try:
+        verify_server_args(result.host, info, plan)
+    except RemediationError as exc:
+        drift.append(exc.message)
+    alloc_conf = guard_desired(sources, options.desired).alloc_conf
+    if alloc_conf:
+        drift += env_problems(server_env(transport, unit, sources), alloc_conf)
+    if drift:
+        result.outcome = "drift"
+        result.extra["drift"] = drift
+        result.warnings.append(f"drift: {'; '.join(drift)}; `remediate oom {result.host}` restarts it")
+
+
+def status_host(
+    transport: Transport,
+    options: RunOptions,
+    *,
+    label: str | None = None,
+    now: Callable[[], float] = time.time,
+) -> HostResult:
+    """Read-only: the unit, its state, current settings, tokens, and whether it is remediated."""
+
+    def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
+        state = found.state
+        assert state is not None
+        plan = plan_instance_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        fill_plan(result, plan)
+        result.outcome = "unchanged"  # read-only: nothing was changed
+        result.extra = {
+            "remediated": not plan.is_changed,
+            "active_state": state.active_state,
+            "sub_state": state.get("SubState"),
+            "n_restarts": state.n_restarts,
+            "need_daemon_reload": found.needs_daemon_reload,
+        }
+        if state.needs_daemon_reload:
+            result.warnings.append("NeedDaemonReload=yes: the running server does not use the unit on disk")
+        elif found.unloaded_dropins:
+            listed = ", ".join(found.unloaded_dropins)
+            result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
+        engine = engine_of_probe(found)
+        result.extra["engine"] = engine.name
+        if state.active_state == "active" and not engine.info_paths:
+            # No endpoint reports the pool (vLLM): the current start's capacity line in the journal.
+            result.max_total_num_tokens = engine.capacity(
+                startup_lines(transport, state.unit, engine.startup_lines_ere)
+            )
+            result.target_tokens = options.target_tokens
+            if not plan.is_changed and not state.needs_daemon_reload:
+                _status_drift(transport, state.unit, sources, None, plan, options, result)
+        elif state.active_state == "active":
+            info, _ = fetch_server_info(transport, *endpoint_of(found, options))
+            tokens = tokens_from_info(info) if info else fetch_tokens(transport, *endpoint_of(found, options))[0]
+            result.max_total_num_tokens = tokens
+            result.target_tokens = options.target_tokens
+            if not plan.is_changed and not state.needs_daemon_reload:
+                _status_drift(transport, state.unit, sources, info, plan, options, result)
+
+    return run_read_only(transport, options, body, label=label, now=now)
