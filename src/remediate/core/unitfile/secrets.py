@@ -38,8 +38,10 @@ _CANDIDATE = re.compile(
     # --api-key VALUE, --hf-token=VALUE, --db-password "VALUE", --openai-apikey VALUE.
     r"|(?<![A-Za-z0-9-])--(?:[A-Za-z0-9-]*-)?(?:key|token|secret|password|passwd|apikey|credentials?)"
     r"(?P<sep>=|(?:[ \t]|\\\r?\n)+)"
-    # scheme://user:password@host (the last '@' before the host ends the password: ``p@ss@proxy``).
-    r"|(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]*:(?P<password>[^/\s'\"]+)@"
+    # scheme://user:password@host (the last '@' before the host ends the password: ``p@ss@proxy``), but never
+    # past an already masked ``***@``: masking a value after it can remove the '/' that ended the password
+    # (``http://u:p@X-Auth-Token:/;@``), and a second pass must not then swallow the rest.
+    r"|(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]*:(?P<password>(?:[^/\s'\"@]|(?<!\*\*\*)@)+)@"
     # An HTTP header whose value is secret (case-insensitive, RFC 9110 field names): ``X-Api-Key: v``,
     # ``Api-Key:``, any ``*-Token:`` (``X-Auth-Token``, ``Private-Token``), ``Authorization:`` and
     # ``Proxy-Authorization:`` (RFC 9110 §11.6.2, §11.7.2), ``Cookie:``/``Set-Cookie:`` (RFC 6265 §4):
