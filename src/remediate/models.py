@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 OUTCOMES = ("remediated", "restored", "unchanged", "drift", "rolled_back", "failed", "unreachable", "not_attempted")
 # drift: the unit was right but the running server lacked a setting; `oom` restarted it and verified it
@@ -18,6 +18,134 @@ SUCCESS_OUTCOMES = frozenset({"remediated", "restored", "unchanged", "drift"})
 
 ProgressFn = Callable[[str, str, str], None]
 """Live progress: ``(host, phase, detail)``; cli/render/results.py's LiveProgress is one."""
+
+JsonValue: TypeAlias = "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"
+JsonObject: TypeAlias = "dict[str, JsonValue]"
+"""A sub-document the pure core builds in its own schema (a finding, a recommendation, a plan, a saved
+journal's source): models.py may not import the core's types, so it holds their JSON (docs/reference/JSON.md)."""
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """The unit's systemd state as `status` and `diagnose` read it (None from a saved journal)."""
+
+    active_state: str | None = None
+    sub_state: str | None = None
+    n_restarts: int | None = None
+
+    def to_dict(self) -> dict[str, JsonValue]:
+        return {"active_state": self.active_state, "sub_state": self.sub_state, "n_restarts": self.n_restarts}
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """`remediate status`'s own data: whether the unit is remediated and its state."""
+
+    remediated: bool
+    state: UnitState
+    need_daemon_reload: bool
+
+    def to_dict(self) -> dict[str, JsonValue]:
+        return {"remediated": self.remediated, **self.state.to_dict(), "need_daemon_reload": self.need_daemon_reload}
+
+
+@dataclass(frozen=True)
+class DiagnosisReport:
+    """`remediate diagnose`'s own data beside the findings and the recommendation (HostResult's fields):
+    the state, how many findings and runs the journal held, the GPUs and who holds their memory."""
+
+    state: UnitState
+    all_findings: int
+    is_stale: bool
+    runs: int | None = None  # sglang's journal reader counts the server's starts; vLLM's and a verdict do not
+    gpus: tuple[JsonObject, ...] = ()
+    gpu_processes: tuple[JsonObject, ...] = ()
+    foreign_gpu_processes: tuple[JsonObject, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """``--probe TOKENS``: the crashing request sent once the server is healthy, and what it measured."""
+
+    tokens: int
+    ok: bool
+    error: str | None = None  # the probe failed but the server lived: it stays
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    prefill_tok_s: float | None = None
+
+    def to_dict(self) -> dict[str, JsonValue]:
+        if self.error is not None:
+            return {"tokens": self.tokens, "ok": self.ok, "error": self.error}
+        return {
+            "tokens": self.tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "ttft_s": self.ttft_s,
+            "prefill_tok_s": self.prefill_tok_s,
+            "ok": self.ok,
+        }
+
+
+@dataclass(frozen=True)
+class InstanceOutcome:
+    """One instance of ``oom --all-instances``'s roll."""
+
+    unit: str
+    outcome: str
+    max_total_num_tokens: int | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, JsonValue]:
+        return {
+            "unit": self.unit,
+            "outcome": self.outcome,
+            "max_total_num_tokens": self.max_total_num_tokens,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class BackupRow:
+    """One backup of `remediate backups`: where, when, what restoring it would change."""
+
+    path: str
+    original: str
+    time: float
+    time_source: str  # "name" or "mtime"
+    size: int
+    sha256: str
+    identical_to_current: bool
+    changes: tuple[str, ...]
+    prune: bool
+    truncated: bool
+    unsafe: str | None
+
+    def to_dict(self) -> dict[str, JsonValue]:
+        return {
+            "path": self.path,
+            "original": self.original,
+            "time": self.time,
+            "time_source": self.time_source,
+            "size": self.size,
+            "sha256": self.sha256,
+            "identical_to_current": self.identical_to_current,
+            "changes": list(self.changes),
+            "prune": self.prune,
+            "truncated": self.truncated,
+            "unsafe": self.unsafe,
+        }
+
+
+@dataclass(frozen=True)
+class BackupListing:
+    """`remediate backups`' listing (JSON ``backups``, in place of the backups a change made) and, with
+    --prune, what was deleted or, with --dry-run, what would be."""
+
+    rows: tuple[BackupRow, ...]
+    deleted: tuple[str, ...] | None = None
+    would_delete: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +194,6 @@ class HostResult:
     journal: list[str] = field(default_factory=list)
     error: str | None = None
     is_dry_run: bool = False  # --dry-run stopped before the commit: no observation is recorded (JSON "dry_run")
-    extra: dict[str, Any] = field(default_factory=dict)  # the command's own data (status, plan, probe…), shown as is
     exit_code: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -74,6 +201,21 @@ class HostResult:
     # none was named, and the host's one result per unit when it ran several (the fleet lists each).
     several_units: tuple[str, ...] = ()
     units: list[HostResult] = field(default_factory=list)
+    # The command's own data, each in the JSON when set (docs/reference/JSON.md lists which command sets which).
+    status: StatusReport | None = None  # status
+    diagnosis: DiagnosisReport | None = None  # diagnose
+    engine: str | None = None  # status, diagnose, oom: "sglang" or "vllm"
+    findings: tuple[JsonObject, ...] | None = None  # diagnose, oom: the latest failure's findings
+    recommendation: JsonObject | None = None  # diagnose; oom when it refuses the recipe
+    plan: JsonObject | None = None  # plan, oom --auto
+    drift: tuple[str, ...] | None = None  # status, oom: what the running server lacks
+    max_req_input_len: int | None = None  # oom: the longest prompt the verified server accepts
+    probe: ProbeReport | None = None  # --probe
+    observation: str | None = None  # the calibration log a healthy result was appended to
+    instances: tuple[InstanceOutcome, ...] | None = None  # oom --all-instances
+    unit_states: dict[str, str] | None = None  # JSON "units": the crash-state of each unit when none was picked
+    source: JsonObject | None = None  # diagnose/plan --journal: the saved journal read
+    backup_listing: BackupListing | None = None  # backups
 
     @property
     def ok(self) -> bool:
@@ -98,7 +240,9 @@ class HostResult:
             "outcome": self.outcome,
             "changed": self.changed,
             "backup": self.backup,
-            "backups": self.backups,
+            "backups": self.backups
+            if self.backup_listing is None
+            else [row.to_dict() for row in self.backup_listing.rows],
             "diff": self.diff,
             "summary": self.summary,
             "notes": self.notes,
@@ -112,9 +256,53 @@ class HostResult:
             "warnings": self.warnings,
             "journal": self.journal,
             "error": self.error,
-            **self.extra,
+            **self._payload(),
             **({"dry_run": True} if self.is_dry_run else {}),
             "started_at": round(self.started_at, 3),
             "finished_at": round(self.finished_at, 3),
             "seconds": self.seconds,
         }
+
+    def _payload(self) -> dict[str, JsonValue]:
+        """The command's own fields, in the order the JSON always had them."""
+        out: dict[str, JsonValue] = {}
+        if self.status is not None:
+            out.update(self.status.to_dict())
+        if self.diagnosis is not None:
+            out.update(self.diagnosis.state.to_dict())
+        if self.engine is not None:
+            out["engine"] = self.engine
+        if self.findings is not None:
+            out["findings"] = list(self.findings)
+        if self.diagnosis is not None:
+            out["all_findings"] = self.diagnosis.all_findings
+            out["is_stale"] = self.diagnosis.is_stale
+            if self.diagnosis.runs is not None:
+                out["runs"] = self.diagnosis.runs
+        if self.recommendation is not None:
+            out["recommendation"] = self.recommendation
+        if self.diagnosis is not None:
+            out["gpus"] = list(self.diagnosis.gpus)
+            out["gpu_processes"] = list(self.diagnosis.gpu_processes)
+            out["foreign_gpu_processes"] = list(self.diagnosis.foreign_gpu_processes)
+        if self.plan is not None:
+            out["plan"] = self.plan
+        if self.drift is not None:
+            out["drift"] = list(self.drift)
+        if self.max_req_input_len is not None:
+            out["max_req_input_len"] = self.max_req_input_len
+        if self.probe is not None:
+            out["probe"] = self.probe.to_dict()
+        if self.instances is not None:
+            out["instances"] = [i.to_dict() for i in self.instances]
+        if self.observation is not None:
+            out["observation"] = self.observation
+        if self.unit_states is not None:
+            out["units"] = dict(self.unit_states)
+        if self.source is not None:
+            out["source"] = self.source
+        if self.backup_listing is not None and self.backup_listing.deleted is not None:
+            out["deleted"] = list(self.backup_listing.deleted)
+        if self.backup_listing is not None and self.backup_listing.would_delete is not None:
+            out["would_delete"] = list(self.backup_listing.would_delete)
+        return out

@@ -70,7 +70,7 @@ def watcher(directory: Path, fleet: Fleet, policy: Policy, fix: object, kinds: t
     """A real Watcher over ``fleet`` whose diagnosis finds ``kinds`` and whose fix is ``fix``."""
 
     def diagnose(transport: object, entry: HostEntry) -> HostResult:
-        return HostResult(host=entry.name, outcome="diagnosed", extra={"findings": [{"kind": k} for k in kinds]})
+        return HostResult(host=entry.name, outcome="diagnosed", findings=tuple({"kind": k} for k in kinds))
 
     return Watcher(fleet.entries, fleet.connect, diagnose, fix, WatchState(directory), policy)  # type: ignore[arg-type]
 

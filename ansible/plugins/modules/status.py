@@ -77,14 +77,15 @@ def main() -> None:
         return one_result(api.status(targets, unit=module.params["unit"], transport_factory=factory))
 
     result = guarded(module, run)
+    status = result.status  # a StatusReport; None when the host gave no state
     facts = {
         "unit": result.unit,
         "unit_path": result.unit_path,
-        "active_state": result.extra.get("active_state"),
+        "active_state": status.state.active_state if status is not None else None,
         "flags": result.flags_before,
         "env": result.env_before,
         "tokens": result.max_total_num_tokens,
-        "remediated": result.extra.get("remediated"),
+        "remediated": status.remediated if status is not None else None,
     }
     finish(module, result, read_only=True, facts={"remediate_sglang": facts})
 

@@ -27,7 +27,7 @@ def plan(
     forks: int | None = None,
 ) -> list[HostResult]:
     """`remediate plan`, read-only: per host, the pool and headroom per fraction and the largest that fits
-    (``result.extra["plan"]``). ``observations`` is the calibration log (default: the state directory's)."""
+    (``result.plan``). ``observations`` is the calibration log (default: the state directory's)."""
     job = jobs.plan_job(
         unit=unit,
         target_tokens=target_tokens,

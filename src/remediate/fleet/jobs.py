@@ -262,7 +262,7 @@ def observed(transport: Transport, result: HostResult, command: str, log: Path) 
         record = observe(transport, result, command=command, at=at)
         if record is not None:
             append_observation(log, record)
-            result.extra["observation"] = str(log)
+            result.observation = str(log)
     except (RemediateError, OSError) as exc:
         result.warnings.append(f"the observation was not recorded in {log}: {exc}")
     return result

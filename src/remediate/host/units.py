@@ -103,7 +103,7 @@ def each_unit(
             evidence = tuple(unit_crash(transport, u, options.smi_timeout) for u in units)
             units = crashed_units(label, evidence, fix=command)
         if refused.error:
-            refused.extra["units"] = {e.unit: e.state for e in evidence}
+            refused.unit_states = {e.unit: e.state for e in evidence}
             return refused
     results = [_named(one(transport, replace(options, unit=unit)), unit) for unit in units]
     return bundle(label, results)

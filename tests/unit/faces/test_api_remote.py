@@ -72,7 +72,7 @@ def test_status_reports_remediated_false_and_tokens() -> None:
 
 def test_backups_without_any_lists_none() -> None:
     [result] = api.backups(["root@gpu-01"], transport_factory=Factory(host(INCIDENT)))
-    assert result.ok and result.extra["backups"] == []
+    assert result.ok and result.backup_listing is not None and result.backup_listing.rows == ()
 
 
 def test_rollback_without_backups_is_a_clear_failure() -> None:

@@ -29,6 +29,7 @@ from remediate.core.unitfile.edit import UnitSettings
 from remediate.host.common.options import BudgetOptions
 from remediate.host.diagnose.diagnose import DiagnosisEvidence
 from remediate.host.plan.budget import evidence_from, plan_budget, plan_document
+from remediate.models import HostResult, UnitState
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 TEXTS = sorted(
@@ -45,6 +46,8 @@ _SYSTEMD_SAID = re.compile(
 )
 _PREFIX = re.compile(r"(?P<host>\S+) (?P<ident>[^\s\[\]:]+)(?:\[(?P<pid>\d+)\])?: ?$")
 START = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+DIAGNOSIS_KEYS = {"engine", "findings", "all_findings", "is_stale", "runs", "max_total_num_tokens", "recommendation",
+                  "gpus", "gpu_processes", "foreign_gpu_processes"}  # fmt: skip
 
 
 def _name(path: Path) -> str:
@@ -105,15 +108,22 @@ def render(text: str, form: str) -> str:
 def live_diagnosis(text: str) -> dict[str, Any]:
     """What the live diagnose prints for these lines (no systemctl, no GPUs: those are the host's)."""
     diagnosis = parse_journal(text.splitlines(), {})
-    return DiagnosisEvidence(diagnosis, advise(diagnosis, AdvisorInput()), (), (), (), ()).to_dict()
+    result = HostResult(host="gpu-01")
+    DiagnosisEvidence(diagnosis, advise(diagnosis, AdvisorInput()), (), (), (), ()).record(result, UnitState(), None)
+    return _diagnosis_json(result)
+
+
+def _diagnosis_json(result: HostResult) -> dict[str, Any]:
+    """The diagnosis' part of a result's JSON (not its source nor the unit's state: a live host's)."""
+    return {k: v for k, v in result.to_dict().items() if k in DIAGNOSIS_KEYS}
 
 
 def saved_diagnosis(tmp_path: Path, text: str, form: str) -> dict[str, Any]:
     path = tmp_path / f"saved.{form}"
     path.write_text(render(text, form))
     [result] = api.diagnose_journal(str(path), lines=100_000)
-    assert result.error is None and result.extra["source"]["format"] == form, result.extra["source"]
-    return {k: v for k, v in result.extra.items() if k not in ("source", "active_state", "sub_state", "n_restarts")}
+    assert result.error is None and result.source is not None and result.source["format"] == form, result.source
+    return _diagnosis_json(result)
 
 
 def test_every_text_is_read() -> None:
@@ -138,7 +148,7 @@ def test_the_saved_text_itself_gives_the_live_findings(tmp_path: Path, path: Pat
     """The file as it is (the mixed forms of the test data: short, short-iso, cat, raw stderr)."""
     text = path.read_text()
     [result] = api.diagnose_journal(str(path), lines=100_000)
-    got = {k: v for k, v in result.extra.items() if k not in ("source", "active_state", "sub_state", "n_restarts")}
+    got = _diagnosis_json(result)
     want = live_diagnosis(text)
     got["recommendation"].pop("command")
     want["recommendation"].pop("command")
@@ -168,7 +178,7 @@ def test_plan_journal_gives_the_live_plan(tmp_path: Path, path: Path, form: str)
     saved.write_text(render(text, form))
     [result] = api.plan_journal(str(saved), observations=str(tmp_path / "none.jsonl"))
     assert result.error is None
-    assert result.extra["plan"] == live_plan(text)
+    assert result.plan == live_plan(text)
 
 
 def test_some_plans_are_made() -> None:
@@ -187,9 +197,10 @@ def test_what_systemctl_show_adds_is_only_the_restart_count(tmp_path: Path, case
     show = dict(line.split("=", 1) for line in (case / "show.txt").read_text().splitlines() if "=" in line)
     live = [f.to_dict() for f in parse_journal(lines, show).findings]
     [result] = api.diagnose_journal(str(case / "journal.txt"))
-    assert result.extra["source"]["absent"][0] == "systemctl"
+    absent = result.source["absent"] if result.source is not None else None
+    assert isinstance(absent, list) and absent[0] == "systemctl"
     saved = [f.to_dict() for f in parse_journal(lines, {}).findings]
-    assert result.extra["all_findings"] == len(saved) == len(live)
+    assert result.diagnosis is not None and result.diagnosis.all_findings == len(saved) == len(live)
     for have, want in zip(saved, live, strict=True):
         assert {k: v for k, v in have.items() if k != "restarts"} == {k: v for k, v in want.items() if k != "restarts"}
     assert any(f["kind"] == "crash_loop" for f in saved)

@@ -60,7 +60,8 @@ def test_plan_reads_the_journal_and_the_info_document_and_calibrates() -> None:
     fake = host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093)
     [result] = api.plan(["gpu-01"], target_tokens=200_000, transport_factory=lambda e, o: fake)
     assert result.outcome == "unchanged" and result.ok and result.max_total_num_tokens == 195011
-    doc = result.extra["plan"]
+    doc = result.plan
+    assert doc is not None
     assert doc["current"] == {
         "mem_fraction_static": 0.93,
         "chunked_prefill_size": 4096,
@@ -85,7 +86,8 @@ def test_plan_uses_this_hosts_observations(tmp_path: Path) -> None:
     log.write_text(other.to_json() + "\n" + mine.to_json() + "\n")
     fake = host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093)
     [result] = api.plan(["gpu-01"], observations=str(log), transport_factory=lambda e, o: fake)
-    doc = result.extra["plan"]
+    doc = result.plan
+    assert doc is not None
     assert [c["measured"] for c in doc["calibration"]] == [209007, 195011]
     rows = {r["mem_fraction_static"]: r["max_total_num_tokens"] for r in doc["rows"]}
     assert rows[0.92] == pytest.approx(181015, abs=3) and rows[0.95] == pytest.approx(223004, abs=3)
@@ -94,7 +96,8 @@ def test_plan_uses_this_hosts_observations(tmp_path: Path) -> None:
 def test_plan_of_a_crashed_server_reads_the_crashed_start() -> None:
     fake = host(journal("standin-incident-crash-0.94.journal"), None)
     [result] = api.plan(["gpu-01"], transport_factory=lambda e, o: fake)
-    doc = result.extra["plan"]
+    doc = result.plan
+    assert doc is not None
     assert doc["current"]["mem_fraction_static"] == 0.94 and doc["current"]["max_total_num_tokens"] == 209007
     assert {r["mem_fraction_static"]: r["max_total_num_tokens"] for r in doc["rows"]}[0.94] == 209007
     assert not fake.fetched("/server_info")  # the unit is not active: no HTTP
@@ -103,7 +106,8 @@ def test_plan_of_a_crashed_server_reads_the_crashed_start() -> None:
 def test_no_startup_lines_no_model() -> None:
     fake = host(["-- No entries --"], INFO_093)
     [result] = api.plan(["gpu-01"], transport_factory=lambda e, o: fake)
-    doc = result.extra["plan"]
+    doc = result.plan
+    assert doc is not None
     assert doc["model"] is None and doc["rows"] == []
     assert any("Load weight" in note for note in result.notes)
 
@@ -182,7 +186,7 @@ def test_a_healthy_run_appends_one_record(tmp_path: Path) -> None:
     entry = HostEntry(name="gpu-01", address="gpu-01")
     job(fake, entry)
     result = job(fake, entry)
-    assert result.extra["observation"] == str(log) and not result.warnings
+    assert result.observation == str(log) and not result.warnings
     records = parse_observations(log.read_text().splitlines())
     assert len(records) == 2 and (log.stat().st_mode & 0o777) == 0o600
     record = records[0]
@@ -283,7 +287,7 @@ def test_each_host_is_planned_from_its_own_evidence() -> None:
     }
     results = api.plan(["gpu-01", "gpu-02"], transport_factory=lambda entry, options: fakes[entry.name])
     assert [r.host for r in results] == ["gpu-01", "gpu-02"]
-    current = [r.extra["plan"]["current"]["mem_fraction_static"] for r in results]
+    current = [(r.plan or {})["current"]["mem_fraction_static"] for r in results]  # type: ignore[index]
     assert current == [0.93, 0.94]
     assert all(fake.ran(r"^journalctl ") for fake in fakes.values())
 
@@ -294,7 +298,8 @@ def test_a_server_up_for_days_is_planned_from_its_start_far_back() -> None:
     access = [f'INFO:     127.0.0.1:{40000 + i} - "POST /generate HTTP/1.1" 200 OK' for i in range(5000)]
     fake = host([], INFO_093, reply="\n".join([*startup, "@@journal-tail", *access]) + "\n")
     [result] = api.plan(["gpu-01"], transport_factory=lambda e, o: fake)
-    doc = result.extra["plan"]
+    doc = result.plan
+    assert doc is not None
     assert doc["model"] is not None and doc["model"]["free0_gib"] == 91.6
     assert {r["mem_fraction_static"]: r["max_total_num_tokens"] for r in doc["rows"]}[0.93] == 195011
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 from rich.console import Console
 
 from remediate.cli.render.console import format_tokens
 from remediate.cli.render.results import LiveProgress, recap, status_table
-from remediate.models import HostResult
+from remediate.models import DiagnosisReport, HostResult, JsonObject, StatusReport, UnitState
 
 
 def test_format_tokens_like_the_incident() -> None:
@@ -87,8 +88,9 @@ def test_diagnose_report_says_what_why_evidence_and_the_command() -> None:
            "alloc_conf": "expandable_segments:True", "other_flags": {}, "reasons": ["896.00 MiB needed"],
            "blocking": False, "command": "remediate oom gpu-01 --mem-fraction-static 0.90"}  # fmt: skip
     ok = HostResult(host="gpu-01", unit="sglang.service", outcome="unchanged")
-    ok.extra = {"findings": [finding], "recommendation": rec, "gpus": [{"index": 0, "used_bytes": 1 << 30,
-                "total_bytes": 2 << 30}], "active_state": "failed", "sub_state": "failed", "n_restarts": 2}  # fmt: skip
+    ok.findings, ok.recommendation = (finding,), rec
+    gpu: JsonObject = {"index": 0, "used_bytes": 1 << 30, "total_bytes": 2 << 30}
+    ok.diagnosis = DiagnosisReport(UnitState("failed", "failed", 2), all_findings=1, is_stale=False, gpus=(gpu,))
     bad = HostResult(host="gpu-02", outcome="unreachable", error="gpu-02: connection refused")
     console = Console(record=True, width=200)
     diagnose_report(console, [ok, bad])
@@ -110,9 +112,11 @@ def _status_rows(*results: HostResult) -> dict[str, str]:
 
 
 def test_status_says_drift_where_the_running_server_differs_from_the_remediated_unit() -> None:
-    state = {"remediated": True, "active_state": "active", "sub_state": "running"}
-    drift = HostResult(host="gpu-01", outcome="drift", unit="sglang.service", extra=dict(state))
-    fine = HostResult(host="gpu-02", outcome="unchanged", unit="sglang.service", extra=dict(state))
-    todo = HostResult(host="gpu-03", outcome="unchanged", unit="sglang.service", extra={**state, "remediated": False})
+    state = StatusReport(remediated=True, state=UnitState("active", "running"), need_daemon_reload=False)
+    drift = HostResult(host="gpu-01", outcome="drift", unit="sglang.service", status=state)
+    fine = HostResult(host="gpu-02", outcome="unchanged", unit="sglang.service", status=state)
+    todo = HostResult(
+        host="gpu-03", outcome="unchanged", unit="sglang.service", status=replace(state, remediated=False)
+    )
     rows = _status_rows(drift, fine, todo)
     assert rows == {"gpu-01": "unit only (drift)", "gpu-02": "yes", "gpu-03": "no"}

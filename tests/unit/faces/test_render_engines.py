@@ -8,14 +8,15 @@ import io
 from rich.console import Console
 
 from remediate.cli.render.results import status_table
-from remediate.models import HostResult
+from remediate.models import HostResult, StatusReport, UnitState
 
 
 def _host(name: str, engine: str, flags: dict[str, str | None]) -> HostResult:
     result = HostResult(host=name)
     result.unit = f"{engine}.service"
     result.flags_before = flags
-    result.extra = {"engine": engine, "active_state": "active", "sub_state": "running", "remediated": False}
+    result.engine = engine
+    result.status = StatusReport(remediated=False, state=UnitState("active", "running"), need_daemon_reload=False)
     return result
 
 

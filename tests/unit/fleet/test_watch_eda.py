@@ -38,10 +38,13 @@ RECOMMENDATION = {
 
 def _diagnose(engine: str, recommendation: dict[str, Any] | None) -> Any:
     def diagnose(transport: object, entry: HostEntry) -> HostResult:
-        extra: dict[str, Any] = {"engine": engine, "findings": [{"kind": "cuda_oom_runtime"}]}
-        if recommendation is not None:
-            extra["recommendation"] = recommendation
-        return HostResult(host=entry.name, outcome="unchanged", extra=extra)
+        return HostResult(
+            host=entry.name,
+            outcome="unchanged",
+            engine=engine,
+            findings=({"kind": "cuda_oom_runtime"},),
+            recommendation=recommendation,
+        )
 
     return diagnose
 

@@ -96,7 +96,7 @@ def test_a_fix_cut_before_its_commit_is_run_again_by_the_next_round(
     host = _Host()
     outcomes = ["unreachable", "remediated"]
     oom = {"kind": "cuda_oom_runtime"}
-    watcher = _watcher(tmp_path, host, lambda t, e: HostResult(host=e.name, extra={"findings": [oom]}))
+    watcher = _watcher(tmp_path, host, lambda t, e: HostResult(host=e.name, findings=(oom,)))
     watcher.fix = lambda e: HostResult(host=e.name, outcome=outcomes.pop(0))  # type: ignore[assignment]
     watcher.round(NOW)
     host.crash()

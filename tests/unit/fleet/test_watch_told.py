@@ -74,7 +74,7 @@ def _watcher(tmp: Path, unit: Lingering, silent: list[str | None], log: list[str
         return HostResult(host=entry.name, outcome="remediated")
 
     def diagnose(transport: object, entry: HostEntry) -> HostResult:
-        return HostResult(host=entry.name, outcome="diagnosed", extra={"findings": [{"kind": "cuda_oom_runtime"}]})
+        return HostResult(host=entry.name, outcome="diagnosed", findings=({"kind": "cuda_oom_runtime"},))
 
     return Watcher([entry], lambda e: FakeTransport(host=e.name).on("systemctl show", unit.answer), diagnose, fix,
                    WatchState(tmp), Policy(breaker_percentage=None), confirm=confirm, end_lingering=end,

@@ -50,7 +50,7 @@ def _watch(tmp_path: Path, hosts: list[Host], fix: object, warned: list[str]) ->
     by_name = {h.name: h for h in hosts}
 
     def diagnose(transport: object, entry: HostEntry) -> HostResult:
-        return HostResult(host=entry.name, outcome="diagnosed", extra={"findings": [{"kind": k} for k in OOM]})
+        return HostResult(host=entry.name, outcome="diagnosed", findings=tuple({"kind": k} for k in OOM))
 
     return Watcher(entries, lambda e: by_name[e.name].connect(e), diagnose, fix, WatchState(tmp_path),  # type: ignore[arg-type]
                    Policy(breaker_percentage=None), warn=warned.append)  # fmt: skip

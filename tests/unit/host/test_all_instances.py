@@ -91,20 +91,20 @@ def _commits(host: FakeTransport) -> list[tuple[str, dict[str, str]]]:
 
 
 def _outcomes(result: HostResult) -> dict[str, str]:
-    return {i["unit"]: i["outcome"] for i in result.extra["instances"]}
+    return {i.unit: i.outcome for i in result.instances or ()}
 
 
 def test_the_template_changes_once_and_every_running_instance_restarts_in_turn() -> None:
     host = _host(commit_ok(TEMPLATE), RESTART_ONLY)
     result = run(host, unit=CANARY, all_instances=True)
     assert result.outcome == "remediated", result.error
-    assert [(i["unit"], i["outcome"]) for i in result.extra["instances"]] == [
+    assert [(i.unit, i.outcome) for i in result.instances or ()] == [
         (CANARY, "remediated"),
         (SECOND, "remediated"),
         (THIRD, "remediated"),
         (STOPPED, "not_running"),
     ]
-    assert all(i["max_total_num_tokens"] == 195011 for i in result.extra["instances"][:3])
+    assert all(i.max_total_num_tokens == 195011 for i in (result.instances or ())[:3])
     commits = _commits(host)
     assert [unit for unit, _ in commits] == [CANARY, SECOND, THIRD]  # the stopped one is never started
     [(path, text)] = commits[0][1].items()
@@ -235,7 +235,7 @@ def test_a_change_of_the_units_own_files_restarts_it_alone() -> None:
     host.http("/health", 200)
     host.http("/server_info", info(195011))
     result = run(host, all_instances=True)
-    assert result.outcome == "remediated" and "instances" not in result.extra
+    assert result.outcome == "remediated" and result.instances is None
     assert "--all-instances: the change is sglang.service's own; no other unit is restarted" in result.notes
     assert not any("# remediate oom --all-instances" in h for h in host.held)
 

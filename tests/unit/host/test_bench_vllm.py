@@ -86,7 +86,7 @@ def test_the_oom_probe_is_one_prefill_through_v1_completions() -> None:
     t = host().stream("/v1/completions", answer)
     t.on(r"\Adate \+%s", "1764400100\n")
     summary = probe_prefill(t, "vllm.service", ("127.0.0.1", 8001), 32000, info=None, vllm=True)
-    assert summary["ok"] is True and summary["prompt_tokens"] == 32000, summary
+    assert summary.ok is True and summary.prompt_tokens == 32000, summary
     posts = [c for c in t.http_calls if c.method == "POST"]
     assert [c.path for c in posts] == ["/reset_prefix_cache", "/v1/completions"]
     body = json.loads(posts[1].body)

@@ -141,7 +141,8 @@ def test_plan_host_reads_a_running_vllm_unit_in_one_journal_round_trip() -> None
     t.http("/v1/models", (200, _json.dumps({"data": [{"id": "m", "max_model_len": 57344}]})))
     result = plan_host(t, RunOptions(unit="vllm.service"), BudgetOptions())
     assert result.error is None and result.outcome == "unchanged", result.error
-    plan = result.extra["plan"]
+    plan = result.plan
+    assert plan is not None
     assert plan["engine"] == "vllm" and plan["vllm"]["max_model_len"] == 57344 and result.max_total_num_tokens == 60720
     assert [c.path for c in t.http_calls] == ["/metrics", "/v1/models"] and {c.port for c in t.http_calls} == {8001}
     assert plan["choice"]["mem_fraction_static"] == 0.92 and [c["source"] for c in plan["calibration"]] == [

@@ -90,7 +90,7 @@ def test_oom_refuses_on_startup_not_enough_memory_and_changes_nothing(tmp_path: 
     (result,) = rollout.results
     assert result.outcome == "failed" and result.exit_code == 1
     assert result.error is not None and "refusing the OOM recipe" in result.error
-    assert [f["kind"] for f in result.extra["findings"]][:1] == ["kv_pool_too_small_at_startup"]
+    assert [f["kind"] for f in result.findings or ()][:1] == ["kv_pool_too_small_at_startup"]
     assert not any("commit" in (c.stdin or "") or "daemon-reload" in c.text for c in fake.calls)
 
 

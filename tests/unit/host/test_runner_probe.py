@@ -38,7 +38,7 @@ def test_probe_after_the_restart_succeeds() -> None:
     result = run(host, probe_tokens=SIZE)
     assert result.outcome == "remediated", result.error
     assert phases(result) == ["connect", "lock", "read", "plan", "commit", "wait", "probe", "verify"]
-    assert result.extra["probe"] == {
+    assert result.probe is not None and result.probe.to_dict() == {
         "tokens": SIZE,
         "prompt_tokens": SIZE,
         "cached_tokens": 0,
@@ -80,7 +80,7 @@ def test_a_probe_longer_than_the_new_server_takes_is_a_warning_not_a_rollback() 
     host.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011, "max_req_input_len": 195005})))
     result = run(host, probe_tokens=200_000)
     assert result.outcome == "remediated" and result.exit_code == 0, result.error
-    assert result.extra["probe"]["ok"] is False
+    assert result.probe is not None and result.probe.ok is False
     assert any("--probe 200,000 failed but the server did not crash" in w for w in result.warnings), result.warnings
     assert len(host.scripts("# remediate commit")) == 1, "no rollback"
     assert not [c for c in host.http_calls if c.path == "/generate"]
@@ -94,7 +94,7 @@ def test_a_probe_that_times_out_or_gets_a_503_while_the_server_lives_is_kept() -
     result = run(host, probe_tokens=SIZE)
     assert result.outcome == "remediated", result.error
     assert len(host.scripts("# remediate commit")) == 1, "no rollback"
-    assert result.extra["probe"]["ok"] is False and "503" in result.extra["probe"]["error"]
+    assert result.probe is not None and result.probe.ok is False and "503" in (result.probe.error or "")
 
 
 def test_a_probe_above_the_context_length_is_refused_before_the_commit() -> None:
@@ -114,5 +114,5 @@ def test_no_probe_without_probe_tokens() -> None:
     host.on(COMMIT, commit_ok())
     host.on(POLL, state_output(invocation_id="inv-2"))
     result = run(host)
-    assert result.outcome == "remediated" and "probe" not in result.extra
+    assert result.outcome == "remediated" and result.probe is None
     assert not [c for c in host.http_calls if c.method == "POST"]

@@ -46,5 +46,5 @@ def test_longest_prompt_is_reported_and_a_shrink_below_the_context_warned() -> N
     result = HostResult(host="gpu-01")
     info = {"max_total_num_tokens": 195011, "max_req_input_len": 195005, "context_length": 262144}
     verify_tokens(result, Healthy(tokens=195011, source="/server_info", info=info, seconds=1.0, polls=3), RunOptions())
-    assert result.extra["max_req_input_len"] == 195005
+    assert result.max_req_input_len == 195005
     assert result.warnings == ["prompts longer than 195,005 tokens are now rejected (context length 262,144)"]

@@ -45,7 +45,7 @@ def test_an_already_remediated_vllm_unit_is_unchanged_with_its_pool() -> None:
     host.http("/health", 200)
     result = _run(host)
     assert result.outcome == "unchanged" and result.exit_code == 0, result.error
-    assert result.extra["engine"] == "vllm" and result.max_total_num_tokens == 63616
+    assert result.engine == "vllm" and result.max_total_num_tokens == 63616
     assert result.flags_before == {"gpu_memory_utilization": "0.94", "max_num_batched_tokens": "4096"}
     assert host.scripts("# remediate commit") == []
     assert all(call.path == "/health" for call in host.http_calls)  # no sglang /server_info
@@ -86,7 +86,8 @@ def test_auto_plans_a_vllm_unit_and_holds_the_max_model_len_floor() -> None:
     result = _run(host, auto=BudgetOptions(), dry_run=True)
     assert result.error is None and result.changed, result.error
     assert result.flags_after == {"gpu_memory_utilization": "0.92", "max_num_batched_tokens": "4096"}
-    plan = result.extra["plan"]
+    plan = result.plan
+    assert plan is not None
     assert plan["engine"] == "vllm" and plan["vllm"]["floor_utilization"] == 0.92
     assert any("wants --gpu-memory-utilization 0.91," in w and "kept 0.92" in w and "--max-model-len" in w
                for w in result.warnings), result.warnings  # fmt: skip
@@ -120,5 +121,5 @@ def test_the_recipe_above_the_floor_is_not_held() -> None:
 def test_status_names_the_engine_and_the_pool() -> None:
     host = _host()
     result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
-    assert result.extra["engine"] == "vllm" and result.extra["remediated"] is True
+    assert result.engine == "vllm" and result.status is not None and result.status.remediated is True
     assert result.max_total_num_tokens == 63616

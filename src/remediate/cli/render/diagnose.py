@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from remediate.models import HostResult
+from remediate.models import HostResult, UnitState
 
 _WHAT = {
     "cuda_oom_runtime": "torch ran out of GPU memory while serving",
@@ -50,21 +50,20 @@ def diagnose_report(console: Console, results: Sequence[HostResult]) -> None:
         if r.error:
             console.print(f"{head} [red]error[/red] {escape(r.error)}", highlight=False)
             continue
-        state = (
-            f"{r.extra.get('active_state', '')} ({r.extra.get('sub_state', '')}), NRestarts={r.extra.get('n_restarts')}"
-        )
-        if source := r.extra.get("source"):  # --journal: a saved journal, no live state
-            state = f"saved journal {source['journal']} ({source['format']}); absent: {', '.join(source['absent'])}"
+        unit = r.diagnosis.state if r.diagnosis is not None else UnitState()
+        state = f"{unit.active_state or ''} ({unit.sub_state or ''}), NRestarts={unit.n_restarts}"
+        if source := r.source:  # --journal: a saved journal, no live state
+            state = f"saved journal {source['journal']} ({source['format']}); absent: {_joined(source['absent'])}"
         console.print(f"{head}  {escape(state)}", highlight=False)
-        findings = r.extra.get("findings", [])
-        rec = r.extra.get("recommendation", {})
+        findings: Sequence[dict[str, Any]] = r.findings or ()
+        rec: dict[str, Any] = r.recommendation or {}
         if not findings:
             console.print("  no crash evidence in the journal read", highlight=False)
         crashes = [f for f in findings if f["kind"] != "crash_loop"]
         main = next((f for f in crashes if f["kind"] == rec.get("kind")), crashes[0] if crashes else None)
         for f in findings:
             console.print(f"  what happened: {escape(_what(f))}", highlight=False)
-        if r.extra.get("is_stale"):
+        if r.diagnosis is not None and r.diagnosis.is_stale:
             console.print("  [cyan]the server started fine after this failure: the evidence is old[/cyan]")
         if main is not None:
             console.print("  evidence:", highlight=False)
@@ -82,11 +81,19 @@ def diagnose_report(console: Console, results: Sequence[HostResult]) -> None:
             console.print("  [yellow]`remediate oom` refuses this host without --force[/yellow]", highlight=False)
         if rec.get("command"):
             console.print(f"  run: [bold]{escape(rec['command'])}[/bold]", highlight=False)
-        for gpu in r.extra.get("gpus", []):
+        for gpu in _gpus(r):
             used, total = gpu["used_bytes"] / 2**30, gpu["total_bytes"] / 2**30
             console.print(f"  GPU {gpu['index']}: {used:.2f} of {total:.2f} GiB in use", highlight=False)
         for note in r.notes:
             console.print(f"  note: {escape(note)}", highlight=False)
+
+
+def _gpus(result: HostResult) -> Sequence[dict[str, Any]]:
+    return result.diagnosis.gpus if result.diagnosis is not None else ()
+
+
+def _joined(names: object) -> str:
+    return ", ".join(str(n) for n in names) if isinstance(names, list) else ""
 
 
 def _knobs(rec: dict[str, Any]) -> str:

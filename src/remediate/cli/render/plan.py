@@ -161,12 +161,16 @@ def plan_report(console: Console, results: Sequence[HostResult]) -> None:
         if r.error:
             console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {escape(r.error)}", highlight=False)
             continue
-        plan_table(console, r.extra.get("plan") or {}, title=f"{r.host} {r.unit or ''}: plan")
-        if source := r.extra.get("source"):  # --journal: a saved journal, no live host
-            absent = ", ".join(source["absent"])
-            console.print(f"  source  saved journal {escape(source['journal'])} ({source['format']}); absent: {absent}")
-            for note in (n for n in r.notes[1:] if n not in (r.extra.get("plan") or {}).get("notes", [])):
+        plan: dict[str, Any] = r.plan or {}
+        plan_table(console, plan, title=f"{r.host} {r.unit or ''}: plan")
+        if source := r.source:  # --journal: a saved journal, no live host
+            names = source["absent"]
+            absent = ", ".join(str(name) for name in names) if isinstance(names, list) else ""
+            console.print(
+                f"  source  saved journal {escape(str(source['journal']))} ({source['format']}); absent: {absent}"
+            )
+            for note in (n for n in r.notes[1:] if n not in plan.get("notes", [])):
                 console.print(f"  note    {escape(note)}", highlight=False)
         for warning in r.warnings:
-            if warning not in (r.extra.get("plan") or {}).get("warnings", []):
+            if warning not in plan.get("warnings", []):
                 console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)

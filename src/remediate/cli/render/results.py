@@ -22,7 +22,7 @@ from remediate.cli.render.plan import plan_table
 from remediate.core.engines import engine_named
 from remediate.core.unitfile.edit import UnitEdit
 from remediate.core.unitfile.report import display_text, plan_to_dict, summary_lines, unified_diff
-from remediate.models import HostResult
+from remediate.models import BackupListing, HostResult, UnitState
 
 _OUTCOME_STYLE = {
     "remediated": "green",
@@ -84,15 +84,15 @@ def host_report(console: Console, result: HostResult, *, dry_run: bool = False) 
             console.print(f"    {safe(step)}", highlight=False)
     if result.backup:
         console.print(f"  backup    {escape(result.backup)}", highlight=False)
-    if result.extra.get("plan"):
-        plan_table(console, result.extra["plan"], title=f"{result.host}: --auto plan")
+    if result.plan:
+        plan_table(console, result.plan, title=f"{result.host}: --auto plan")
     if result.max_total_num_tokens is not None:
-        name = engine_named(result.extra.get("engine")).capacity_name  # vLLM: "GPU KV cache size"
+        name = engine_named(result.engine).capacity_name  # vLLM: "GPU KV cache size"
         console.print(f"  tokens    {name}={_tokens(result)}", highlight=False)
-    for instance in result.extra.get("instances", []):  # oom --all-instances: each instance's outcome, in turn
-        tokens = instance.get("max_total_num_tokens")
-        how = f"{instance['outcome']}" + (f", max_total_num_tokens={tokens:,}" if tokens is not None else "")
-        console.print(f"  instance  {safe(instance['unit'])}: {safe(how)}", highlight=False)
+    for instance in result.instances or ():  # oom --all-instances: each instance's outcome, in turn
+        tokens = instance.max_total_num_tokens
+        how = instance.outcome + (f", max_total_num_tokens={tokens:,}" if tokens is not None else "")
+        console.print(f"  instance  {safe(instance.unit)}: {safe(how)}", highlight=False)
     for warning in result.warnings:
         console.print(f"  [yellow]warning[/yellow] {safe(warning)}", highlight=False)
     if result.error:
@@ -141,7 +141,7 @@ def recap(console: Console, results: Sequence[HostResult]) -> None:
 
 def status_table(console: Console, results: Sequence[HostResult]) -> None:
     # sglang alone: its own words; any other engine: an engine column, the fraction and the prefill bound
-    mixed = any(r.extra.get("engine", "sglang") != "sglang" for r in results)
+    mixed = any((r.engine or "sglang") != "sglang" for r in results)
     table = Table(title="server units" if mixed else "sglang units")
     knobs = ("engine", "fraction", "prefill") if mixed else ("mem-fraction", "chunk")
     for column in ("host", "unit", "state", *knobs, "PYTORCH_CUDA_ALLOC_CONF", "tokens", "remediated"):
@@ -151,11 +151,12 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
             table.add_row(escape(r.host), "", "[red]error[/red]", *[""] * (len(knobs) + 2), safe(r.error))
             continue
         values = [*r.flags_before.values(), None, None][:2]  # the fraction, then the prefill bound
-        engine = [escape(str(r.extra.get("engine", "-")))] if mixed else []
+        engine = [escape(r.engine or "-")] if mixed else []
+        state = r.status.state if r.status is not None else UnitState()
         table.add_row(
             escape(r.host),
             escape(r.unit or ""),
-            escape(f"{r.extra.get('active_state', '')} ({r.extra.get('sub_state', '')})"),
+            escape(f"{state.active_state or ''} ({state.sub_state or ''})"),
             *engine,
             escape(str(values[0] or "-")),
             escape(str(values[1] or "-")),
@@ -172,7 +173,7 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
 def _remediated_cell(result: HostResult) -> str:
     """``yes``/``no`` for the unit on disk; ``drift`` when it is remediated but the running server is not (its
     flags or its environment differ from the unit's: a restart, `remediate oom`, brings them in line)."""
-    if not result.extra.get("remediated"):
+    if result.status is None or not result.status.remediated:
         return "[yellow]no[/yellow]"
     return "[yellow]unit only (drift)[/yellow]" if result.outcome == "drift" else "[green]yes[/green]"
 
@@ -183,27 +184,26 @@ def backups_table(console: Console, results: Sequence[HostResult]) -> None:
         if r.error:
             console.print(f"[bold]{escape(r.host)}[/bold] [red]error[/red] {safe(r.error)}", highlight=False)
             continue
-        rows = r.extra.get("backups", [])
+        listing = r.backup_listing or BackupListing(())
+        rows = listing.rows
         console.print(f"[bold]{escape(r.host)}[/bold] {escape(r.unit or '')} ({escape(r.unit_path or '')})")
         if not rows:
             console.print("  no backups", highlight=False)
         for row in rows:
-            when = datetime.fromtimestamp(row["time"], tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-            source = " (mtime)" if row["time_source"] == "mtime" else ""
-            mark = "  [red]prune[/red]" if row.get("prune") else ""
-            mark += "  [red]TRUNCATED: not a complete copy, never restored[/red]" if row.get("truncated") else ""
-            mark += f"  [red]NOT RESTORABLE: {escape(row['unsafe'])}, never read[/red]" if row.get("unsafe") else ""
+            when = datetime.fromtimestamp(row.time, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+            source = " (mtime)" if row.time_source == "mtime" else ""
+            mark = "  [red]prune[/red]" if row.prune else ""
+            mark += "  [red]TRUNCATED: not a complete copy, never restored[/red]" if row.truncated else ""
+            mark += f"  [red]NOT RESTORABLE: {escape(row.unsafe)}, never read[/red]" if row.unsafe else ""
             console.print(
-                f"  {when}{source}  {escape(row['path'])}  {row['size']} B  {row['sha256'][:12]}{mark}", highlight=False
+                f"  {when}{source}  {escape(row.path)}  {row.size} B  {row.sha256[:12]}{mark}", highlight=False
             )
-            change = "; ".join(row["changes"]) or (
-                "identical to the current unit" if row["identical_to_current"] else ""
-            )
+            change = "; ".join(row.changes) or ("identical to the current unit" if row.identical_to_current else "")
             if change:
                 console.print(f"      restoring: {safe(change)}", highlight=False)
-        for path in r.extra.get("deleted", []):
+        for path in listing.deleted or ():
             console.print(f"  deleted {escape(path)}", highlight=False)
-        for path in r.extra.get("would_delete", []):
+        for path in listing.would_delete or ():
             console.print(f"  would delete {escape(path)}", highlight=False)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from remediate.core.diagnosis.sizes import MIB
+from remediate.models import JsonObject
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class Gpu:
     used_bytes: int
     uuid: str = ""  # "GPU-…"; "" where nvidia-smi did not say
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         return {
             "index": self.index,
             "uuid": self.uuid or None,
@@ -32,7 +33,7 @@ class GpuApp:
     used_bytes: int
     gpu_uuid: str = ""  # the GPU this row is about; "" where nvidia-smi did not say
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         return {"pid": self.pid, "used_bytes": self.used_bytes, "gpu_uuid": self.gpu_uuid or None}
 
 

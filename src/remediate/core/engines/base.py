@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from remediate.models import JsonObject
+
 if TYPE_CHECKING:  # core/diagnosis reads the unit (core/unitfile), which reads the engines: a type only here
     from remediate.core.diagnosis.advice import Recommendation
 
@@ -32,7 +34,7 @@ class Verdict:
     evidence: tuple[str, ...] = ()
     is_stale: bool = False  # a good start came after it: it no longer blocks
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JsonObject:
         return {
             "kind": self.kind,
             "direction": self.direction,

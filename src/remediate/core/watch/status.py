@@ -135,10 +135,3 @@ def _named(pair: tuple[dict[str, Any], dict[str, Any]], names: tuple[str, ...]) 
 
 def _age(now: float, at: Any) -> float | None:
     return round(now - float(at), 1) if isinstance(at, int | float) else None
-
-
-def tokens_before(diagnosis: dict[str, Any]) -> int | None:
-    """The server's KV pool before the crash, as the diagnosis read it from the journal (host/diagnose.py:
-    the newest run that logged its ``max_total_num_tokens``), for the ``diagnosed`` record."""
-    tokens = diagnosis.get("max_total_num_tokens")
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None

@@ -33,12 +33,11 @@ Event = dict[str, Any]
 def decision_context(report: HostResult | None) -> dict[str, Any]:
     """What a decision carries of its diagnosis: the engine, the findings' kinds and the recommended change
     (None where the diagnosis failed)."""
-    extra = report.extra if report is not None else {}
-    recommendation = extra.get("recommendation")
+    recommendation = report.recommendation if report is not None else None
     return {
-        "engine": extra.get("engine"),
-        "kinds": [str(f.get("kind")) for f in extra.get("findings", [])],
-        "recommendation": dict(recommendation) if isinstance(recommendation, dict) else None,
+        "engine": report.engine if report is not None else None,
+        "kinds": [str(f.get("kind")) for f in (report.findings or ())] if report is not None else [],
+        "recommendation": dict(recommendation) if recommendation is not None else None,
     }
 
 

@@ -23,7 +23,6 @@ from remediate.core.watch.incident import (
     note_crash,
 )
 from remediate.core.watch.policy import Policy
-from remediate.core.watch.status import tokens_before
 from remediate.errors import RemediateError
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.fixes import act, finish, reap, run_fix
@@ -203,9 +202,11 @@ class Watcher:
             report = self.diagnose(h.transport, h.entry)
         except RemediateError as exc:
             report = HostResult(host=name, outcome="failed", error=str(exc))
-        kinds = tuple(str(f.get("kind")) for f in report.extra.get("findings", []))
-        self.event("diagnosed", now, host=name, unit=h.unit, findings=report.extra.get("findings", []), kinds=kinds,
-                   tokens=tokens_before(report.extra))  # fmt: skip
+        findings = list(report.findings or ())
+        kinds = tuple(str(f.get("kind")) for f in findings)
+        # the pool of the newest run that logged one: the server's tokens before the crash (host/diagnose)
+        tokens = report.max_total_num_tokens if report.diagnosis is not None else None
+        self.event("diagnosed", now, host=name, unit=h.unit, findings=findings, kinds=kinds, tokens=tokens)
         with self.state.transaction():
             if h.crash_cursor:
                 self.state.save_cursor(name, h.unit, h.crash_cursor)

@@ -37,6 +37,7 @@ from remediate.host.common.facts import fetch_json, fetch_server_info, journal_s
 from remediate.host.common.options import RunOptions
 from remediate.host.common.probe import endpoint_of, probe, resolve_unit
 from remediate.host.plan.budget_vllm import unit_engine, vllm_endpoint
+from remediate.models import ProbeReport
 from remediate.transport.base import Transport
 from remediate.transport.http1 import HttpStream
 
@@ -269,7 +270,7 @@ def probe_prefill(
     timeout: float = 600.0,
     death_wait: float = 15.0,
     vllm: bool = False,
-) -> dict[str, Any]:
+) -> ProbeReport:
     """``oom --probe``: one prefill of exactly ``tokens`` tokens (the request that crashed the server) must
     succeed. Its failure is the server's: UnhealthyError with the journal's OOM lines, so the caller
     treats it like a failed health check (and rolls back). sglang: ``/flush_cache`` then ``/generate``; vLLM:
@@ -295,14 +296,14 @@ def probe_prefill(
         body = json.dumps(generate_body(ids, 1), separators=(",", ":")).encode()
         with transport.http_stream(host, port, "/generate", body, timeout=timeout) as stream:
             metrics = read_generate(stream)
-    summary = {
-        "tokens": tokens,
-        "prompt_tokens": metrics.prompt_tokens,
-        "cached_tokens": metrics.cached_tokens,
-        "ttft_s": None if metrics.ttft_s is None else round(metrics.ttft_s, 4),
-        "prefill_tok_s": None if metrics.prefill_tok_s is None else round(metrics.prefill_tok_s, 1),
-        "ok": metrics.ok,
-    }
+    summary = ProbeReport(
+        tokens=tokens,
+        ok=metrics.ok,
+        prompt_tokens=metrics.prompt_tokens,
+        cached_tokens=metrics.cached_tokens,
+        ttft_s=None if metrics.ttft_s is None else round(metrics.ttft_s, 4),
+        prefill_tok_s=None if metrics.prefill_tok_s is None else round(metrics.prefill_tok_s, 1),
+    )
     if metrics.ok:
         if metrics.prompt_tokens != tokens:
             raise RemediationError(

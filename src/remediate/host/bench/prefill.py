@@ -22,7 +22,7 @@ from remediate.host.common.facts import fetch_json, fetch_server_info, read_stat
 from remediate.host.common.options import RunOptions
 from remediate.host.common.outcome import Timer
 from remediate.host.plan.budget_vllm import models_max_len
-from remediate.models import HostResult
+from remediate.models import HostResult, ProbeReport
 from remediate.transport.base import Transport
 
 
@@ -105,7 +105,7 @@ def run_probe(
     with timer.phase("probe"):
         before, _ = read_state(transport, unit, newest_line=False)
         try:
-            result.extra["probe"] = probe_prefill(
+            result.probe = probe_prefill(
                 transport, unit, endpoint, tokens, info=info, seed=int(now()), timeout=options.timeout,
                 vllm=engine.name == "vllm",
             )  # fmt: skip
@@ -113,7 +113,7 @@ def run_probe(
             after, _ = read_state(transport, unit, newest_line=False)
             if _died(before, after):
                 raise
-            result.extra["probe"] = {"tokens": tokens, "ok": False, "error": exc.message}
+            result.probe = ProbeReport(tokens, ok=False, error=exc.message)
             result.warnings.append(
                 f"--probe {tokens:,} failed but the server did not crash ({exc.message}): it stays, verified"
             )

@@ -111,7 +111,7 @@ def verify_tokens(result: HostResult, healthy: Healthy, options: RunOptions, eng
     if isinstance(longest, int):
         # A smaller KV pool silently lowers the longest prompt sglang accepts (sglang managers/tp_worker.py:
         # max_req_len = min(context_len - 1, kv_capacity - 1), max_req_input_len = max_req_len - 5).
-        result.extra["max_req_input_len"] = longest
+        result.max_req_input_len = longest
         context = (healthy.info or {}).get("context_length")
         if isinstance(context, int) and longest < context - 6:
             result.warnings.append(

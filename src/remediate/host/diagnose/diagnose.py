@@ -43,7 +43,7 @@ from remediate.errors import ConfigError
 from remediate.host.common.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.common.outcome import host_outcome, new_result, record_unit
 from remediate.host.common.probe import read_unit
-from remediate.models import HostResult
+from remediate.models import DiagnosisReport, HostResult, JsonObject, UnitState
 from remediate.transport.base import Transport
 
 DEFAULT_LINES = 2000
@@ -98,7 +98,7 @@ def masked(line: str) -> str:
     return "".join(out)
 
 
-def _finding_dict(finding: Finding) -> dict[str, object]:
+def _finding_dict(finding: Finding) -> JsonObject:
     out = finding.to_dict()
     out["line"] = masked(finding.line)
     out["evidence"] = [masked(line) for line in finding.evidence]
@@ -122,29 +122,35 @@ class DiagnosisEvidence:
     def is_stale(self) -> bool:
         return self.verdict.is_stale if self.verdict is not None else self.diagnosis.is_stale
 
-    def to_dict(self) -> dict[str, object]:
-        if self.verdict is not None or self.engine != "sglang":
-            found = [] if self.verdict is None else [_verdict_dict(self.verdict)]
-            head: dict[str, object] = {"findings": found, "all_findings": len(found), "is_stale": self.is_stale}
-        else:
-            head = {
-                "findings": [_finding_dict(f) for f in self.diagnosis.latest],
-                "all_findings": len(self.diagnosis.findings),
-                "is_stale": self.diagnosis.is_stale,
-                "runs": len(self.diagnosis.runs),
-                # the pool of the newest run that logged one: the server's tokens before the crash
-                "max_total_num_tokens": next(
-                    (r.max_total_num_tokens for r in reversed(self.diagnosis.runs) if r.max_total_num_tokens), None
-                ),
-            }
-        return {
-            "engine": self.engine,
-            **head,
-            "recommendation": self.recommendation.to_dict(),
-            "gpus": [g.to_dict() for g in self.gpus],
-            "gpu_processes": [a.to_dict() for a in self.apps],
-            "foreign_gpu_processes": [a.to_dict() for a in self.foreign],
-        }
+    def findings_json(self) -> tuple[JsonObject, ...]:
+        """The latest failure's findings, masked (the JSON's ``findings``)."""
+        if self.verdict is not None:
+            return (_verdict_dict(self.verdict),)
+        if self.engine != "sglang":
+            return ()
+        return tuple(_finding_dict(f) for f in self.diagnosis.latest)
+
+    def record(self, result: HostResult, state: UnitState, command: str | None) -> None:
+        """Put the diagnosis in ``result``: the findings, the recommendation with its ``command``, the GPUs."""
+        found = self.findings_json()
+        sglang = self.verdict is None and self.engine == "sglang"
+        result.engine = self.engine
+        result.findings = found
+        result.recommendation = {**self.recommendation.to_dict(), "command": command}
+        result.diagnosis = DiagnosisReport(
+            state=state,
+            all_findings=len(self.diagnosis.findings) if sglang else len(found),
+            is_stale=self.is_stale,
+            runs=len(self.diagnosis.runs) if sglang else None,
+            gpus=tuple(g.to_dict() for g in self.gpus),
+            gpu_processes=tuple(a.to_dict() for a in self.apps),
+            foreign_gpu_processes=tuple(a.to_dict() for a in self.foreign),
+        )
+        if sglang:
+            # the pool of the newest run that logged one: the server's tokens before the crash
+            result.max_total_num_tokens = next(
+                (r.max_total_num_tokens for r in reversed(self.diagnosis.runs) if r.max_total_num_tokens), None
+            )
 
 
 _CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl", "ctr"})
@@ -198,7 +204,7 @@ def journal_diagnosis(
     return diagnosis, notes
 
 
-def _verdict_dict(verdict: Verdict) -> dict[str, object]:
+def _verdict_dict(verdict: Verdict) -> JsonObject:
     out = verdict.to_dict()
     out["line"] = masked(verdict.line)
     out["evidence"] = [masked(line) for line in verdict.evidence]
@@ -313,11 +319,5 @@ def diagnose_host(
         )
         result.outcome = "unchanged"  # read-only: nothing was changed
         result.notes = list(evidence.notes)
-        result.extra = {
-            "active_state": state.active_state,
-            "sub_state": state.get("SubState"),
-            "n_restarts": state.n_restarts,
-            **evidence.to_dict(),
-        }
-        result.extra["recommendation"]["command"] = command
+        evidence.record(result, UnitState(state.active_state, state.get("SubState"), state.n_restarts), command)
     return result

@@ -30,7 +30,7 @@ from remediate.host.plan.budget_vllm import JOURNAL_LINES as VLLM_JOURNAL_LINES
 from remediate.host.plan.budget_vllm import evidence_from as vllm_evidence_from
 from remediate.host.plan.budget_vllm import plan_vllm, vllm_plan_document
 from remediate.host.plan.plan import put_plan
-from remediate.models import HostResult
+from remediate.models import HostResult, JsonObject, UnitState
 
 DIAGNOSE_ABSENT = ("systemctl", "nvidia-smi", "ps")
 """What a live `diagnose` reads besides the journal: the unit's state and restarts, the GPUs, the process tree."""
@@ -57,7 +57,7 @@ def journal_unit(saved: SavedJournal, unit_file: str | None, unit_name: str | No
 
 def source_document(
     saved: SavedJournal, path: str, unit_file: str | None, absent: tuple[str, ...], settings: str | None
-) -> dict[str, object]:
+) -> JsonObject:
     """The result's ``source``: which journal, read how, and what a live host would have added."""
     return {
         "journal": path,
@@ -115,15 +115,9 @@ def diagnose_journal(
         settings, said = _settings_note(unit, any(r.mem_fraction_static is not None for r in diagnosis.runs), unit_file)
         result.outcome = "unchanged"  # read-only: nothing was changed
         result.notes = [*_common_notes(saved, path, DIAGNOSE_ABSENT), said, *evidence.notes]
-        result.extra = {
-            "active_state": None,
-            "sub_state": None,
-            "n_restarts": None,
-            **evidence.to_dict(),
-            "source": source_document(saved, path, unit_file, DIAGNOSE_ABSENT, settings),
-        }
         command = oom_command if evidence.verdict is None else recipe_command
-        result.extra["recommendation"]["command"] = command(result.host, result.unit, rec)
+        evidence.record(result, UnitState(), command(result.host, result.unit, rec))
+        result.source = source_document(saved, path, unit_file, DIAGNOSE_ABSENT, settings)
     return result
 
 
@@ -179,7 +173,7 @@ def plan_journal(
         result.unit = journal_unit(saved, unit_file, unit_name)
         result.unit_path = unit_file
         put_plan(result, planned, plan_document(planned), budget, [*_common_notes(saved, path, PLAN_ABSENT), said])
-        result.extra["source"] = source_document(saved, path, unit_file, PLAN_ABSENT, settings)
+        result.source = source_document(saved, path, unit_file, PLAN_ABSENT, settings)
     return result
 
 
@@ -212,5 +206,5 @@ def _plan_vllm_journal(
         result.unit_path = unit_file
         document = vllm_plan_document(planned, evidence)
         put_plan(result, planned, document, budget, [*_common_notes(saved, path, VLLM_PLAN_ABSENT), said])
-        result.extra["source"] = source_document(saved, path, unit_file, VLLM_PLAN_ABSENT, settings)
+        result.source = source_document(saved, path, unit_file, VLLM_PLAN_ABSENT, settings)
     return result

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
 
 from remediate.core.instances import (
     RUNNING,
@@ -39,7 +38,7 @@ from remediate.host.common.lock import HEARTBEAT_TIMEOUT_S, LOCK_DIR, LOCK_HELD_
 from remediate.host.common.outcome import Timer
 from remediate.host.common.probe import endpoint_of, sources_from_probe
 from remediate.host.common.transaction import Change, record_change, transact
-from remediate.models import HostResult
+from remediate.models import HostResult, InstanceOutcome
 from remediate.transport.base import Transport
 
 # (instance, its healthy server, the settings it must now run: None when unreadable); raises RemediationError
@@ -63,8 +62,8 @@ class Member:
     def is_running(self) -> bool:
         return self.found.state is not None and self.found.state.active_state in RUNNING
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"unit": self.unit, "outcome": self.outcome, "max_total_num_tokens": self.tokens, "error": self.error}
+    def outcome_record(self) -> InstanceOutcome:
+        return InstanceOutcome(self.unit, self.outcome, self.tokens, self.error)
 
 
 def _lock_template(transport: Transport, template: str, wait: int, locks: ExitStack) -> str:
@@ -106,7 +105,7 @@ def roll_instances(
     transport: Transport, change: Change, canary: ProbeResult, result: HostResult, timer: Timer, verify: VerifyFn
 ) -> None:
     """The template's change through the canary's transaction, then every other running instance restarted
-    and verified in turn; ``result.extra["instances"]`` lists each instance's outcome."""
+    and verified in turn; ``result.instances`` lists each instance's outcome."""
     template = template_of(change.unit)
     if template is None:
         raise ConfigError(f"--all-instances: {change.unit} is no instance of a template")
@@ -122,7 +121,7 @@ def roll_instances(
         try:
             _roll(transport, change, template, members, result, timer, verify)
         finally:
-            result.extra["instances"] = [m.to_dict() for m in members]
+            result.instances = tuple(m.outcome_record() for m in members)
 
 
 def _roll(

@@ -100,13 +100,13 @@ def _already_healthy(
 def _check_evidence(found: ProbeResult, sources: UnitSources, options: RunOptions, result: HostResult) -> None:
     """Refuse the recipe when the latest failure contradicts it (unless --force); the JSON gets the findings."""
     evidence = read_diagnosis_evidence(found, sources, smi_timeout=options.smi_timeout)
-    result.extra["findings"] = evidence.to_dict()["findings"]
+    result.findings = evidence.findings_json()
     result.notes.extend(n for n in evidence.notes if n.startswith("nvidia-smi timed out"))  # a hung driver
     reason = refusal(evidence)
     if reason is None:
         return
     if must_refuse(result, reason, force=options.force, dry_run=options.dry_run):
-        result.extra["recommendation"] = evidence.recommendation.to_dict()
+        result.recommendation = evidence.recommendation.to_dict()
         raise RefusedError(result.host, f"refusing the OOM recipe: {reason} (see `remediate diagnose`; --force)")
 
 
@@ -144,7 +144,7 @@ def _remediate_locked(
         )
         unit = record_unit(result, found, sources).unit
         engine = engine_of_probe(found)
-        result.extra["engine"] = engine.name
+        result.engine = engine.name
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
@@ -184,7 +184,7 @@ def _remediate_locked(
             # The unit is right, the running server is not: restart it under the same verified transaction.
             fix = f"`remediate oom {result.host}` restarts it" if options.dry_run else "restarting it"
             result.notes.append(f"drift: {'; '.join(drift)}; the unit on disk is right: {fix}")
-            result.extra["drift"] = drift
+            result.drift = tuple(drift)
         else:
             result.notes.append("the unit is already remediated but the server is not healthy: restarting it")
     if options.dry_run:

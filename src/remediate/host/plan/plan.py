@@ -53,7 +53,7 @@ def put_plan(
     """A read-only plan into ``result`` (live, vLLM's, a saved journal's alike): the document, the pool now, the
     target, ``notes`` then the plan's own, its warnings."""
     result.outcome = "unchanged"  # read-only
-    result.extra["plan"] = document
+    result.plan = document
     result.max_total_num_tokens = document["current"]["max_total_num_tokens"]
     result.target_tokens = budget.target_tokens
     result.notes.extend([*notes, *planned.notes])
@@ -69,14 +69,14 @@ def auto_step(
     if unit_engine(found) == "vllm":
         evidence = read_vllm_evidence(transport, found, options)
         budget = plan_vllm(evidence, options.auto, result.host)
-        result.extra["plan"] = vllm_plan_document(budget, evidence)
+        result.plan = vllm_plan_document(budget, evidence)
         desired, notes = auto_desired_vllm(budget, options.desired, allow_raise=options.auto.allow_raise)
         result.notes.extend(notes)
         if budget.plan is not None:
             result.warnings.extend(budget.plan.warnings)
         return desired
     planned = plan_budget(read_budget_evidence(transport, found, sources, options), options.auto, result.host)
-    result.extra["plan"] = plan_document(planned)
+    result.plan = plan_document(planned)
     desired, notes = auto_desired(planned, options.desired, allow_raise=options.auto.allow_raise)
     result.notes.extend(notes)
     if planned.plan is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from remediate.core.backups import (
     Backup,
@@ -42,7 +41,7 @@ from remediate.host.common.outcome import Timer, record_settings, record_unit
 from remediate.host.common.probe import endpoint_of, engine_of_probe, read_unit, run_read_only
 from remediate.host.common.transaction import Change, transact
 from remediate.host.instances.instances import planned_roll, roll_instances
-from remediate.models import HostResult, ProgressFn
+from remediate.models import BackupListing, BackupRow, HostResult, ProgressFn
 from remediate.transport.base import Transport
 
 
@@ -82,7 +81,7 @@ def backups_host(
     prune_keep: int | None = None,
     now: Callable[[], float] = time.time,
 ) -> HostResult:
-    """List (and with ``prune_keep``, prune) a host's backups; the listing lands in ``extra``."""
+    """List (and with ``prune_keep``, prune) a host's backups; the listing lands in ``backup_listing``."""
 
     def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
         state = found.state
@@ -91,31 +90,31 @@ def backups_host(
         current = settings_or_none(sources)
         current_sha = {p: f.sha256 for p, f in found.files.items() if f.exists}
         doomed = select_prune(backups, prune_keep, current_sha) if prune_keep is not None else []
-        rows: list[dict[str, Any]] = []
+        rows: list[BackupRow] = []
         for b in backups:
             restored = None if b.unsafe else settings_or_none(swap(sources, b.original, b.text))
             rows.append(
-                {
-                    "path": b.path,
-                    "original": b.original,
-                    "time": b.time,
-                    "time_source": b.time_source,
-                    "size": b.size,
-                    "sha256": b.sha256,
-                    "identical_to_current": not b.unsafe and b.sha256 == current_sha.get(b.original),
-                    "changes": [] if b.unsafe else settings_diff(current, restored),
-                    "prune": b in doomed,
-                    "truncated": b.truncated,
-                    "unsafe": b.unsafe,
-                }
+                BackupRow(
+                    path=b.path,
+                    original=b.original,
+                    time=b.time,
+                    time_source=b.time_source,
+                    size=b.size,
+                    sha256=b.sha256,
+                    identical_to_current=not b.unsafe and b.sha256 == current_sha.get(b.original),
+                    changes=() if b.unsafe else tuple(settings_diff(current, restored)),
+                    prune=b in doomed,
+                    truncated=b.truncated,
+                    unsafe=b.unsafe,
+                )
             )
-        result.extra = {"backups": rows}
+        result.backup_listing = BackupListing(tuple(rows))
         if doomed and not options.dry_run:
             deleted = _prune(transport, state.unit, doomed, options.lock_wait)
-            result.extra["deleted"] = deleted
+            result.backup_listing = BackupListing(tuple(rows), deleted=tuple(deleted))
             result.changed = bool(deleted)
         elif doomed:
-            result.extra["would_delete"] = [b.path for b in doomed]
+            result.backup_listing = BackupListing(tuple(rows), would_delete=tuple(b.path for b in doomed))
         result.outcome = "unchanged"  # the unit is untouched; `deleted` lists pruned backups
 
     return run_read_only(transport, options, body, label=label, now=now)

@@ -17,7 +17,7 @@ from remediate.host.common.facts import fetch_server_info, fetch_tokens, startup
 from remediate.host.common.options import RunOptions
 from remediate.host.common.probe import endpoint_of, engine_of_probe, run_read_only
 from remediate.host.common.verify import env_problems, fill_plan, guard_desired, server_env, verify_server_args
-from remediate.models import HostResult
+from remediate.models import HostResult, StatusReport, UnitState
 from remediate.transport.base import Transport
 
 
@@ -41,7 +41,7 @@ def _status_drift(
         drift += env_problems(server_env(transport, unit, sources), alloc_conf)
     if drift:
         result.outcome = "drift"
-        result.extra["drift"] = drift
+        result.drift = tuple(drift)
         result.warnings.append(f"drift: {'; '.join(drift)}; `remediate oom {result.host}` restarts it")
 
 
@@ -60,20 +60,18 @@ def status_host(
         plan = plan_instance_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
         fill_plan(result, plan)
         result.outcome = "unchanged"  # read-only: nothing was changed
-        result.extra = {
-            "remediated": not plan.is_changed,
-            "active_state": state.active_state,
-            "sub_state": state.get("SubState"),
-            "n_restarts": state.n_restarts,
-            "need_daemon_reload": found.needs_daemon_reload,
-        }
+        result.status = StatusReport(
+            remediated=not plan.is_changed,
+            state=UnitState(state.active_state, state.get("SubState"), state.n_restarts),
+            need_daemon_reload=found.needs_daemon_reload,
+        )
         if state.needs_daemon_reload:
             result.warnings.append("NeedDaemonReload=yes: the running server does not use the unit on disk")
         elif found.unloaded_dropins:
             listed = ", ".join(found.unloaded_dropins)
             result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
         engine = engine_of_probe(found)
-        result.extra["engine"] = engine.name
+        result.engine = engine.name
         if state.active_state == "active" and not engine.info_paths:
             # No endpoint reports the pool (vLLM): the current start's capacity line in the journal.
             result.max_total_num_tokens = engine.capacity(

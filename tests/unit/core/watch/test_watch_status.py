@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from remediate.cli.render.watch import event_line, status_lines
 from remediate.core.watch.incident import DAY_S, HostHistory
 from remediate.core.watch.policy import Policy
-from remediate.core.watch.status import HostRows, host_status, next_fix_allowed, tokens_before
+from remediate.core.watch.status import HostRows, host_status, next_fix_allowed
 
 T = 1_800_000_000.0
 POLICY = Policy(cooldown_s=3600.0, cap_per_day=2)
@@ -74,12 +72,6 @@ def test_a_healthy_host_has_no_crash_no_fix_and_its_incidents_and_asks_are_aged(
     doc = host_status("gpu-1", ("sglang.service",), "healthy", _night("gpu-2"), rows, POLICY, T)
     assert doc["last_crash"] is None and doc["last_fix"] is None, "another host's events are not this one's"
     assert doc["incidents"][0]["age_s"] == 120.0 and doc["approvals"][0]["age_s"] == 60.0
-
-
-@pytest.mark.parametrize(("extra", "tokens"), [({"max_total_num_tokens": 209007}, 209007), ({}, None),
-                                               ({"max_total_num_tokens": True}, None)])  # fmt: skip
-def test_tokens_before_come_from_the_diagnosis(extra: dict[str, Any], tokens: int | None) -> None:
-    assert tokens_before(extra) == tokens
 
 
 def test_one_line_per_event_and_none_for_the_rest() -> None:
