@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from remediate.api.watch import watch_status
-from remediate.controller.watch_audit import read_events
+from remediate.controller.watch_audit import fix_change, read_events
 from remediate.controller.watch_state import WatchState
 from remediate.core.watch.policy import Policy
 from remediate.fleet.inventory import HostEntry
@@ -238,3 +238,19 @@ def test_the_fix_acts_on_the_host_as_polled(tmp_path: Path, monkeypatch: pytest.
     result = _fix(WatchRequest(inventory=str(inventory)), Policy(), factory)(polled)
     assert seen == [(name, "127.0.0.9")], seen
     assert result.host == name and result.outcome == "unreachable"
+
+
+def test_the_change_of_a_fix_over_several_units_names_each_units_flags() -> None:
+    """A fix of a host with several units: the outcome's change lists each unit's flags before → after (the
+    names as the result has them), never a ``flags: null`` read off an attribute the result lacks."""
+    fraction = "mem_fraction_static"
+    one = HostResult(host="h1", unit="a.service", outcome="remediated", changed=True,
+                     flags_before={fraction: "0.94"}, flags_after={fraction: "0.93"})  # fmt: skip
+    other = HostResult(host="h1", unit="b.service", outcome="unchanged", flags_before={"mem_fraction_static": "0.9"})
+    change = fix_change(HostResult(host="h1", outcome="remediated", units=[one, other]))
+    assert change["units"]["a.service"]["flags"] == {
+        "before": {"mem_fraction_static": "0.94"},
+        "after": {"mem_fraction_static": "0.93"},
+    }
+    assert change["units"]["b.service"]["flags"]["before"] == {"mem_fraction_static": "0.9"}
+    assert fix_change(one)["flags"]["after"] == {"mem_fraction_static": "0.93"} and fix_change(one)["changed"] is True
