@@ -21,7 +21,7 @@ from remediate.api import hosts as api_hosts
 from remediate.cli import cli
 from remediate.errors import ConfigError
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.request import OomRequest
+from remediate.fleet.request import OomRequest, StrategyArgs
 from remediate.fleet.rollout import Rollout, Strategy
 from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
@@ -43,9 +43,9 @@ class Hosts:
         return [n for n, h in self.hosts.items() if h.calls or h.held]
 
 
-def request(inventory: Path, **kw: object) -> OomRequest:
-    strategy = {"canary": 0, "max_failures": "100%", **kw.pop("strategy", {})}  # type: ignore[dict-item]
-    return OomRequest(targets=("all",), inventory=str(inventory), strategy=strategy, **kw)  # type: ignore[arg-type]
+def request(inventory: Path, strategy: StrategyArgs | None = None, retry_file: str | None = None) -> OomRequest:
+    strategy = strategy or StrategyArgs(canary=0, max_failures="100%")
+    return OomRequest(targets=("all",), inventory=str(inventory), strategy=strategy, retry_file=retry_file)
 
 
 def test_an_unwritable_retry_file_is_bad_input_before_any_host_is_touched(inventory: Path, tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_a_raising_confirm_keeps_the_canary_result(inventory: Path) -> None:
     def confirm(_question: str) -> bool:
         raise RuntimeError("the prompt's terminal is gone")
 
-    req = request(inventory, strategy={"canary": 1, "pause_after_canary": True})
+    req = request(inventory, strategy=StrategyArgs(canary=1, max_failures="100%", pause_after_canary=True))
     rollout = api.remediate_oom(req, transport_factory=hosts, confirm=confirm)
     outcomes = [r.outcome for r in rollout.results]
     assert outcomes == ["remediated", "not_attempted", "not_attempted"], outcomes
