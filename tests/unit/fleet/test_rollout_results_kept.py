@@ -223,3 +223,13 @@ def test_a_retry_file_that_cannot_be_written_is_one_warning_for_the_rollout(
     got = CliRunner().invoke(cli, argv)
     assert got.exit_code == 1, got.output
     assert (got.stdout + got.stderr).count("retry file not written") == 1, got.stdout + got.stderr
+
+
+def test_canary_zero_on_the_command_line_is_no_canary_batch(inventory: Path, mocker: MockerFixture) -> None:
+    """`--canary 0` is a value given, not an option left out: the first batch is the whole fleet (it once read
+    as "not given" and the default canary of 1 ran first)."""
+    mocker.patch.object(api_hosts, "_default_transport", Hosts())
+    args = ["oom", "all", "-i", str(inventory), "--canary", "0", "--max-failures", "100%", "--dry-run", "--json"]
+    got = CliRunner().invoke(cli, args)
+    batches = json.loads(got.stdout)["rollout"]["batches"]
+    assert batches == [list(NAMES)], batches
