@@ -19,7 +19,8 @@ progress=None)`` (rollouts take ``confirm=`` too), one frozen request per comman
   :class:`OomRequest` takes its desired state as :class:`DesiredArgs` (:func:`desired_args` checks strings).
 - ``transport_factory=`` (default: SSH) lets scripts and tests bring their own transport; :func:`local_host`
   gives this machine's target and its local transport (`--local`, the Ansible modules). ``progress=`` gets
-  ``(host, phase, detail)`` (the read-only commands: each host once read; ``bench`` its sweep's points).
+  ``(host, phase, detail)`` (the read-only commands: each host once read); ``bench``'s is a ``SweepProgress``
+  (each host, request and point of the sweep).
 - Returns values, never text: ``status``, ``diagnose``, ``backups``, ``plan`` one
   :class:`~remediate.models.HostResult` per selected host (inventory order); ``remediate_oom`` and
   ``rollback`` a :class:`RolloutResult` (its ``results``, the batches, the retry file); ``bench`` one
