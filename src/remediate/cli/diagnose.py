@@ -71,11 +71,12 @@ def diagnose(
         )  # fmt: skip
         results = api.diagnose_journal(saved)
         return exit_with_table(results, as_json=as_json, table=render_diagnose.diagnose_report)
+    ssh = ssh_options(given, resolve_timeout(timeout, connect_timeout, "connect_timeout", 10.0))
     where = hosts(given)
     request = api.DiagnoseRequest(
         targets=where.targets,
         inventory=where.inventory,
-        ssh=ssh_options(given, resolve_timeout(timeout, connect_timeout, "connect_timeout", 10.0)),
+        ssh=ssh,
         unit=unit,
         lines=lines,
         since=since,
