@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         targets=tuple(args.targets),
         inventory=args.inventory,
         ssh=api.SSHOptions(ssh_config=args.ssh_config),
-        strategy={"canary": 1, "batch": "25%", "forks": 4},
+        strategy=api.StrategyArgs(canary=1, batch="25%", forks=4),
         dry_run=args.dry_run,
     )
     rollout = api.remediate_oom(request, stop_when=too_small, progress=progress)

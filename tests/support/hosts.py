@@ -275,7 +275,7 @@ def diagnose_host(
 
 def diagnose_one(fake: FakeTransport, **kw: object) -> dict[str, object]:
     """``diagnose`` of one scripted host through the API: its result as ``--json`` prints it."""
-    results = api.diagnose(["gpu-01"], transport_factory=lambda entry, ssh: fake, **kw)  # type: ignore[arg-type]
+    results = api.diagnose(api.DiagnoseRequest(targets=("gpu-01",), **kw), transport_factory=lambda entry, ssh: fake)  # type: ignore[arg-type]
     doc = json.loads(render_console.dumps(render_console.results_document(results)))
     (only,) = doc["results"]
     return only  # type: ignore[no-any-return]

@@ -89,8 +89,10 @@ def main() -> None:
 
     def run() -> t.Any:  # a HostResult
         targets, factory = local()
-        named = {k: p[k] for k in ("unit", "since", "lines", "smi_timeout")}
-        return one_result(api.diagnose(targets, transport_factory=factory, **named))
+        request = api.DiagnoseRequest(
+            targets=targets, unit=p["unit"], since=p["since"], lines=p["lines"], smi_timeout=p["smi_timeout"]
+        )
+        return one_result(api.diagnose(request, transport_factory=factory))
 
     finish(module, guarded(module, run), read_only=True)
 

@@ -204,11 +204,16 @@ def main() -> None:
 
     def run() -> t.Any:  # a HostResult
         targets, factory = local()
-        desired = {k: p[k] for k in ("mem_fraction_static", "mem_fraction_step", "chunked_prefill_size", "alloc_conf")}
+        desired = api.desired_args(
+            mem_fraction_static=p["mem_fraction_static"],
+            mem_fraction_step=p["mem_fraction_step"],
+            chunked_prefill_size=p["chunked_prefill_size"],
+            alloc_conf=p["alloc_conf"],
+        )
         request = api.OomRequest(
             targets=targets,
             unit=p["unit"],
-            cli_desired=api.desired_args(**desired),
+            desired=desired,
             min_tokens=p["min_tokens"],
             target_tokens=p["target_tokens"],
             probe_tokens=p["probe"],

@@ -94,15 +94,15 @@ def main() -> None:
 
     def run() -> t.Any:  # a HostResult
         targets, factory = local()
-        rollout = api.rollback(
-            targets,
+        request = api.RollbackRequest(
+            targets=targets,
             unit=p["unit"],
             to=p["to"],
             timeout=p["wait_timeout"],
             lock_timeout=p["lock_timeout"],
             dry_run=module.check_mode,
-            transport_factory=factory,
         )
+        rollout = api.rollback(request, transport_factory=factory)
         return one_result(rollout.results)
 
     finish(module, guarded(module, run))

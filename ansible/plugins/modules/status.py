@@ -74,7 +74,8 @@ def main() -> None:
 
     def run() -> t.Any:  # a HostResult
         targets, factory = local()
-        return one_result(api.status(targets, unit=module.params["unit"], transport_factory=factory))
+        request = api.StatusRequest(targets=targets, unit=module.params["unit"])
+        return one_result(api.status(request, transport_factory=factory))
 
     result = guarded(module, run)
     status = result.status  # a StatusReport; None when the host gave no state

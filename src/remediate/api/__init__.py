@@ -1,27 +1,32 @@
 """The Python API: a typed front door. The CLI is a thin layer over these functions; scripts call them directly.
 
 >>> from remediate import api
->>> request = api.OomRequest(targets=("gpu-*",), inventory="inventory.yaml", strategy={"canary": 1, "batch": "25%"})
+>>> strategy = api.StrategyArgs(canary=1, batch="25%")
+>>> request = api.OomRequest(targets=("gpu-*",), inventory="inventory.yaml", strategy=strategy)
 >>> rollout = api.remediate_oom(request)
 >>> [(r.host, r.outcome, r.max_total_num_tokens) for r in rollout.results]
 
-The shape, the same for every function that reaches hosts:
+The shape, the same for every function that reaches hosts: ``fn(request, *, transport_factory=None,
+progress=None)`` (rollouts take ``confirm=`` too), one frozen request per command, checked when it is built
+(fleet/request.py): :class:`StatusRequest`, :class:`DiagnoseRequest`, :class:`BackupsRequest`,
+:class:`PlanRequest`, :class:`RollbackRequest`, :class:`OomRequest`, ``BenchRequest`` (:func:`bench_request`).
 
-- ``fn(targets, *, inventory=None, ssh=None, ...)``: ``targets`` as on the command line (hosts, or names,
-  groups, globs and ``all`` of the ``inventory``); ``ssh`` an :class:`SSHOptions` (default: ``SSHOptions()``);
-  the command's own options as typed keywords, never ``**kw``.
-- Rollouts (``rollback``) take ``strategy=`` too: ``{"canary", "batch", "forks", "max_failures",
-  "pause_after_canary"}``, the command-line values (the inventory's ``rollout:`` fills the rest).
-  ``remediate_oom`` takes its many options as one :class:`OomRequest` (the same ``targets``, ``inventory``,
-  ``ssh``, ``strategy`` fields; the desired state from :func:`desired_args`; ``auto``, ``allow_raise``…).
-- Every one takes ``transport_factory=`` (default: SSH), so scripts and tests can bring their own transport;
-  :func:`local_host` gives this machine's target and its local transport (`--local`, the Ansible modules);
-  long ones take ``progress=`` (and rollouts ``confirm=``).
+- Every request starts with ``targets`` as on the command line (hosts, or names, groups, globs and ``all`` of
+  the ``inventory``), ``inventory``, ``ssh`` (an :class:`SSHOptions`) and ``unit``; then the command's own
+  options as typed fields (None: the inventory's value, else the built-in default).
+- Rollouts (``remediate_oom``, ``rollback``) take ``strategy=`` :class:`StrategyArgs` (``canary``, ``batch``,
+  ``forks``, ``max_failures``, ``pause_after_canary``: the inventory's ``rollout:`` fills what is not given);
+  :class:`OomRequest` takes its desired state as :class:`DesiredArgs` (:func:`desired_args` checks strings).
+- ``transport_factory=`` (default: SSH) lets scripts and tests bring their own transport; :func:`local_host`
+  gives this machine's target and its local transport (`--local`, the Ansible modules). ``progress=`` gets
+  ``(host, phase, detail)`` (the read-only commands: each host once read); ``bench``'s is a ``SweepProgress``
+  (each host, request and point of the sweep).
 - Returns values, never text: ``status``, ``diagnose``, ``backups``, ``plan`` one
   :class:`~remediate.models.HostResult` per selected host (inventory order); ``remediate_oom`` and
   ``rollback`` a :class:`RolloutResult` (its ``results``, the batches, the retry file); ``bench`` one
-  :class:`HostBench` per host; ``offline_plan`` the plan document; ``diagnose_journal`` and ``plan_journal`` (a saved
-  journal, no host) one result; ``edit_unit_file`` an :class:`EditResult`.
+  :class:`HostBench` per host; ``offline_plan`` (an :class:`OfflinePlanRequest`) the plan document;
+  ``diagnose_journal`` and ``plan_journal`` (a request with ``journal``: a saved journal, no host) one result;
+  ``edit_unit_file`` an :class:`EditResult`.
   A failing host never raises, it is a result; bad input raises ConfigError before any host is contacted.
   :func:`exit_code` is the CLI's exit code for a list of results.
 
@@ -46,7 +51,7 @@ if TYPE_CHECKING:
         bench_request,
         finish_bench,
     )
-    from remediate.api.diagnose_cmd import diagnose
+    from remediate.api.diagnose_cmd import DiagnoseRequest, diagnose
     from remediate.api.hosts import (
         RolloutResult,
         SSHOptions,
@@ -58,10 +63,10 @@ if TYPE_CHECKING:
     )
     from remediate.api.journal import check_journal_flags, diagnose_journal, plan_journal
     from remediate.api.local import EditResult, edit_unit_file
-    from remediate.api.oom import OomRequest, desired_args, remediate_oom
-    from remediate.api.plan_cmd import offline_plan, plan
-    from remediate.api.rollback_cmd import backups, rollback
-    from remediate.api.status_cmd import status
+    from remediate.api.oom import DesiredArgs, OomRequest, StrategyArgs, desired_args, remediate_oom
+    from remediate.api.plan_cmd import OfflinePlanRequest, PlanRequest, offline_plan, plan
+    from remediate.api.rollback_cmd import BackupsRequest, RollbackRequest, backups, rollback
+    from remediate.api.status_cmd import StatusRequest, status
 
 _HOMES = {
     "DEFAULT_CONTEXTS": "bench_cmd",
@@ -73,6 +78,14 @@ _HOMES = {
     "bench_request": "bench_cmd",
     "finish_bench": "bench_cmd",
     "OomRequest": "oom",
+    "DesiredArgs": "oom",
+    "StrategyArgs": "oom",
+    "DiagnoseRequest": "diagnose_cmd",
+    "PlanRequest": "plan_cmd",
+    "OfflinePlanRequest": "plan_cmd",
+    "RollbackRequest": "rollback_cmd",
+    "BackupsRequest": "rollback_cmd",
+    "StatusRequest": "status_cmd",
     "desired_args": "oom",
     "remediate_oom": "oom",
     "rollback": "rollback_cmd",
@@ -98,13 +111,21 @@ _HOMES = {
 __all__ = [
     "DEFAULT_CONTEXTS",
     "DEFAULT_GEN",
+    "BackupsRequest",
     "BenchOptions",
     "BenchRequest",
+    "DesiredArgs",
+    "DiagnoseRequest",
     "EditResult",
     "HostBench",
+    "OfflinePlanRequest",
     "OomRequest",
+    "PlanRequest",
+    "RollbackRequest",
     "RolloutResult",
     "SSHOptions",
+    "StatusRequest",
+    "StrategyArgs",
     "TransportFactory",
     "backups",
     "bench",

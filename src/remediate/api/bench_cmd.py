@@ -32,26 +32,14 @@ __all__ = [
 
 
 def bench(
-    targets: Sequence[str] = (),
+    request: BenchRequest,
     *,
-    inventory: str | None = None,
-    ssh: SSHOptions | None = None,
-    options: BenchOptions | None = None,
-    request: BenchRequest | None = None,
-    progress: SweepProgress | None = None,
     transport_factory: TransportFactory | None = None,
+    progress: SweepProgress | None = None,
 ) -> list[HostBench]:
-    """`remediate bench`: each host's sweep (``options``: lengths, runs…, default the incident's), read-only on
-    the unit; a ``request`` (:func:`bench_request`) gives targets, inventory, SSH options and options at once."""
-    return fleet_bench.bench(
-        targets,
-        inventory=inventory,
-        ssh=ssh,
-        options=options,
-        progress=progress,
-        request=request,
-        transport_factory=transports(transport_factory),
-    )
+    """`remediate bench`: each host's sweep, read-only on the unit; the ``request`` (:func:`bench_request`)
+    gives the targets, inventory, SSH options and the sweep (lengths, runs…, default the incident's)."""
+    return fleet_bench.bench(request, progress=progress, transport_factory=transports(transport_factory))
 
 
 def bench_request(

@@ -2,43 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from remediate.api.hosts import TransportFactory, for_each_host
-from remediate.core.bounds import check_options
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.request import OomRequest
-from remediate.fleet.settings import run_options_for
-from remediate.models import HostResult
-from remediate.transport.base import SSHOptions, Transport
+from remediate.fleet.request import DiagnoseRequest
+from remediate.fleet.settings import unit_options_for
+from remediate.models import HostResult, ProgressFn
+from remediate.transport.base import Transport
 
-__all__ = ["diagnose"]
+__all__ = ["DiagnoseRequest", "diagnose"]
 
 
 def diagnose(
-    targets: Sequence[str] = (),
+    request: DiagnoseRequest,
     *,
-    inventory: str | None = None,
-    ssh: SSHOptions | None = None,
-    unit: str | None = None,
-    lines: int | None = None,
-    since: str | None = None,
     transport_factory: TransportFactory | None = None,
-    smi_timeout: int | None = None,
-    forks: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> list[HostResult]:
     """Read-only, no lock: each host's latest failure, why, and the `remediate oom` that fixes it. ``lines``:
-    the journal lines to read (None: host/diagnose.py's DEFAULT_LINES, 2000)."""
+    the journal lines to read (None: host/diagnose.py's DEFAULT_LINES, 2000). A request with ``journal`` reads
+    that saved journal instead, no host (:func:`remediate.api.diagnose_journal`). ``progress``: each host once read."""
     from remediate.host.diagnose.diagnose import DEFAULT_LINES, diagnose_host, parse_since
 
-    check_options(lines=lines, smi_timeout=smi_timeout)  # bad input fails before any host is contacted
-    count = DEFAULT_LINES if lines is None else lines
-    restarts, since_time = parse_since(since, count)
+    if request.journal is not None:
+        from remediate.api.journal import diagnose_journal
+
+        return diagnose_journal(request)
+    count = DEFAULT_LINES if request.lines is None else request.lines
+    restarts, since_time = parse_since(request.since, count)
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.units import each_unit
 
-        options = run_options_for(entry, OomRequest(unit=unit, smi_timeout=smi_timeout))
+        options = unit_options_for(entry, request.unit, smi_timeout=request.smi_timeout)
         return each_unit(
             transport,
             options,
@@ -46,4 +41,12 @@ def diagnose(
             label=entry.name,
         )
 
-    return for_each_host(targets, inventory, ssh or SSHOptions(), one, forks=forks, transport_factory=transport_factory)
+    return for_each_host(
+        request.targets,
+        request.inventory,
+        request.ssh,
+        one,
+        forks=request.forks,
+        transport_factory=transport_factory,
+        progress=progress,
+    )

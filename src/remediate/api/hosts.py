@@ -14,7 +14,7 @@ from remediate.fleet.inventory import HostEntry, Inventory, load_inventory
 from remediate.fleet.jobs import ConnectAhead, RolloutResult, TransportFactory, run_on_hosts
 from remediate.fleet.retry import check_retry_target
 from remediate.fleet.settings import LocalTarget
-from remediate.models import HostResult
+from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions, Transport
 
 __all__ = [
@@ -89,16 +89,24 @@ def for_each_host(
     *,
     forks: int | None = None,
     transport_factory: TransportFactory | None = None,
+    progress: ProgressFn | None = None,
 ) -> list[HostResult]:
     """Run a read-only per-host function over the selected hosts, ``forks`` at a time (None: the inventory's
     ``rollout: forks``, else 10); the first of them connect ahead, over SSH (TCP first) unless a factory is
-    given, as :func:`connect_ahead` does for `oom`."""
+    given, as :func:`connect_ahead` does for `oom`. ``progress(host, "read", outcome)`` as each host is read."""
     check_options(forks=forks)  # before any host is contacted, as the command line checks it
+
+    def reported(transport: Transport, entry: HostEntry) -> HostResult:
+        result = fn(transport, entry)
+        if progress is not None:
+            progress(entry.name, "read", result.outcome)
+        return result
+
     return jobs.for_each_host(
         targets,
         inventory_path,
         ssh,
-        fn,
+        reported,
         forks=forks,
         transport_factory=transports(transport_factory),
         preconnect=transport_factory is None,

@@ -13,6 +13,7 @@ from remediate.models import HostResult
 if TYPE_CHECKING:
     from remediate.core.engines.vllm.argv import VllmArgs
     from remediate.core.unitfile.edit import UnitSettings
+    from remediate.fleet.request import DiagnoseRequest, PlanRequest
 
 __all__ = ["MAX_JOURNAL_BYTES", "check_journal_flags", "diagnose_journal", "plan_journal", "read_journal_file"]
 
@@ -108,28 +109,20 @@ def _plan_unit(unit_file: str | None) -> tuple[UnitSettings | None, VllmArgs | N
     return _unit_settings(unit_file), None
 
 
-def diagnose_journal(
-    journal: str,
-    *,
-    unit_file: str | None = None,
-    lines: int | None = None,
-    since: str | None = None,
-    targets: Sequence[str] = (),
-    inventory: str | None = None,
-    unit: str | None = None,
-    stdin: BinaryIO | None = None,
-) -> list[HostResult]:
-    """`remediate diagnose --journal FILE`: the diagnosis of a saved journal, as one result (``lines``: its
-    last lines read, like the live ``--lines``; ``since``: a number of restarts only, a time needs a host)."""
+def diagnose_journal(request: DiagnoseRequest, *, stdin: BinaryIO | None = None) -> list[HostResult]:
+    """`remediate diagnose --journal FILE`: the diagnosis of the saved journal ``request.journal``, as one result
+    (``lines``: its last lines read, like the live ``--lines``; ``since``: a number of restarts only, a time
+    needs a host)."""
     from remediate.core.journal import parse_saved_journal
     from remediate.core.units import single_unit
     from remediate.errors import ConfigError
     from remediate.host.diagnose.diagnose import DEFAULT_LINES, parse_since
     from remediate.host.diagnose.journal import diagnose_journal as diagnose_saved
 
-    check_journal_flags(journal, unit_file, targets, inventory)
-    unit = single_unit(unit, "diagnose --journal")  # a saved journal is one unit's: a glob is bad input
-    count = DEFAULT_LINES if lines is None else lines
+    journal, unit_file, since = _journal_of(request), request.unit_file, request.since
+    check_journal_flags(journal, unit_file, request.targets, request.inventory)
+    unit = single_unit(request.unit, "diagnose --journal")  # a saved journal is one unit's: a glob is bad input
+    count = DEFAULT_LINES if request.lines is None else request.lines
     restarts, since_time = parse_since(since, count)
     if since_time is not None:
         raise ConfigError(f"--since {since!r} with --journal: give a number of restarts (a time needs journalctl)")
@@ -143,21 +136,9 @@ def diagnose_journal(
     ]
 
 
-def plan_journal(
-    journal: str,
-    *,
-    unit_file: str | None = None,
-    target_tokens: int | None = None,
-    chunked_prefill_size: int | None = None,
-    margin: float = 0.10,
-    observations: str | None = None,
-    targets: Sequence[str] = (),
-    inventory: str | None = None,
-    unit: str | None = None,
-    stdin: BinaryIO | None = None,
-) -> list[HostResult]:
-    """`remediate plan --journal FILE`: the plan from a saved journal's startup and crash lines (no
-    ``/server_info``); the calibration log is read as for a host (the journal's host name matches)."""
+def plan_journal(request: PlanRequest, *, stdin: BinaryIO | None = None) -> list[HostResult]:
+    """`remediate plan --journal FILE`: the plan from the saved journal ``request.journal``'s startup and crash
+    lines (no ``/server_info``); the calibration log is read as for a host (the journal's host name matches)."""
     from remediate.controller.observations import log_path, read_observations
     from remediate.core.journal import parse_saved_journal
     from remediate.core.units import single_unit
@@ -165,17 +146,26 @@ def plan_journal(
     from remediate.host.common.options import BudgetOptions
     from remediate.host.diagnose.journal import plan_journal as plan_saved
 
-    check_journal_flags(journal, unit_file, targets, inventory)
-    unit = single_unit(unit, "plan --journal")
+    journal, unit_file, margin = _journal_of(request), request.unit_file, request.margin
+    check_journal_flags(journal, unit_file, request.targets, request.inventory)
+    unit = single_unit(request.unit, "plan --journal")
     if not 0 <= margin < 10:
         raise ConfigError(f"--margin {margin} must be between 0 and 10 (a share: 0.10 = 10%)")
     settings, vllm = _plan_unit(unit_file)
     budget = BudgetOptions(
-        target_tokens=target_tokens,
-        chunked_prefill_size=chunked_prefill_size,
-        chunk_is_ceiling=chunked_prefill_size is None,
+        target_tokens=request.target_tokens,
+        chunked_prefill_size=request.chunked_prefill_size,
+        chunk_is_ceiling=request.chunked_prefill_size is None,
         margin=margin,
-        observations=read_observations(log_path(observations)),
+        observations=read_observations(log_path(request.observations)),
     )
     saved = parse_saved_journal(read_journal_file(journal, stdin))
     return [plan_saved(saved, journal, budget, unit=settings, unit_file=unit_file, unit_name=unit, vllm=vllm)]
+
+
+def _journal_of(request: DiagnoseRequest | PlanRequest) -> str:
+    from remediate.errors import ConfigError
+
+    if request.journal is None:
+        raise ConfigError("no saved journal named (--journal FILE)")
+    return request.journal

@@ -44,14 +44,14 @@ def edit_unit_file(
     Only the given file is edited: a change that belongs in another file (an EnvironmentFile, a drop-in)
     is a ConfigError naming that file, and nothing is written."""
     path = Path(unit_file)
-    raw = {
-        "mem_fraction_static": mem_fraction_static,
-        "mem_fraction_step": mem_fraction_step,
-        "chunked_prefill_size": chunked_prefill_size,
-        "alloc_conf": alloc_conf,
-    }
     try:
-        desired = desired_state(parse_desired_args(raw))
+        asked = parse_desired_args(
+            mem_fraction_static=mem_fraction_static,
+            mem_fraction_step=mem_fraction_step,
+            chunked_prefill_size=chunked_prefill_size,
+            alloc_conf=alloc_conf,
+        )
+        desired = desired_state(asked)
     except ConfigError as exc:
         raise ConfigError(exc.message, source=str(path)) from None
     text = localfile.read_unit_file(path)

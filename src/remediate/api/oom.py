@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
 
 from remediate.api.hosts import (
     RolloutResult,
@@ -14,7 +13,7 @@ from remediate.api.hosts import (
     given_hosts,
 )
 from remediate.fleet import jobs
-from remediate.fleet.request import OomRequest
+from remediate.fleet.request import DesiredArgs, OomRequest, StrategyArgs
 from remediate.fleet.settings import (
     build_strategy,
     parse_desired_args,
@@ -23,7 +22,7 @@ from remediate.fleet.settings import (
 )
 from remediate.models import HostResult, ProgressFn
 
-__all__ = ["OomRequest", "desired_args", "remediate_oom"]
+__all__ = ["DesiredArgs", "OomRequest", "StrategyArgs", "desired_args", "remediate_oom"]
 
 
 def desired_args(
@@ -32,31 +31,30 @@ def desired_args(
     mem_fraction_step: float | str | Decimal | None = None,
     chunked_prefill_size: int | str | None = None,
     alloc_conf: str | None = None,
-) -> dict[str, Any]:
-    """The desired state asked for, checked and typed, as :class:`OomRequest`'s ``cli_desired`` takes it
+) -> DesiredArgs:
+    """The desired state asked for, checked and typed, as :class:`OomRequest`'s ``desired`` takes it
     (None = not given: the inventory's value, else the built-in recipe). A bad value is a ConfigError."""
-    raw = {
-        "mem_fraction_static": mem_fraction_static,
-        "mem_fraction_step": mem_fraction_step,
-        "chunked_prefill_size": chunked_prefill_size,
-        "alloc_conf": alloc_conf,
-    }
-    return parse_desired_args(raw)
+    return parse_desired_args(
+        mem_fraction_static=mem_fraction_static,
+        mem_fraction_step=mem_fraction_step,
+        chunked_prefill_size=chunked_prefill_size,
+        alloc_conf=alloc_conf,
+    )
 
 
 def remediate_oom(
     request: OomRequest,
     *,
+    transport_factory: TransportFactory | None = None,
     progress: ProgressFn | None = None,
     confirm: Callable[[str], bool] | None = None,
     stop_when: Callable[[HostResult], str | None] | None = None,
     retry_dir: str | None = None,
-    transport_factory: TransportFactory | None = None,
 ) -> RolloutResult:
     """`remediate oom`: remediate the OOM on every host the request selects, as a rollout; see
     `remediate oom --help` for the semantics. The request carries the targets, ``inventory``, ``ssh``,
-    ``strategy``, the desired state (:func:`desired_args`) and the run's options (``auto``, ``allow_raise``,
-    ``dry_run``…).
+    ``strategy`` (:class:`StrategyArgs`), the desired state (:func:`desired_args`) and the run's options
+    (``auto``, ``allow_raise``, ``dry_run``…).
 
     ``stop_when(result) -> reason | None`` is a custom policy: return a reason to halt the
     rollout after any host (e.g. too few tokens); in-flight hosts finish, the rest are not attempted.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable
 
 from remediate.api.hosts import (
     RolloutResult,
@@ -14,93 +12,83 @@ from remediate.api.hosts import (
     given_hosts,
     transports,
 )
-from remediate.core.bounds import check_options
 from remediate.errors import ConfigError
 from remediate.fleet import jobs
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.request import OomRequest
-from remediate.fleet.settings import (
-    build_strategy,
-    resolve_hosts,
-    run_options_for,
-)
+from remediate.fleet.request import BackupsRequest, RollbackRequest
+from remediate.fleet.settings import build_strategy, resolve_hosts, unit_options_for
 from remediate.models import HostResult, ProgressFn
-from remediate.transport.base import SSHOptions, Transport
+from remediate.transport.base import Transport
 
-__all__ = ["backups", "rollback"]
+__all__ = ["BackupsRequest", "RollbackRequest", "backups", "rollback"]
 
 
 def rollback(
-    targets: Sequence[str] = (),
+    request: RollbackRequest,
     *,
-    inventory: str | None = None,
-    ssh: SSHOptions | None = None,
-    unit: str | None = None,
-    to: str = "latest",
-    timeout: float = 900.0,
-    dry_run: bool = False,
-    strategy: dict[str, Any] | None = None,
+    transport_factory: TransportFactory | None = None,
     progress: ProgressFn | None = None,
     confirm: Callable[[str], bool] | None = None,
-    transport_factory: TransportFactory | None = None,
     retry_dir: str | None = None,
-    retry_file: str | None = None,
-    lock_timeout: int | None = None,
-    all_instances: bool = False,
-    hosts: Sequence[HostEntry] = (),
 ) -> RolloutResult:
-    """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too. ``hosts``: the
-    hosts themselves, already resolved (the watcher's, as polled): ``targets`` are not resolved again."""
-    check_options(wait_timeout=timeout, lock_timeout=lock_timeout)  # before anything is read, as the CLI does
-    inventory_obj, hosts = given_hosts(hosts, inventory) or resolve_hosts(targets, inventory)
-    if to != "latest" and len(hosts) > 1:
+    """Restore each host's latest backup (or ``to``); a rollback over a group is a rollout too. The request's
+    ``hosts``: the hosts themselves, already resolved (the watcher's, as polled): ``targets`` are not resolved
+    again."""
+    inventory, hosts = given_hosts(request.hosts, request.inventory) or resolve_hosts(
+        request.targets, request.inventory
+    )
+    if request.to != "latest" and len(hosts) > 1:
         raise ConfigError("--to PATH names one file: use it with one host")
-    plan = build_strategy(strategy or {}, inventory_obj)
+    strategy = build_strategy(request.strategy, inventory)
     options = {
-        h.name: replace(
-            run_options_for(
-                h, OomRequest(unit=unit, timeout=timeout, lock_timeout=lock_timeout, all_instances=all_instances)
-            ),
-            dry_run=dry_run,
+        h.name: unit_options_for(
+            h,
+            request.unit,
+            timeout=request.timeout,
+            lock_timeout=request.lock_timeout,
+            dry_run=request.dry_run,
+            all_instances=request.all_instances,
         )
         for h in hosts
     }
-    if not dry_run:
-        check_results_kept(inventory_obj, retry_dir, retry_file)
+    if not request.dry_run:
+        check_results_kept(inventory, retry_dir, request.retry_file)
     return jobs.roll_out(
-        jobs.Fleet(hosts, inventory_obj, plan, ssh or SSHOptions(), transports(transport_factory)),
-        jobs.rollback_job(options, to, progress),  # a healthy end is recorded
+        jobs.Fleet(hosts, inventory, strategy, request.ssh, transports(transport_factory)),
+        jobs.rollback_job(options, request.to, progress),  # a healthy end is recorded
         hooks=jobs.Hooks(progress, confirm),
-        retry=None if dry_run else jobs.RetryTarget(retry_dir, retry_file),
+        retry=None if request.dry_run else jobs.RetryTarget(retry_dir, request.retry_file),
     )
 
 
 def backups(
-    targets: Sequence[str] = (),
+    request: BackupsRequest,
     *,
-    inventory: str | None = None,
-    ssh: SSHOptions | None = None,
-    unit: str | None = None,
-    prune_keep: int | None = None,
-    dry_run: bool = False,
     transport_factory: TransportFactory | None = None,
-    lock_timeout: int | None = None,
-    forks: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> list[HostResult]:
     """List each host's backups (newest first, with the flag-level difference to the current unit);
-    with ``prune_keep``, delete all but the newest N per file (never the newest, never the current state's)."""
-    check_options(lock_timeout=lock_timeout)
+    with ``prune_keep``, delete all but the newest N per file (never the newest, never the current state's).
+    ``progress``: each host once read."""
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.rollback.restore import backups_host
         from remediate.host.units import each_unit
 
-        options = replace(run_options_for(entry, OomRequest(unit=unit, lock_timeout=lock_timeout)), dry_run=dry_run)
+        options = unit_options_for(entry, request.unit, lock_timeout=request.lock_timeout, dry_run=request.dry_run)
         return each_unit(
             transport,
             options,
-            lambda t, o: backups_host(t, o, label=entry.name, prune_keep=prune_keep),
+            lambda t, o: backups_host(t, o, label=entry.name, prune_keep=request.prune_keep),
             label=entry.name,
         )
 
-    return for_each_host(targets, inventory, ssh or SSHOptions(), one, forks=forks, transport_factory=transport_factory)
+    return for_each_host(
+        request.targets,
+        request.inventory,
+        request.ssh,
+        one,
+        forks=request.forks,
+        transport_factory=transport_factory,
+        progress=progress,
+    )

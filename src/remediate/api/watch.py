@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +14,13 @@ from remediate.api.hosts import TransportFactory, transports
 from remediate.controller.state import ensure_dir, state_dir
 from remediate.controller.watch_audit import read_audit
 from remediate.controller.watch_state import WatchState, database_errors, open_state
-from remediate.core.bounds import check_options
 from remediate.core.units import single_unit
 from remediate.core.watch.policy import Policy
 from remediate.core.watch.status import HostRows, host_status
 from remediate.errors import ConfigError
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.request import OomRequest
-from remediate.fleet.settings import resolve_hosts, run_options_for, ssh_for
+from remediate.fleet.request import OomRequest, RollbackRequest, WatchRequest
+from remediate.fleet.settings import resolve_hosts, ssh_for, unit_options_for
 from remediate.fleet.watch.clock import SteadyClock
 from remediate.fleet.watch.eda import DecisionContext
 from remediate.fleet.watch.loop import Watcher
@@ -29,31 +28,9 @@ from remediate.fleet.watch.policy_file import load_policy
 from remediate.fleet.watch.sdnotify import Heartbeat, sd_notify
 from remediate.fleet.watch.webhook import DEADLINE_S, WebhookQueue, audit_dropped, check_url
 from remediate.models import HostResult
-from remediate.transport.base import SSHOptions, Transport
+from remediate.transport.base import Transport
 
 __all__ = ["WatchRequest", "answer", "sd_notify", "set_breaker", "set_paused", "watch", "watch_status"]
-
-
-@dataclass(frozen=True)
-class WatchRequest:
-    targets: tuple[str, ...] = ()
-    inventory: str | None = None
-    ssh: SSHOptions = field(default_factory=SSHOptions)
-    unit: str | None = None
-    policy: str | None = None
-    interval_s: float = 15.0
-    lookback_s: float | None = None
-    healthy_period_s: float | None = None
-    dry_run: bool = False
-    once: bool = False
-    state_dir: str | None = None
-    wait_timeout: float = 900.0
-    webhook: str | None = None
-    metrics_listen: str | None = None
-    follow: bool = True  # follow each host's journal (one channel); the poll stays the fallback
-
-    def __post_init__(self) -> None:
-        check_options(wait_timeout=self.wait_timeout)  # as `watch --wait-timeout` (core/bounds.py)
 
 
 def _state(directory: str | None) -> WatchState:
@@ -89,8 +66,8 @@ def watch(
         policy = replace(policy, healthy_period_s=request.healthy_period_s)
     webhook = check_url(request.webhook) if request.webhook else None
     _, hosts = resolve_hosts(request.targets, request.inventory)
-    base = OomRequest(unit=single_unit(request.unit, "watch"))
-    hosts = [replace(h, settings={**h.settings, "unit": _one_unit(h, base)}) for h in hosts]
+    unit = single_unit(request.unit, "watch")
+    hosts = [replace(h, settings={**h.settings, "unit": _one_unit(h, unit)}) for h in hosts]
     state = _state(request.state_dir)
     state.claim()
     queue = None
@@ -174,7 +151,7 @@ def _diagnose(request: WatchRequest, alive: Callable[[], None]) -> Callable[[Tra
 
         alive()  # one step of the round, bounded (fleet/watch/sdnotify.py): several crashed hosts, one after another
 
-        return diagnose_host(transport, run_options_for(entry, OomRequest(unit=request.unit)), label=entry.name)
+        return diagnose_host(transport, unit_options_for(entry, request.unit), label=entry.name)
 
     return one
 
@@ -217,15 +194,15 @@ def _undo(request: WatchRequest, factory: TransportFactory | None) -> Callable[[
     def one(entry: HostEntry, backup: str) -> HostResult:
         from remediate.api.rollback_cmd import rollback
 
-        return rollback(
-            (entry.name,),
+        undo = RollbackRequest(
+            targets=(entry.name,),
             hosts=(entry,),
             inventory=request.inventory,
             ssh=request.ssh,
             to=backup,
             timeout=request.wait_timeout,
-            transport_factory=factory,
-        ).results[0]
+        )
+        return rollback(undo, transport_factory=factory).results[0]
 
     return one
 
@@ -361,15 +338,15 @@ def set_breaker(reason: str | None, directory: str | None = None) -> None:
         state.close()
 
 
-def _one_unit(host: HostEntry, base: OomRequest) -> str | None:
+def _one_unit(host: HostEntry, given: str | None) -> str | None:
     """The one unit the watcher follows on ``host`` (None: none named, the host's engine units are found at
     its first connection): an inventory's ``unit:`` glob or list is bad input there too, named with its host."""
     from remediate.errors import ConfigError
 
-    unit = run_options_for(host, base).unit
+    unit = unit_options_for(host, given).unit
     try:
         return single_unit(unit, "watch")
     except ConfigError:
-        where = "--unit" if base.unit is not None else "the inventory's unit"
+        where = "--unit" if given is not None else "the inventory's unit"
         message = f"{where} {unit!r}: `remediate watch` follows one unit per host: name it exactly"
         raise ConfigError(message, source=host.name) from None

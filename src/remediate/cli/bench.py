@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
 from remediate import __version__
 from remediate.cli.app import cli
 from remediate.cli.options import (
+    Connection,
     api,
     connection_options,
     handle_errors,
@@ -38,13 +38,35 @@ from remediate.cli.options import (
 @click.option("--csv", "csv_path", metavar="FILE", help="Write the points as CSV.")
 @click.option("--plot", metavar="FILE.png", help="Plot TTFT and decode tok/s against context (remediate[plot]).")
 @handle_errors
-def bench(**kw: Any) -> None:
+def bench(
+    targets: tuple[str, ...],
+    inventory: str | None,
+    identity: str | None,
+    known_hosts: str | None,
+    accept_new_host_key: bool,
+    connect_timeout: float | None,
+    ssh_config: str | None,
+    sudo: bool,
+    local: bool,
+    unit: str | None,
+    as_json: bool,
+    contexts: str,
+    gen: int,
+    runs: int,
+    warmup: int,
+    output: str | None,
+    csv_path: str | None,
+    plot: str | None,
+) -> None:
     """Prove the fix: the incident's long-context sweep at exact token counts (read-only, host after host)."""
-    keys = ("unit", "contexts", "gen", "runs", "warmup", "output", "csv_path", "plot")
-    where = hosts(kw)
-    factory = where.pop("transport_factory", None)
-    request = api.bench_request(ssh=ssh_options(kw), **where, **{k: kw[k] for k in keys})
-    with render_bench.BenchProgress(stderr(), points_per_host=len(request.args.contexts), quiet=kw["as_json"]) as bar:
-        results = api.bench(request=request, progress=bar, transport_factory=factory)
-    render_bench.bench_report(stdout(), results, request.args, as_json=kw["as_json"])
+    given = Connection(targets, inventory, identity, known_hosts, accept_new_host_key, connect_timeout, ssh_config,
+                       sudo, local)  # fmt: skip
+    where = hosts(given)
+    request = api.bench_request(
+        where.targets, inventory=where.inventory, ssh=ssh_options(given), unit=unit, contexts=contexts, gen=gen,
+        runs=runs, warmup=warmup, output=output, csv_path=csv_path, plot=plot,
+    )  # fmt: skip
+    with render_bench.BenchProgress(stderr(), points_per_host=len(request.args.contexts), quiet=as_json) as bar:
+        results = api.bench(request, transport_factory=where.transport_factory, progress=bar)
+    render_bench.bench_report(stdout(), results, request.args, as_json=as_json)
     sys.exit(api.finish_bench(results, request, version=__version__))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from remediate.cli.app import cli
 from remediate.cli.options import (
+    Connection,
     api,
     checked,
     connection_options,
@@ -18,9 +17,9 @@ from remediate.cli.options import (
     hosts,
     journal_options,
     render_diagnose,
+    resolve_timeout,
     smi_timeout_option,
     ssh_options,
-    timeout,
     timeout_options,
 )
 
@@ -35,7 +34,26 @@ from remediate.cli.options import (
 @forks_option
 @journal_options
 @handle_errors
-def diagnose(**kw: Any) -> None:
+def diagnose(
+    targets: tuple[str, ...],
+    inventory: str | None,
+    identity: str | None,
+    known_hosts: str | None,
+    accept_new_host_key: bool,
+    connect_timeout: float | None,
+    ssh_config: str | None,
+    sudo: bool,
+    local: bool,
+    unit: str | None,
+    as_json: bool,
+    since: str | None,
+    lines: int,
+    timeout: float | None,
+    smi_timeout: int | None,
+    forks: int | None,
+    unit_file: str | None,
+    journal: str | None,
+) -> None:
     """Read-only: why each host's server died (evidence, arithmetic) and the `remediate oom` to run.
 
     \b
@@ -44,10 +62,26 @@ def diagnose(**kw: Any) -> None:
       remediate diagnose all -i inventory.yaml --since '2 hours ago' --json
       remediate diagnose --journal sglang.journal --unit-file sglang.service
     """
-    if from_journal(kw):
-        journal = {k: kw[k] for k in ("unit_file", "lines", "since", "targets", "inventory", "unit")}
-        results = api.diagnose_journal(kw["journal"], **journal)
-        return exit_with_table(results, as_json=kw["as_json"], table=render_diagnose.diagnose_report)
-    named = {k: kw[k] for k in ("unit", "lines", "since", "smi_timeout", "forks")}
-    exit_with_table(api.diagnose(ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)), **hosts(kw), **named),
-                     as_json=kw["as_json"], table=render_diagnose.diagnose_report)  # fmt: skip
+    given = Connection(targets, inventory, identity, known_hosts, accept_new_host_key, connect_timeout, ssh_config,
+                       sudo, local)  # fmt: skip
+    if from_journal(journal, unit_file, given):
+        saved = api.DiagnoseRequest(
+            targets=given.targets, inventory=given.inventory, unit=unit, lines=lines, since=since, journal=journal,
+            unit_file=unit_file,
+        )  # fmt: skip
+        results = api.diagnose_journal(saved)
+        return exit_with_table(results, as_json=as_json, table=render_diagnose.diagnose_report)
+    ssh = ssh_options(given, resolve_timeout(timeout, connect_timeout, "connect_timeout", 10.0))
+    where = hosts(given)
+    request = api.DiagnoseRequest(
+        targets=where.targets,
+        inventory=where.inventory,
+        ssh=ssh,
+        unit=unit,
+        lines=lines,
+        since=since,
+        smi_timeout=smi_timeout,
+        forks=forks,
+    )
+    results = api.diagnose(request, transport_factory=where.transport_factory)
+    exit_with_table(results, as_json=as_json, table=render_diagnose.diagnose_report)

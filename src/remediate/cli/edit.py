@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -26,7 +25,16 @@ from remediate.cli.options import (
 @click.option("--check", is_flag=True, help="Exit 1 when changes are needed, 0 when already remediated.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @handle_errors
-def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw: Any) -> None:
+def edit(
+    unit_file: Path,
+    mem_fraction_static: str | None,
+    mem_fraction_step: str | None,
+    chunked_prefill_size: str | None,
+    alloc_conf: str | None,
+    write: bool,
+    check: bool,
+    as_json: bool,
+) -> None:
     """Show (and with --write apply) the OOM fix to a local unit file.
 
     \b
@@ -34,7 +42,14 @@ def edit(unit_file: Path, write: bool, check: bool, as_json: bool, **desired_kw:
       remediate edit examples/incident/sglang.service
       remediate edit sglang.service --mem-fraction-static 0.9 --write
     """
-    edited = api.edit_unit_file(unit_file, write=write, **desired_kw)
+    edited = api.edit_unit_file(
+        unit_file,
+        mem_fraction_static=mem_fraction_static,
+        mem_fraction_step=mem_fraction_step,
+        chunked_prefill_size=chunked_prefill_size,
+        alloc_conf=alloc_conf,
+        write=write,
+    )
     backup = str(edited.backup) if edited.backup else None
     if as_json:
         click.echo(render_console.dumps(render_results.edit_document(edited.plan, backup)))

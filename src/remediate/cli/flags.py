@@ -7,7 +7,8 @@ any command runs, and ``--help`` must stay quick.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from remediate.errors import ConfigError
 
@@ -33,34 +34,55 @@ def safety_from_env(environ: Mapping[str, str], commands: Iterable[str]) -> str 
     return None
 
 
-def strategy_from_cli(kw: Mapping[str, Any]) -> dict[str, Any]:
-    """The rollout flags given: ``--canary``, ``--batch``, ``--forks``, ``--max-failures``, ``--pause-after-canary``."""
-    return {
-        key: kw.get(key)
-        for key in ("canary", "batch", "forks", "max_failures", "pause_after_canary")
-        if kw.get(key) not in (None, False)
-    }
+@dataclass(frozen=True)
+class Connection:
+    """The values of ``connection_options`` (cli/options.py) that say which hosts and how to reach them, as
+    click passes them to a command."""
+
+    targets: tuple[str, ...]
+    inventory: str | None
+    identity: str | None
+    known_hosts: str | None
+    accept_new_host_key: bool
+    connect_timeout: float | None
+    ssh_config: str | None
+    sudo: bool
+    local: bool
+
+    def remote_only(self) -> tuple[tuple[str, bool], ...]:
+        """Each option that says how to reach remote hosts, and whether it was given (refused with --local)."""
+        return (
+            ("-i/--inventory", bool(self.inventory)),
+            ("--identity", bool(self.identity)),
+            ("--known-hosts", bool(self.known_hosts)),
+            ("--accept-new-host-key", self.accept_new_host_key),
+            ("--connect-timeout", bool(self.connect_timeout)),
+            ("--ssh-config", bool(self.ssh_config)),
+            ("--sudo", self.sudo),
+        )
 
 
-def ssh_from_cli(kw: Mapping[str, Any], connect_timeout: float | None = None) -> SSHOptions:
-    """The connection options of a remote command's command line (``--connect-timeout`` or ``connect_timeout``)."""
+def ssh_from_cli(given: Connection, connect_timeout: float | None = None) -> SSHOptions:
+    """The connection options of a remote command's command line (``connect_timeout``: the one a deprecated
+    ``--timeout`` gave, else ``--connect-timeout``, else 10 s)."""
     from remediate import api
 
     return api.SSHOptions(
-        connect_timeout=connect_timeout or kw.get("connect_timeout") or 10.0,
-        identity=kw.get("identity"),
-        known_hosts=kw.get("known_hosts"),
-        accept_new_host_key=bool(kw.get("accept_new_host_key")),
-        ssh_config=kw.get("ssh_config"),
-        sudo=bool(kw.get("sudo")),
+        connect_timeout=connect_timeout or given.connect_timeout or 10.0,
+        identity=given.identity,
+        known_hosts=given.known_hosts,
+        accept_new_host_key=given.accept_new_host_key,
+        ssh_config=given.ssh_config,
+        sudo=given.sudo,
     )
 
 
-def pick_timeout(raw: Mapping[str, Any], name: str, default: float) -> tuple[float, str | None]:
-    """``--<name>``, or the deprecated ``--timeout`` it replaces (with a warning to print), or ``default``."""
+def pick_timeout(deprecated: float | None, given: float | None, name: str, default: float) -> tuple[float, str | None]:
+    """``--<name>`` (``given``), or the deprecated ``--timeout`` it replaces (with a warning to print), or
+    ``default``."""
     flag = "--" + name.replace("_", "-")
-    if raw.get("timeout") is not None:
-        if raw.get(name) is not None:
+    if deprecated is not None:
+        if given is not None:
             raise ConfigError(f"--timeout is the deprecated spelling of {flag}: give only {flag}")
-        return float(raw["timeout"]), f"--timeout is deprecated here; use {flag}"
-    return (float(raw[name]) if raw.get(name) is not None else default), None
+        return float(deprecated), f"--timeout is deprecated here; use {flag}"
+    return (float(given) if given is not None else default), None

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from remediate.cli import flags
 from remediate.cli.app import cli
 from remediate.cli.options import (
-    DESIRED,
+    Connection,
     api,
     checked,
     confirm_prompt,
@@ -20,9 +17,10 @@ from remediate.cli.options import (
     handle_errors,
     hosts,
     live_progress,
+    resolve_timeout,
     smi_timeout_option,
     ssh_options,
-    timeout,
+    strategy,
     timeout_options,
 )
 
@@ -54,7 +52,43 @@ from remediate.cli.options import (
 @click.option("--allow-raise", is_flag=True, allow_from_autoenv=False,
               help="With --auto: allow a fraction above the one that crashed (default: never raised).")  # fmt: skip
 @handle_errors
-def oom(**kw: Any) -> None:
+def oom(
+    targets: tuple[str, ...],
+    inventory: str | None,
+    identity: str | None,
+    known_hosts: str | None,
+    accept_new_host_key: bool,
+    connect_timeout: float | None,
+    ssh_config: str | None,
+    sudo: bool,
+    local: bool,
+    unit: str | None,
+    as_json: bool,
+    mem_fraction_static: str | None,
+    mem_fraction_step: str | None,
+    chunked_prefill_size: str | None,
+    alloc_conf: str | None,
+    canary: int | None,
+    batch: str | None,
+    forks: int | None,
+    max_failures: str | None,
+    pause_after_canary: bool,
+    yes: bool,
+    min_tokens: int | None,
+    target_tokens: int | None,
+    wait_timeout: float | None,
+    lock_timeout: int | None,
+    timeout: float | None,
+    smi_timeout: int | None,
+    retry_file: str | None,
+    probe: int | None,
+    dry_run: bool,
+    force: bool,
+    no_rollback: bool,
+    all_instances: bool,
+    auto: bool,
+    allow_raise: bool,
+) -> None:
     """Apply the OOM fix to sglang hosts as one verified transaction each.
 
     Backs up the unit, lowers --mem-fraction-static, sets --chunked-prefill-size and
@@ -69,30 +103,38 @@ def oom(**kw: Any) -> None:
       sudo remediate oom --local --dry-run
       remediate oom gpu-01 --unit sglang@0-3.service --all-instances
     """
-    where = hosts(kw)
+    given = Connection(targets, inventory, identity, known_hosts, accept_new_host_key, connect_timeout, ssh_config,
+                       sudo, local)  # fmt: skip
+    where = hosts(given)
     request = api.OomRequest(
-        targets=where["targets"],
-        inventory=where["inventory"],
-        ssh=ssh_options(kw),
-        unit=kw["unit"],
-        cli_desired=api.desired_args(**{k: kw[k] for k in DESIRED}),
-        min_tokens=kw["min_tokens"],
-        probe_tokens=kw["probe"],
-        target_tokens=kw["target_tokens"],
-        timeout=timeout(kw, "wait_timeout", 900.0),
-        dry_run=kw["dry_run"],
-        rollback=not kw["no_rollback"],
-        strategy=flags.strategy_from_cli(kw),
-        force=kw["force"],
-        retry_file=kw["retry_file"],
-        lock_timeout=kw["lock_timeout"],
-        smi_timeout=kw["smi_timeout"],
-        auto=kw["auto"],
-        allow_raise=kw["allow_raise"],
-        all_instances=kw["all_instances"],
+        targets=where.targets,
+        inventory=where.inventory,
+        ssh=ssh_options(given),
+        unit=unit,
+        desired=api.desired_args(
+            mem_fraction_static=mem_fraction_static,
+            mem_fraction_step=mem_fraction_step,
+            chunked_prefill_size=chunked_prefill_size,
+            alloc_conf=alloc_conf,
+        ),
+        min_tokens=min_tokens,
+        probe_tokens=probe,
+        target_tokens=target_tokens,
+        timeout=resolve_timeout(timeout, wait_timeout, "wait_timeout", 900.0),
+        dry_run=dry_run,
+        rollback=not no_rollback,
+        strategy=strategy(canary, batch, forks, max_failures, pause_after_canary),
+        force=force,
+        retry_file=retry_file,
+        lock_timeout=lock_timeout,
+        smi_timeout=smi_timeout,
+        auto=auto,
+        allow_raise=allow_raise,
+        all_instances=all_instances,
     )
-    with live_progress(kw["as_json"]) as progress:
-        confirm = confirm_prompt(kw, progress)
-        factory = where.get("transport_factory")
-        rollout = api.remediate_oom(request, progress=progress, confirm=confirm, transport_factory=factory)
-    exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
+    with live_progress(as_json) as progress:
+        confirm = confirm_prompt(pause_after_canary, yes, progress)
+        rollout = api.remediate_oom(
+            request, transport_factory=where.transport_factory, progress=progress, confirm=confirm
+        )
+    exit_with_rollout(rollout, as_json=as_json, dry_run=dry_run)

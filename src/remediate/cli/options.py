@@ -11,11 +11,13 @@ import importlib
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 
 from remediate.cli import flags
+from remediate.cli.flags import Connection
 from remediate.core.bounds import check_option
 from remediate.errors import EXIT_BAD_INPUT, EXIT_BUG, ConfigError, RemediateError
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from remediate import api
+    from remediate.api import SSHOptions, TransportFactory
     from remediate.cli.render import bench as render_bench
     from remediate.cli.render import console as render_console
     from remediate.cli.render import diagnose as render_diagnose
@@ -45,6 +48,8 @@ else:  # `--help`, `--version` and option parsing need none of these: each loads
     )
 
 __all__ = [
+    "Connection",
+    "Where",
     "api",
     "render_bench",
     "render_console",
@@ -60,8 +65,8 @@ R = TypeVar("R")
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "REMEDIATE", "max_content_width": 100}
 
 
-def ssh_options(kw: dict[str, Any], connect_timeout: float | None = None) -> Any:
-    return flags.ssh_from_cli(kw, connect_timeout)  # the command line's connection options → SSHOptions
+def ssh_options(given: Connection, connect_timeout: float | None = None) -> SSHOptions:
+    return flags.ssh_from_cli(given, connect_timeout)  # the command line's connection options → SSHOptions
 
 
 def stdout() -> Console:
@@ -111,9 +116,6 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             sys.exit(EXIT_BUG)
 
     return wrapper
-
-
-DESIRED = ("mem_fraction_static", "mem_fraction_step", "chunked_prefill_size", "alloc_conf")  # desired_options' keys
 
 
 def desired_options(fn: F) -> F:
@@ -172,30 +174,27 @@ def connection_options(fn: F) -> F:
     return fn
 
 
-# The options that say how to reach remote hosts: meaningless with --local, so refused with it.
-_REMOTE_ONLY = (
-    ("inventory", "-i/--inventory"),
-    ("identity", "--identity"),
-    ("known_hosts", "--known-hosts"),
-    ("accept_new_host_key", "--accept-new-host-key"),
-    ("connect_timeout", "--connect-timeout"),
-    ("ssh_config", "--ssh-config"),
-    ("sudo", "--sudo"),
-)
+@dataclass(frozen=True)
+class Where:
+    """The hosts a command works on: the api's ``targets``, ``inventory`` and (``--local``) ``transport_factory``."""
+
+    targets: tuple[str, ...]
+    inventory: str | None
+    transport_factory: TransportFactory | None = None
 
 
-def hosts(kw: dict[str, Any]) -> dict[str, Any]:
-    """The api's ``targets``, ``inventory`` (and with --local its ``transport_factory``) from the command line.
-    ``--local`` with a TARGET or a remote host's option is bad input (exit 2, one line)."""
-    if not kw.get("local"):
-        return {"targets": tuple(kw["targets"]), "inventory": kw["inventory"]}
-    if kw["targets"]:
-        fail(f"--local works on this machine: give no TARGET (got {' '.join(kw['targets'])})")
-    for key, flag in _REMOTE_ONLY:
-        if kw.get(key):
+def hosts(given: Connection) -> Where:
+    """The hosts from the command line. ``--local`` with a TARGET or a remote host's option is bad input
+    (exit 2, one line)."""
+    if not given.local:
+        return Where(tuple(given.targets), given.inventory)
+    if given.targets:
+        fail(f"--local works on this machine: give no TARGET (got {' '.join(given.targets)})")
+    for flag, is_given in given.remote_only():
+        if is_given:
             fail(f"--local works on this machine: not with {flag}, it is for remote hosts")
     targets, factory = api.local_host()
-    return {"targets": targets, "inventory": None, "transport_factory": factory}
+    return Where(targets, None, factory)
 
 
 def forks_option(fn: F) -> F:
@@ -254,8 +253,9 @@ smi_timeout_option = click.option(
 )  # fmt: skip
 
 
-def timeout(kw: dict[str, Any], name: str, default: float) -> float:
-    value, warning = flags.pick_timeout(kw, name, default)
+def resolve_timeout(deprecated: float | None, given: float | None, name: str, default: float) -> float:
+    """``--<name>`` or the deprecated ``--timeout`` (said on stderr), else ``default``."""
+    value, warning = flags.pick_timeout(deprecated, given, name, default)
     if warning:
         click.echo(f"remediate: warning: {warning}", err=True)
     return value
@@ -299,9 +299,18 @@ def exit_with_table(
     sys.exit(api.exit_code(results))
 
 
-def confirm_prompt(kw: dict[str, Any], progress: render_results.LiveProgress) -> Callable[[str], bool] | None:
+def strategy(
+    canary: int | None, batch: str | None, forks: int | None, max_failures: str | None, pause_after_canary: bool
+) -> api.StrategyArgs:
+    """``fleet_options``' values as the api's rollout strategy (None: not given)."""
+    return api.StrategyArgs(canary, batch, forks, max_failures, pause_after_canary)
+
+
+def confirm_prompt(
+    pause_after_canary: bool, yes: bool, progress: render_results.LiveProgress
+) -> Callable[[str], bool] | None:
     """--pause-after-canary asks on the terminal (the live display paused); --yes answers yes."""
-    if not kw["pause_after_canary"] or kw["yes"]:
+    if not pause_after_canary or yes:
         return None
 
     def ask(text: str) -> bool:
@@ -315,7 +324,7 @@ def live_progress(as_json: bool) -> render_results.LiveProgress:
     return render_results.LiveProgress(stderr(), quiet=as_json)
 
 
-def journal_options(fn: Any) -> Any:
+def journal_options(fn: F) -> F:
     """``--journal FILE`` and ``--unit-file UNIT`` of `diagnose` and `plan`: a saved journal, no host."""
     fn = click.option("--unit-file", metavar="UNIT", help="With --journal: the local unit file whose settings to use.")(
         fn
@@ -327,11 +336,9 @@ def journal_options(fn: Any) -> Any:
     )(fn)
 
 
-def from_journal(kw: dict[str, Any]) -> bool:
+def from_journal(journal: str | None, unit_file: str | None, given: Connection, *, offline: bool = False) -> bool:
     """--journal given (then no TARGET, no --inventory, no --local); --unit-file without it is bad input."""
-    if kw["journal"] is not None and kw.get("local"):
+    if journal is not None and given.local:
         fail("--journal reads a saved journal: --local has no meaning with it")
-    api.check_journal_flags(
-        kw["journal"], kw["unit_file"], kw["targets"], kw["inventory"], offline=kw.get("offline", False)
-    )
-    return kw["journal"] is not None
+    api.check_journal_flags(journal, unit_file, given.targets, given.inventory, offline=offline)
+    return journal is not None

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from remediate.cli.app import cli
 from remediate.cli.options import (
+    Connection,
     api,
     checked,
     connection_options,
@@ -40,21 +39,56 @@ from remediate.cli.options import (
 @forks_option
 @journal_options
 @handle_errors
-def plan(**kw: Any) -> None:
+def plan(
+    targets: tuple[str, ...],
+    inventory: str | None,
+    identity: str | None,
+    known_hosts: str | None,
+    accept_new_host_key: bool,
+    connect_timeout: float | None,
+    ssh_config: str | None,
+    sudo: bool,
+    local: bool,
+    unit: str | None,
+    as_json: bool,
+    target_tokens: int | None,
+    chunked_prefill_size: int | None,
+    margin: float,
+    offline: bool,
+    gpu_mem_gib: float | None,
+    free_after_weights_gib: float | None,
+    cell_bytes: float | None,
+    page_size: int,
+    forks: int | None,
+    unit_file: str | None,
+    journal: str | None,
+) -> None:
     """Read-only: KV pool and headroom per fraction, the largest that fits. Example: remediate plan gpu-01"""
-    if from_journal(kw):
-        saved = ("unit_file", "target_tokens", "chunked_prefill_size", "margin", "targets", "inventory", "unit")
-        results = api.plan_journal(kw["journal"], **{k: kw[k] for k in saved})
-        return exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
-    if kw["offline"] and kw["local"]:
+    given = Connection(targets, inventory, identity, known_hosts, accept_new_host_key, connect_timeout, ssh_config,
+                       sudo, local)  # fmt: skip
+    if from_journal(journal, unit_file, given, offline=offline):
+        saved = api.PlanRequest(
+            targets=given.targets, inventory=given.inventory, unit=unit, target_tokens=target_tokens,
+            chunked_prefill_size=chunked_prefill_size, margin=margin, journal=journal, unit_file=unit_file,
+        )
+        results = api.plan_journal(saved)
+        return exit_with_table(results, as_json=as_json, table=render_plan.plan_report)
+    if offline and local:
         fail("--offline plans without a host: --local has no meaning with it")
-    if kw["offline"]:
-        offline = ("targets", "gpu_mem_gib", "free_after_weights_gib", "cell_bytes", "page_size", "target_tokens")
-        doc = api.offline_plan(**{k: kw[k] for k in offline})
-        if kw["as_json"]:
+    if offline:
+        numbers = api.OfflinePlanRequest(
+            gpu_mem_gib=gpu_mem_gib, free_after_weights_gib=free_after_weights_gib, cell_bytes=cell_bytes,
+            page_size=page_size, target_tokens=target_tokens, targets=given.targets,
+        )
+        doc = api.offline_plan(numbers)
+        if as_json:
             return click.echo(render_console.dumps({"offline": True, "plan": doc}))
         return render_plan.plan_table(stdout(), doc, title="offline plan")
-    keys = ("unit", "target_tokens", "chunked_prefill_size", "margin", "forks")
-    results = api.plan(ssh=ssh_options(kw), **hosts(kw), **{k: kw[k] for k in keys})
-    exit_with_table(results, as_json=kw["as_json"], table=render_plan.plan_report)
+    where = hosts(given)
+    request = api.PlanRequest(
+        targets=where.targets, inventory=where.inventory, ssh=ssh_options(given), unit=unit,
+        target_tokens=target_tokens, chunked_prefill_size=chunked_prefill_size, margin=margin, forks=forks,
+    )
+    results = api.plan(request, transport_factory=where.transport_factory)
+    exit_with_table(results, as_json=as_json, table=render_plan.plan_report)
 # fmt: on

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from remediate.cli import flags
 from remediate.cli.app import cli
 from remediate.cli.options import (
+    Connection,
     api,
     confirm_prompt,
     connection_options,
@@ -20,8 +18,9 @@ from remediate.cli.options import (
     hosts,
     live_progress,
     render_results,
+    resolve_timeout,
     ssh_options,
-    timeout,
+    strategy,
     timeout_options,
 )
 
@@ -39,7 +38,32 @@ from remediate.cli.options import (
               help="The backup is of a template shared by its instances: restore it once and restart every "
                    "running instance in turn, this one first.")  # fmt: skip
 @handle_errors
-def rollback(**kw: Any) -> None:
+def rollback(
+    targets: tuple[str, ...],
+    inventory: str | None,
+    identity: str | None,
+    known_hosts: str | None,
+    accept_new_host_key: bool,
+    connect_timeout: float | None,
+    ssh_config: str | None,
+    sudo: bool,
+    local: bool,
+    unit: str | None,
+    as_json: bool,
+    canary: int | None,
+    batch: str | None,
+    forks: int | None,
+    max_failures: str | None,
+    pause_after_canary: bool,
+    yes: bool,
+    to: str,
+    wait_timeout: float | None,
+    lock_timeout: int | None,
+    timeout: float | None,
+    retry_file: str | None,
+    dry_run: bool,
+    all_instances: bool,
+) -> None:
     """Restore a unit from its backup as a verified transaction (backup, atomic write, restart, wait).
 
     The current unit is first saved as <file>.bak.rollback.<epoch>, so a rollback can be rolled back.
@@ -50,23 +74,26 @@ def rollback(**kw: Any) -> None:
       remediate rollback gpu-01 --to /etc/systemd/system/sglang.service.bak.oom.1795939200
       remediate rollback rack-a -i inventory.yaml --canary 1
     """
-    with live_progress(kw["as_json"]) as progress:
-        confirm = confirm_prompt(kw, progress)
-        rollout = api.rollback(
-            **hosts(kw),
-            ssh=ssh_options(kw),
-            unit=kw["unit"],
-            to=kw["to"],
-            timeout=timeout(kw, "wait_timeout", 900.0),
-            retry_file=kw["retry_file"],
-            lock_timeout=kw["lock_timeout"],
-            dry_run=kw["dry_run"],
-            all_instances=kw["all_instances"],
-            strategy=flags.strategy_from_cli(kw),
-            progress=progress,
-            confirm=confirm,
+    given = Connection(targets, inventory, identity, known_hosts, accept_new_host_key, connect_timeout, ssh_config,
+                       sudo, local)  # fmt: skip
+    with live_progress(as_json) as progress:
+        confirm = confirm_prompt(pause_after_canary, yes, progress)
+        where = hosts(given)
+        request = api.RollbackRequest(
+            targets=where.targets,
+            inventory=where.inventory,
+            ssh=ssh_options(given),
+            unit=unit,
+            to=to,
+            timeout=resolve_timeout(timeout, wait_timeout, "wait_timeout", 900.0),
+            retry_file=retry_file,
+            lock_timeout=lock_timeout,
+            dry_run=dry_run,
+            all_instances=all_instances,
+            strategy=strategy(canary, batch, forks, max_failures, pause_after_canary),
         )
-    exit_with_rollout(rollout, as_json=kw["as_json"], dry_run=kw["dry_run"])
+        rollout = api.rollback(request, transport_factory=where.transport_factory, progress=progress, confirm=confirm)
+    exit_with_rollout(rollout, as_json=as_json, dry_run=dry_run)
 
 
 @cli.command()
@@ -81,7 +108,25 @@ def rollback(**kw: Any) -> None:
 @timeout_options(wait=False, lock=True, alias="--connect-timeout")
 @forks_option
 @handle_errors
-def backups(**kw: Any) -> None:
+def backups(
+    targets: tuple[str, ...],
+    inventory: str | None,
+    identity: str | None,
+    known_hosts: str | None,
+    accept_new_host_key: bool,
+    connect_timeout: float | None,
+    ssh_config: str | None,
+    sudo: bool,
+    local: bool,
+    unit: str | None,
+    as_json: bool,
+    prune: bool,
+    keep: int,
+    dry_run: bool,
+    lock_timeout: int | None,
+    timeout: float | None,
+    forks: int | None,
+) -> None:
     """List the backups next to each host's unit files, newest first, with what a restore would change.
 
     \b
@@ -89,13 +134,18 @@ def backups(**kw: Any) -> None:
       remediate backups gpu-01
       remediate backups all -i inventory.yaml --prune --keep 5 --dry-run
     """
-    results = api.backups(
-        **hosts(kw),
-        ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
-        unit=kw["unit"],
-        prune_keep=kw["keep"] if kw["prune"] else None,
-        dry_run=kw["dry_run"],
-        lock_timeout=kw["lock_timeout"],
-        forks=kw["forks"],
+    given = Connection(targets, inventory, identity, known_hosts, accept_new_host_key, connect_timeout, ssh_config,
+                       sudo, local)  # fmt: skip
+    where = hosts(given)
+    request = api.BackupsRequest(
+        targets=where.targets,
+        inventory=where.inventory,
+        ssh=ssh_options(given, resolve_timeout(timeout, connect_timeout, "connect_timeout", 10.0)),
+        unit=unit,
+        prune_keep=keep if prune else None,
+        dry_run=dry_run,
+        lock_timeout=lock_timeout,
+        forks=forks,
     )
-    exit_with_table(results, as_json=kw["as_json"], table=render_results.backups_table)
+    results = api.backups(request, transport_factory=where.transport_factory)
+    exit_with_table(results, as_json=as_json, table=render_results.backups_table)

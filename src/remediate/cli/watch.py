@@ -17,7 +17,14 @@ from typing import Any
 import click
 
 from remediate.cli.app import cli
-from remediate.cli.options import checked, connection_options, handle_errors, ssh_options, timeout
+from remediate.cli.options import (
+    Connection,
+    checked,
+    connection_options,
+    handle_errors,
+    resolve_timeout,
+    ssh_options,
+)
 from remediate.errors import EXIT_BAD_INPUT
 
 _SUBCOMMANDS = ("run", "status", "approve", "deny", "pause", "resume")
@@ -72,7 +79,31 @@ state_dir_option = click.option("--state-dir", type=click.Path(file_okay=False),
 @click.option("--resume", is_flag=True, allow_from_autoenv=False, help="Re-arm a tripped breaker before watching.")
 @state_dir_option
 @handle_errors
-def run(**kw: Any) -> None:
+def run(
+    targets: tuple[str, ...],
+    inventory: str | None,
+    identity: str | None,
+    known_hosts: str | None,
+    accept_new_host_key: bool,
+    connect_timeout: float | None,
+    ssh_config: str | None,
+    sudo: bool,
+    local: bool,
+    unit: str | None,
+    as_json: bool,
+    interval: str,
+    policy: str | None,
+    dry_run: bool,
+    once: bool,
+    lookback: str | None,
+    healthy_period: str | None,
+    wait_timeout: float,
+    webhook: str | None,
+    metrics_listen: str | None,
+    no_follow: bool,
+    resume: bool,
+    state_dir: str | None,
+) -> None:
     """Run the watcher (the default subcommand).
 
     \b
@@ -82,25 +113,28 @@ def run(**kw: Any) -> None:
     from remediate.api import watch as api_watch
     from remediate.api.watch import sd_notify
 
+    # --local and --json come with the shared connection options; the watcher does not use them.
+    given = Connection(targets, inventory, identity, known_hosts, accept_new_host_key, connect_timeout, ssh_config,
+                       sudo, local)  # fmt: skip
     request = api_watch.WatchRequest(
-        targets=tuple(kw["targets"]),
-        inventory=kw["inventory"],
-        ssh=ssh_options(kw, timeout(kw, "connect_timeout", 10.0)),
-        unit=kw["unit"],
-        policy=kw["policy"],
-        interval_s=_seconds(kw["interval"], "--interval") or 15.0,
-        lookback_s=_seconds(kw["lookback"], "--lookback"),
-        healthy_period_s=_seconds(kw["healthy_period"], "--healthy-period"),
-        dry_run=kw["dry_run"],
-        once=kw["once"],
-        state_dir=kw["state_dir"],
-        wait_timeout=kw["wait_timeout"],
-        webhook=kw["webhook"],
-        metrics_listen=kw["metrics_listen"],
-        follow=not kw["no_follow"],
+        targets=tuple(targets),
+        inventory=inventory,
+        ssh=ssh_options(given, resolve_timeout(None, connect_timeout, "connect_timeout", 10.0)),
+        unit=unit,
+        policy=policy,
+        interval_s=_seconds(interval, "--interval") or 15.0,
+        lookback_s=_seconds(lookback, "--lookback"),
+        healthy_period_s=_seconds(healthy_period, "--healthy-period"),
+        dry_run=dry_run,
+        once=once,
+        state_dir=state_dir,
+        wait_timeout=wait_timeout,
+        webhook=webhook,
+        metrics_listen=metrics_listen,
+        follow=not no_follow,
     )
-    if kw["resume"]:
-        api_watch.set_breaker(None, kw["state_dir"])
+    if resume:
+        api_watch.set_breaker(None, state_dir)
     stop = threading.Event()
     # SIGTERM: an in-flight fix finishes (bounded by --wait-timeout), no new one starts.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -10,7 +10,7 @@ from typing import Protocol
 from remediate.core.bench.record import RunArgs
 from remediate.core.bench.sweep import DEFAULT_CONTEXTS as DEFAULT_CONTEXTS
 from remediate.core.bench.sweep import DEFAULT_GEN as DEFAULT_GEN
-from remediate.core.bench.sweep import BenchPoint, parse_contexts
+from remediate.core.bench.sweep import BenchPoint
 from remediate.core.bench.sweep import HostBench as HostBench
 from remediate.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ConfigError
 from remediate.fleet.inventory import HostEntry
@@ -77,27 +77,18 @@ def bench_hosts(
 
 
 def bench(
-    targets: Sequence[str] = (),
+    request: BenchRequest,
     *,
-    inventory: str | None = None,
-    ssh: SSHOptions | None = None,
-    options: BenchOptions | None = None,
     progress: SweepProgress | None = None,
-    request: BenchRequest | None = None,
     transport_factory: TransportFactory,
 ) -> list[HostBench]:
-    """`remediate bench` as a function: the long-context sweep of each selected host, one after another,
-    read-only on the unit. ``options`` default to the incident's lengths (``1k,8k,32k,46k,92k,185k``);
-    a ``request`` (the CLI's) gives targets, inventory, SSH options and options at once. ``api.bench`` is
-    this with the SSH transport by default."""
-    if request is not None:
-        targets, inventory, ssh, options = request.targets, request.inventory, request.ssh, request.options
-    _, hosts = resolve_hosts(targets, inventory)
-    cli_ssh = ssh or SSHOptions()
+    """`remediate bench` as a function: the long-context sweep of each host the request selects, one after
+    another, read-only on the unit. ``api.bench`` is this with the SSH transport by default."""
+    _, hosts = resolve_hosts(request.targets, request.inventory)
     return bench_hosts(
         hosts,
-        options or BenchOptions(contexts=parse_contexts(DEFAULT_CONTEXTS)),
-        lambda entry: ssh_for(entry, cli_ssh),
+        request.options,
+        lambda entry: ssh_for(entry, request.ssh),
         transport_factory,
         progress,
     )

@@ -21,10 +21,10 @@ from remediate.controller.observations import append_observation, log_path, read
 from remediate.errors import ConfigError, RemediateError
 from remediate.fleet.inventory import HostEntry, Inventory
 from remediate.fleet.oom_auto import with_auto
-from remediate.fleet.request import OomRequest
+from remediate.fleet.request import OomRequest, PlanRequest, StrategyArgs
 from remediate.fleet.retry import write_retry_file
 from remediate.fleet.rollout import Rollout, Strategy, plan_batches
-from remediate.fleet.settings import build_strategy, resolve_hosts, run_options_for, ssh_for
+from remediate.fleet.settings import build_strategy, resolve_hosts, ssh_for, unit_options_for
 from remediate.host.common.options import BudgetOptions, RunOptions
 from remediate.models import HostResult, ProgressFn
 from remediate.transport.base import SSHOptions, Transport
@@ -238,7 +238,7 @@ def for_each_host(
     with ``preconnect``, the TCP connections before paramiko's import): their handshakes overlap the import
     of ``fn``'s host modules, which ``fn`` loads on its first call. What no host took is closed."""
     inventory, hosts = resolve_hosts(targets, inventory_path)
-    at_once = build_strategy({} if forks is None else {"forks": forks}, inventory).forks
+    at_once = build_strategy(StrategyArgs(forks=forks), inventory).forks
     strategy = Strategy(canary=0, forks=at_once, max_failures="100%")
     ahead = ConnectAhead(transport_factory, preconnect=preconnect).start(hosts, strategy, ssh)
     try:
@@ -278,24 +278,18 @@ def flatten(results: Sequence[HostResult]) -> list[HostResult]:
     return [one for result in results for one in (result.units or [result])]
 
 
-def plan_job(
-    *,
-    unit: str | None = None,
-    target_tokens: int | None = None,
-    chunked_prefill_size: int | None = None,
-    margin: float = 0.10,
-    observations: str | None = None,
-) -> Job:
+def plan_job(request: PlanRequest) -> Job:
     """The read-only `plan` of one host (inventory host vars give the unit, port and target)."""
+    margin, chunked_prefill_size = request.margin, request.chunked_prefill_size
     if not 0 <= margin < 10:
         raise ConfigError(f"--margin {margin} must be between 0 and 10 (a share: 0.10 = 10%)")
-    records = read_observations(log_path(observations))
+    records = read_observations(log_path(request.observations))
 
     def one(transport: Transport, entry: HostEntry) -> HostResult:
         from remediate.host.plan.plan import plan_host  # on the first call: the handshakes are under way meanwhile
         from remediate.host.units import each_unit
 
-        options = run_options_for(entry, OomRequest(unit=unit, target_tokens=target_tokens))
+        options = unit_options_for(entry, request.unit, target_tokens=request.target_tokens)
         budget = BudgetOptions(
             target_tokens=options.target_tokens,
             chunked_prefill_size=chunked_prefill_size,

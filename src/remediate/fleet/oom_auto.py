@@ -18,7 +18,7 @@ def with_auto(per_host: dict[str, RunOptions], request: OomRequest, log: Path) -
         raise ConfigError("--allow-raise only changes what --auto may choose: add --auto, or drop --allow-raise")
     if not request.auto:
         return per_host
-    if request.cli_desired.get("mem_fraction_static") is not None or request.cli_desired.get("mem_fraction_step"):
+    if request.desired.mem_fraction_static is not None or request.desired.mem_fraction_step:
         raise ConfigError("--auto chooses the fraction: drop --mem-fraction-static/--mem-fraction-step")
     records = read_observations(log)
     return {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from remediate.core.unitfile.edit import DesiredState, validate_desired
 from remediate.errors import ConfigError
 from remediate.fleet import rollout
 from remediate.fleet.inventory import HostEntry, Inventory, adhoc_host, load_inventory
-from remediate.fleet.request import OomRequest
+from remediate.fleet.request import DesiredArgs, OomRequest, StrategyArgs
 from remediate.host.common.options import LOCK_WAIT_S, SMI_TIMEOUT_S, RunOptions
 from remediate.transport.base import SSHOptions
 
@@ -29,9 +29,10 @@ def _count(merged: dict[str, Any], key: str, minimum: int) -> int:
     return value
 
 
-def build_strategy(cli: dict[str, Any], inventory: Inventory | None) -> rollout.Strategy:
+def build_strategy(cli: StrategyArgs, inventory: Inventory | None) -> rollout.Strategy:
     """CLI > inventory ``rollout:`` > defaults."""
-    merged: dict[str, Any] = {**(inventory.rollout if inventory else {}), **cli}
+    given = {f.name: getattr(cli, f.name) for f in fields(cli) if getattr(cli, f.name) is not None}
+    merged: dict[str, Any] = {**(inventory.rollout if inventory else {}), **given}
     strategy = rollout.Strategy()
     if "canary" in merged:
         strategy = replace(strategy, canary=_count(merged, "canary", 0))
@@ -101,57 +102,65 @@ def _expand(value: Any) -> str | None:
     return os.path.expanduser(str(value)) if value else None
 
 
-def parse_desired_args(raw: dict[str, Any]) -> dict[str, Any]:
+def parse_desired_args(
+    *,
+    mem_fraction_static: float | str | Decimal | None = None,
+    mem_fraction_step: float | str | Decimal | None = None,
+    chunked_prefill_size: int | str | None = None,
+    alloc_conf: str | None = None,
+) -> DesiredArgs:
     """Command-line strings → typed desired-state values; a bad one is a ConfigError naming its flag."""
-    out: dict[str, Any] = {}
-    for key in ("mem_fraction_static", "mem_fraction_step"):
-        value = raw.get(key)
-        if value is None or isinstance(value, Decimal):
-            out[key] = value
-            continue
-        try:
-            number = Decimal(str(value))
-        except InvalidOperation:
-            number = Decimal("NaN")
-        if not number.is_finite():
-            raise ConfigError(f"--{key.replace('_', '-')} {value!r} is not a number")
-        out[key] = number
-    chunk = raw.get("chunked_prefill_size")
+    chunk = chunked_prefill_size
     if chunk is not None and not isinstance(chunk, int):
         try:
             chunk = int(str(chunk))
         except ValueError:
             raise ConfigError(f"--chunked-prefill-size {chunk!r} is not an integer") from None
-    out["chunked_prefill_size"] = chunk
-    out["alloc_conf"] = raw.get("alloc_conf")
-    return out
+    return DesiredArgs(
+        mem_fraction_static=_decimal("mem_fraction_static", mem_fraction_static),
+        mem_fraction_step=_decimal("mem_fraction_step", mem_fraction_step),
+        chunked_prefill_size=chunk,
+        alloc_conf=alloc_conf,
+    )
 
 
-def desired_state(cli_desired: dict[str, Any], settings: dict[str, Any] | None = None) -> DesiredState:
+def _decimal(key: str, value: float | str | Decimal | None) -> Decimal | None:
+    if value is None or isinstance(value, Decimal):
+        return value
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        number = Decimal("NaN")
+    if not number.is_finite():
+        raise ConfigError(f"--{key.replace('_', '-')} {value!r} is not a number")
+    return number
+
+
+def desired_state(cli_desired: DesiredArgs, settings: dict[str, Any] | None = None) -> DesiredState:
     """CLI > inventory host vars > inventory defaults (``settings``, already merged) > built-in."""
     s = settings or {}
     kwargs: dict[str, Any] = {}
-    fraction = cli_desired.get("mem_fraction_static")
+    fraction = cli_desired.mem_fraction_static
     if fraction is None and s.get("mem_fraction_static") is not None:
         fraction = Decimal(str(s["mem_fraction_static"]))
     if fraction is not None:
         kwargs["mem_fraction_static"] = Decimal(str(fraction))
-    if cli_desired.get("mem_fraction_step") is not None:
-        kwargs["mem_fraction_step"] = Decimal(str(cli_desired["mem_fraction_step"]))
-    chunk = cli_desired.get("chunked_prefill_size")
+    if cli_desired.mem_fraction_step is not None:
+        kwargs["mem_fraction_step"] = Decimal(str(cli_desired.mem_fraction_step))
+    chunk = cli_desired.chunked_prefill_size
     if chunk is None:
         chunk = s.get("chunked_prefill_size")
     if chunk is not None:
         kwargs["chunked_prefill_size"] = int(chunk)
         kwargs["chunk_is_ceiling"] = False
-    conf = cli_desired.get("alloc_conf") or s.get("alloc_conf")
+    conf = cli_desired.alloc_conf or s.get("alloc_conf")
     if conf:
         kwargs["alloc_conf"] = str(conf)
     # Keys named for vLLM apply to vLLM units only, over the neutral ones; the command line beats both.
-    vllm_fraction = s.get("gpu_memory_utilization") if cli_desired.get("mem_fraction_static") is None else None
-    vllm_prefill = s.get("max_num_batched_tokens") if cli_desired.get("chunked_prefill_size") is None else None
+    vllm_fraction = s.get("gpu_memory_utilization") if cli_desired.mem_fraction_static is None else None
+    vllm_prefill = s.get("max_num_batched_tokens") if cli_desired.chunked_prefill_size is None else None
     if "mem_fraction_step" in kwargs:
-        if cli_desired.get("mem_fraction_static") is not None:
+        if cli_desired.mem_fraction_static is not None:
             raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
         kwargs.pop("mem_fraction_static", None)  # a step on the command line beats an inventory fraction
         vllm_fraction = None
@@ -163,24 +172,56 @@ def desired_state(cli_desired: dict[str, Any], settings: dict[str, Any] | None =
     return desired
 
 
-def desired_for(entry: HostEntry, cli_desired: dict[str, Any]) -> DesiredState:
+def desired_for(entry: HostEntry, cli_desired: DesiredArgs) -> DesiredState:
     return desired_state(cli_desired, entry.settings)
 
 
-def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
+def unit_options_for(
+    entry: HostEntry,
+    unit: str | None,
+    *,
+    desired: DesiredArgs | None = None,
+    target_tokens: int | None = None,
+    timeout: float = 900.0,
+    lock_timeout: int | None = None,
+    smi_timeout: int | None = None,
+    dry_run: bool = False,
+    all_instances: bool = False,
+) -> RunOptions:
+    """A command's options on one host: command line > inventory host vars > built-in. The inventory's desired
+    state is there for every command (`status` tells whether a unit is remediated against it)."""
     s = entry.settings
     return RunOptions(
-        desired=desired_for(entry, request.cli_desired),
-        unit=request.unit or s.get("unit"),
-        min_tokens=request.min_tokens if request.min_tokens is not None else s.get("min_tokens"),
-        target_tokens=request.target_tokens if request.target_tokens is not None else s.get("target_tokens"),
-        timeout=request.timeout,
-        dry_run=request.dry_run,
-        rollback=request.rollback,
+        desired=desired_for(entry, desired or DesiredArgs()),
+        unit=unit or s.get("unit"),
+        target_tokens=target_tokens if target_tokens is not None else s.get("target_tokens"),
+        timeout=timeout,
+        dry_run=dry_run,
         server_port=s.get("server_port"),
-        force=request.force,
+        all_instances=all_instances,
+        lock_wait=lock_timeout if lock_timeout is not None else LOCK_WAIT_S,
+        smi_timeout=smi_timeout if smi_timeout is not None else SMI_TIMEOUT_S,
+    )
+
+
+def run_options_for(entry: HostEntry, request: OomRequest) -> RunOptions:
+    """`oom`'s options on one host (its own: tokens, probe, rollback, force)."""
+    s = entry.settings
+    common = unit_options_for(
+        entry,
+        request.unit,
+        desired=request.desired,
+        target_tokens=request.target_tokens,
+        timeout=request.timeout,
+        lock_timeout=request.lock_timeout,
+        smi_timeout=request.smi_timeout,
+        dry_run=request.dry_run,
         all_instances=request.all_instances,
+    )
+    return replace(
+        common,
+        min_tokens=request.min_tokens if request.min_tokens is not None else s.get("min_tokens"),
+        rollback=request.rollback,
+        force=request.force,
         probe_tokens=request.probe_tokens if request.probe_tokens is not None else s.get("probe_tokens"),
-        lock_wait=request.lock_timeout if request.lock_timeout is not None else LOCK_WAIT_S,
-        smi_timeout=request.smi_timeout if request.smi_timeout is not None else SMI_TIMEOUT_S,
     )

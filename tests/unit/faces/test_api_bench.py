@@ -69,7 +69,9 @@ def run(targets: list[str], fakes: dict[str, FakeTransport], **options: object) 
 
     progress = Recorder()
     args = {"contexts": (1024, 8192, 204800), "gen": 4, "seed": 3, **options}
-    results = api.bench(targets, options=BenchOptions(**args), progress=progress, transport_factory=factory)  # type: ignore[arg-type]
+    options = BenchOptions(**args)  # type: ignore[arg-type]
+    request = fleet_bench.BenchRequest(RunArgs(options.contexts, options.gen), options, targets=tuple(targets))
+    results = api.bench(request, progress=progress, transport_factory=factory)
     assert opened == targets
     return [results, progress]
 

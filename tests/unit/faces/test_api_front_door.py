@@ -1,4 +1,5 @@
-"""The api is a typed front door: no ``**kw``, one keyword shape for every function that reaches hosts."""
+"""The api is a typed front door: one frozen request per command, one call shape for every function that
+reaches hosts, no ``**kw``. (The command line's side: tests/unit/faces/test_typed_commands.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ from remediate import api
 from remediate.errors import ConfigError
 from tests.support.fake_transport import FakeTransport
 
-REMOTE = ("status", "diagnose", "backups", "plan", "bench", "rollback")
+# Each function that reaches hosts, and its request type.
+REMOTE = {
+    "status": api.StatusRequest,
+    "diagnose": api.DiagnoseRequest,
+    "backups": api.BackupsRequest,
+    "plan": api.PlanRequest,
+    "bench": api.BenchRequest,
+    "rollback": api.RollbackRequest,
+    "remediate_oom": api.OomRequest,
+}
 FUNCTIONS = sorted(n for n in api.__all__ if inspect.isfunction(getattr(api, n)))
 
 
@@ -21,24 +31,41 @@ def test_no_public_function_takes_untyped_keywords(name: str) -> None:
     assert inspect.Parameter.VAR_KEYWORD not in kinds and inspect.Parameter.VAR_POSITIONAL not in kinds
 
 
-@pytest.mark.parametrize("name", REMOTE)
-def test_every_remote_function_has_the_same_shape(name: str) -> None:
-    params = inspect.signature(getattr(api, name)).parameters
-    assert list(params)[0] == "targets"
-    for keyword in ("inventory", "ssh", "transport_factory"):
-        assert params[keyword].kind is inspect.Parameter.KEYWORD_ONLY, (name, keyword)
+@pytest.mark.parametrize("name", sorted(REMOTE))
+def test_every_remote_function_takes_its_request_then_the_same_keywords(name: str) -> None:
+    """``fn(request, *, transport_factory=None, progress=None, …)``: the request its only positional."""
+    params = list(inspect.signature(getattr(api, name)).parameters.values())
+    first, rest = params[0], params[1:]
+    assert first.name == "request" and first.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, name
+    assert first.annotation == REMOTE[name].__name__, (name, first.annotation)  # postponed annotations: the name
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not inspect.Parameter.empty for p in rest)
+    assert [p.name for p in rest[:2]] == ["transport_factory", "progress"], name
 
 
-def test_a_rollout_takes_its_strategy_by_the_same_name() -> None:
-    assert "strategy" in inspect.signature(api.rollback).parameters
-    fields = {f.name for f in dataclasses.fields(api.OomRequest)}
-    assert {"targets", "inventory", "ssh", "strategy"} <= fields
+@pytest.mark.parametrize("request_type", sorted(set(REMOTE.values()), key=lambda t: t.__name__))
+def test_every_request_is_frozen_and_says_where_its_hosts_are(request_type: type) -> None:
+    assert dataclasses.is_dataclass(request_type) and request_type.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    fields = {f.name for f in dataclasses.fields(request_type)}
+    assert {"targets", "inventory", "ssh"} <= fields, request_type
+
+
+def test_the_rollouts_take_their_strategy_as_one_typed_value() -> None:
+    for request_type in (api.OomRequest, api.RollbackRequest):
+        (strategy,) = [f for f in dataclasses.fields(request_type) if f.name == "strategy"]
+        assert strategy.type == "StrategyArgs", request_type
+    (desired,) = [f for f in dataclasses.fields(api.OomRequest) if f.name == "desired"]
+    assert desired.type == "DesiredArgs"
 
 
 def test_remediate_oom_takes_one_request_with_what_the_cli_has() -> None:
-    assert len(inspect.signature(api.remediate_oom).parameters) <= 8
     fields = {f.name for f in dataclasses.fields(api.OomRequest)}
     assert {"auto", "allow_raise", "probe_tokens", "lock_timeout", "retry_file", "force", "rollback"} <= fields
+
+
+def test_a_bad_strategy_value_is_refused_before_any_host() -> None:
+    request = api.OomRequest(targets=("root@gpu-01",), strategy=api.StrategyArgs(batch="0"))
+    with pytest.raises(ConfigError, match="--batch '0'"):
+        api.remediate_oom(request, transport_factory=_no_host)
 
 
 def _no_host(entry: object, options: object) -> FakeTransport:
@@ -50,6 +77,6 @@ def test_auto_and_allow_raise_reach_the_rollout_through_the_api() -> None:
     with pytest.raises(ConfigError, match="add --auto, or drop --allow-raise"):
         api.remediate_oom(api.OomRequest(targets=("root@gpu-01",), allow_raise=True), transport_factory=_no_host)
     fixed = api.desired_args(mem_fraction_static="0.9")
-    request = api.OomRequest(targets=("root@gpu-01",), auto=True, cli_desired=fixed, dry_run=True)
+    request = api.OomRequest(targets=("root@gpu-01",), auto=True, desired=fixed, dry_run=True)
     with pytest.raises(ConfigError, match="--auto chooses the fraction"):
         api.remediate_oom(request, transport_factory=_no_host)

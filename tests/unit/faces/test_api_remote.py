@@ -54,7 +54,7 @@ def test_oom_dry_run_changes_nothing() -> None:
 def test_the_high_level_oom_function_takes_the_factory_too() -> None:
     fake = host(INCIDENT)
     request = api.OomRequest(
-        targets=("root@gpu-01",), dry_run=True, cli_desired=api.desired_args(mem_fraction_static="0.9")
+        targets=("root@gpu-01",), dry_run=True, desired=api.desired_args(mem_fraction_static="0.9")
     )
     rollout = api.remediate_oom(request, transport_factory=Factory(fake))
     [result] = rollout.results
@@ -63,7 +63,7 @@ def test_the_high_level_oom_function_takes_the_factory_too() -> None:
 
 
 def test_status_reports_remediated_false_and_tokens() -> None:
-    results = api.status(["root@gpu-01"], transport_factory=Factory(host(INCIDENT)))
+    results = api.status(api.StatusRequest(targets=("root@gpu-01",)), transport_factory=Factory(host(INCIDENT)))
     assert api.exit_code(results) == 0
     [result] = document(results)["results"]  # type: ignore[misc]
     assert result["remediated"] is False and result["max_total_num_tokens"] == 209007
@@ -71,12 +71,12 @@ def test_status_reports_remediated_false_and_tokens() -> None:
 
 
 def test_backups_without_any_lists_none() -> None:
-    [result] = api.backups(["root@gpu-01"], transport_factory=Factory(host(INCIDENT)))
+    [result] = api.backups(api.BackupsRequest(targets=("root@gpu-01",)), transport_factory=Factory(host(INCIDENT)))
     assert result.ok and result.backup_listing is not None and result.backup_listing.rows == ()
 
 
 def test_rollback_without_backups_is_a_clear_failure() -> None:
-    rollout = api.rollback(["root@gpu-01"], transport_factory=Factory(host(INCIDENT)))
+    rollout = api.rollback(api.RollbackRequest(targets=("root@gpu-01",)), transport_factory=Factory(host(INCIDENT)))
     assert api.exit_code(rollout.results) == 2
     [result] = document(rollout.results)["results"]  # type: ignore[misc]
     assert result["outcome"] == "failed" and "no backups found" in result["error"]

@@ -73,7 +73,7 @@ def test_dry_run_and_status_never_print_a_secret(tmp_path: Path, monkeypatch: py
     )
     shown = _printed(rollout.results, dry_run=True)
     assert '--api-key "***"' in shown and "HTTPS_PROXY=http://svc:***@proxy.example:3128" in shown
-    status = api.status(["root@gpu-01"], transport_factory=hosts.OneHost(_secret_host()))
+    status = api.status(api.StatusRequest(targets=("root@gpu-01",)), transport_factory=hosts.OneHost(_secret_host()))
     shown += _printed(status, dry_run=False, table=True)
     for secret in SECRETS:
         assert secret not in shown

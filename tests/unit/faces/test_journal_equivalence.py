@@ -121,7 +121,7 @@ def _diagnosis_json(result: HostResult) -> dict[str, Any]:
 def saved_diagnosis(tmp_path: Path, text: str, form: str) -> dict[str, Any]:
     path = tmp_path / f"saved.{form}"
     path.write_text(render(text, form))
-    [result] = api.diagnose_journal(str(path), lines=100_000)
+    [result] = api.diagnose_journal(api.DiagnoseRequest(journal=str(path), lines=100_000))
     assert result.error is None and result.source is not None and result.source["format"] == form, result.source
     return _diagnosis_json(result)
 
@@ -147,7 +147,7 @@ def test_diagnose_journal_gives_the_live_findings(tmp_path: Path, path: Path, fo
 def test_the_saved_text_itself_gives_the_live_findings(tmp_path: Path, path: Path) -> None:
     """The file as it is (the mixed forms of the test data: short, short-iso, cat, raw stderr)."""
     text = path.read_text()
-    [result] = api.diagnose_journal(str(path), lines=100_000)
+    [result] = api.diagnose_journal(api.DiagnoseRequest(journal=str(path), lines=100_000))
     got = _diagnosis_json(result)
     want = live_diagnosis(text)
     got["recommendation"].pop("command")
@@ -176,7 +176,7 @@ def test_plan_journal_gives_the_live_plan(tmp_path: Path, path: Path, form: str)
     text = path.read_text()
     saved = tmp_path / f"saved.{form}"
     saved.write_text(render(text, form))
-    [result] = api.plan_journal(str(saved), observations=str(tmp_path / "none.jsonl"))
+    [result] = api.plan_journal(api.PlanRequest(journal=str(saved), observations=str(tmp_path / "none.jsonl")))
     assert result.error is None
     assert result.plan == live_plan(text)
 
@@ -196,7 +196,7 @@ def test_what_systemctl_show_adds_is_only_the_restart_count(tmp_path: Path, case
     lines = (case / "journal.txt").read_text().splitlines()
     show = dict(line.split("=", 1) for line in (case / "show.txt").read_text().splitlines() if "=" in line)
     live = [f.to_dict() for f in parse_journal(lines, show).findings]
-    [result] = api.diagnose_journal(str(case / "journal.txt"))
+    [result] = api.diagnose_journal(api.DiagnoseRequest(journal=str(case / "journal.txt")))
     absent = result.source["absent"] if result.source is not None else None
     assert isinstance(absent, list) and absent[0] == "systemctl"
     saved = [f.to_dict() for f in parse_journal(lines, {}).findings]

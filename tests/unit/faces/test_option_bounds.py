@@ -40,13 +40,13 @@ CASES: list[tuple[list[str], Callable[[], object], tuple[str, dict[str, Any]], s
     ),
     (
         ["rollback", "gpu-01", "--wait-timeout", "0.5"],
-        lambda: api.rollback(("gpu-01",), timeout=0.5, transport_factory=_never),
+        lambda: api.rollback(api.RollbackRequest(targets=("gpu-01",), timeout=0.5), transport_factory=_never),
         ("rollback", {"wait_timeout": 0.5}),
         "--wait-timeout must be at least 1 (seconds), got 0.5",
     ),
     (
         ["rollback", "gpu-01", "--lock-timeout", "0"],
-        lambda: api.rollback(("gpu-01",), lock_timeout=0, transport_factory=_never),
+        lambda: api.rollback(api.RollbackRequest(targets=("gpu-01",), lock_timeout=0), transport_factory=_never),
         ("rollback", {"lock_timeout": 0}),
         "--lock-timeout must be at least 1 (seconds), got 0",
     ),
@@ -58,7 +58,7 @@ CASES: list[tuple[list[str], Callable[[], object], tuple[str, dict[str, Any]], s
     ),
     (
         ["diagnose", "gpu-01", "--smi-timeout", "-5"],
-        lambda: api.diagnose(("gpu-01",), smi_timeout=-5, transport_factory=_never),
+        lambda: api.diagnose(api.DiagnoseRequest(targets=("gpu-01",), smi_timeout=-5), transport_factory=_never),
         ("diagnose", {"smi_timeout": -5}),
         "--smi-timeout must be from 1 to 30 (seconds), got -5",
     ),
@@ -88,7 +88,7 @@ CASES: list[tuple[list[str], Callable[[], object], tuple[str, dict[str, Any]], s
     ),
     (
         ["diagnose", "gpu-01", "--lines", "0"],
-        lambda: api.diagnose(("gpu-01",), lines=0, transport_factory=_never),
+        lambda: api.diagnose(api.DiagnoseRequest(targets=("gpu-01",), lines=0), transport_factory=_never),
         ("diagnose", {"lines": 0}),
         "--lines must be at least 1 (lines), got 0",
     ),
@@ -191,4 +191,4 @@ def test_the_library_checks_whoever_builds_the_options_directly() -> None:
     with pytest.raises(ConfigError, match=r"^--wait-timeout must be at least 1 \(seconds\), got 0$"):
         WatchRequest(targets=("gpu-01",), wait_timeout=0)
     with pytest.raises(ConfigError, match=r"^--forks must be at least 1 \(hosts\), got 0$"):
-        api.status(("gpu-01",), forks=0, transport_factory=_never)
+        api.status(api.StatusRequest(targets=("gpu-01",), forks=0), transport_factory=_never)

@@ -58,7 +58,9 @@ def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_plan_reads_the_journal_and_the_info_document_and_calibrates() -> None:
     fake = host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093)
-    [result] = api.plan(["gpu-01"], target_tokens=200_000, transport_factory=lambda e, o: fake)
+    [result] = api.plan(
+        api.PlanRequest(targets=("gpu-01",), target_tokens=200_000), transport_factory=lambda e, o: fake
+    )
     assert result.outcome == "unchanged" and result.ok and result.max_total_num_tokens == 195011
     doc = result.plan
     assert doc is not None
@@ -85,7 +87,9 @@ def test_plan_uses_this_hosts_observations(tmp_path: Path) -> None:
     mine = Observation("gpu-01", "moonshotai/Kimi-K2.6", 8, 0.94, 209007, command="oom", at="2026-12-01T09:00:00Z")
     log.write_text(other.to_json() + "\n" + mine.to_json() + "\n")
     fake = host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093)
-    [result] = api.plan(["gpu-01"], observations=str(log), transport_factory=lambda e, o: fake)
+    [result] = api.plan(
+        api.PlanRequest(targets=("gpu-01",), observations=str(log)), transport_factory=lambda e, o: fake
+    )
     doc = result.plan
     assert doc is not None
     assert [c["measured"] for c in doc["calibration"]] == [209007, 195011]
@@ -95,7 +99,7 @@ def test_plan_uses_this_hosts_observations(tmp_path: Path) -> None:
 
 def test_plan_of_a_crashed_server_reads_the_crashed_start() -> None:
     fake = host(journal("standin-incident-crash-0.94.journal"), None)
-    [result] = api.plan(["gpu-01"], transport_factory=lambda e, o: fake)
+    [result] = api.plan(api.PlanRequest(targets=("gpu-01",)), transport_factory=lambda e, o: fake)
     doc = result.plan
     assert doc is not None
     assert doc["current"]["mem_fraction_static"] == 0.94 and doc["current"]["max_total_num_tokens"] == 209007
@@ -105,7 +109,7 @@ def test_plan_of_a_crashed_server_reads_the_crashed_start() -> None:
 
 def test_no_startup_lines_no_model() -> None:
     fake = host(["-- No entries --"], INFO_093)
-    [result] = api.plan(["gpu-01"], transport_factory=lambda e, o: fake)
+    [result] = api.plan(api.PlanRequest(targets=("gpu-01",)), transport_factory=lambda e, o: fake)
     doc = result.plan
     assert doc is not None
     assert doc["model"] is None and doc["rows"] == []
@@ -285,7 +289,9 @@ def test_each_host_is_planned_from_its_own_evidence() -> None:
         "gpu-01": host(journal("standin-kimi-k2.6-tp8-0.93.journal"), INFO_093),
         "gpu-02": host(journal("standin-incident-crash-0.94.journal"), None),
     }
-    results = api.plan(["gpu-01", "gpu-02"], transport_factory=lambda entry, options: fakes[entry.name])
+    results = api.plan(
+        api.PlanRequest(targets=("gpu-01", "gpu-02")), transport_factory=lambda entry, options: fakes[entry.name]
+    )
     assert [r.host for r in results] == ["gpu-01", "gpu-02"]
     current = [(r.plan or {})["current"]["mem_fraction_static"] for r in results]  # type: ignore[index]
     assert current == [0.93, 0.94]
@@ -297,7 +303,7 @@ def test_a_server_up_for_days_is_planned_from_its_start_far_back() -> None:
     startup = [line for line in start if "avail mem=" in line or "KV Cache" in line or "max_total_num_tokens=" in line]
     access = [f'INFO:     127.0.0.1:{40000 + i} - "POST /generate HTTP/1.1" 200 OK' for i in range(5000)]
     fake = host([], INFO_093, reply="\n".join([*startup, "@@journal-tail", *access]) + "\n")
-    [result] = api.plan(["gpu-01"], transport_factory=lambda e, o: fake)
+    [result] = api.plan(api.PlanRequest(targets=("gpu-01",)), transport_factory=lambda e, o: fake)
     doc = result.plan
     assert doc is not None
     assert doc["model"] is not None and doc["model"]["free0_gib"] == 91.6

@@ -100,14 +100,14 @@ def test_timeout_flags_have_one_meaning() -> None:
 
 
 def test_deprecated_timeout_alias() -> None:
-    assert pick_timeout({"timeout": 30.0, "wait_timeout": None}, "wait_timeout", 900.0) == (
+    assert pick_timeout(30.0, None, "wait_timeout", 900.0) == (
         30.0,
         "--timeout is deprecated here; use --wait-timeout",
     )
-    assert pick_timeout({"wait_timeout": 5.0}, "wait_timeout", 900.0) == (5.0, None)
-    assert pick_timeout({}, "connect_timeout", 10.0) == (10.0, None)
+    assert pick_timeout(None, 5.0, "wait_timeout", 900.0) == (5.0, None)
+    assert pick_timeout(None, None, "connect_timeout", 10.0) == (10.0, None)
     with pytest.raises(ConfigError, match="give only --wait-timeout"):
-        pick_timeout({"timeout": 1.0, "wait_timeout": 2.0}, "wait_timeout", 900.0)
+        pick_timeout(1.0, 2.0, "wait_timeout", 900.0)
 
 
 def _failing_host() -> FakeTransport:

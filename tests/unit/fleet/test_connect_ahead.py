@@ -122,7 +122,7 @@ class _Hosts:
 
 def test_status_connects_its_first_forks_hosts_ahead_and_each_host_runs_on_its_own() -> None:
     hosts = _Hosts()
-    results = api.status(["root@a", "root@b", "root@c"], forks=2, transport_factory=hosts)
+    results = api.status(api.StatusRequest(targets=("root@a", "root@b", "root@c"), forks=2), transport_factory=hosts)
     assert [r.host for r in results] == ["root@a", "root@b", "root@c"] and all(r.ok for r in results)
     # One transport per host: the first two were opened ahead and their work ran on them; the third
     # connected when its turn came.
@@ -140,7 +140,7 @@ def test_the_read_only_fan_out_runs_the_inventory_s_forks_at_once_by_default(
     doc = {"rollout": {"forks": 3}, "hosts": {n: {"address": f"192.0.2.{i + 1}"} for i, n in enumerate(names)}}
     inventory.write_text(yaml.safe_dump(doc))
     hosts = _Hosts()
-    results = api.diagnose(["all"], inventory=str(inventory), transport_factory=hosts)
+    results = api.diagnose(api.DiagnoseRequest(targets=("all",), inventory=str(inventory)), transport_factory=hosts)
     assert [r.host for r in results] == names
     ahead = {t.host for t in hosts.made if t.opened_ahead}
     assert ahead == set(names[:3])  # rollout: forks: 3 of the inventory
@@ -149,7 +149,7 @@ def test_the_read_only_fan_out_runs_the_inventory_s_forks_at_once_by_default(
 
 def test_a_host_whose_transport_cannot_be_made_ahead_is_its_own_result() -> None:
     hosts = _Hosts(refuse="root@b")
-    results = api.status(["root@a", "root@b"], transport_factory=hosts)
+    results = api.status(api.StatusRequest(targets=("root@a", "root@b")), transport_factory=hosts)
     by_host = {r.host: r for r in results}
     assert by_host["root@a"].ok
     assert not by_host["root@b"].ok and by_host["root@b"].exit_code == 2 and "identity" in str(by_host["root@b"].error)
@@ -182,7 +182,7 @@ class Recording(FakeTransport):
     def open_ahead(self):
         loaded.append("remediate.host.status.status" in sys.modules)
         super().open_ahead()
-results = api.status(["root@a", "root@b"], transport_factory=lambda e, o: Recording(e.name))
+results = api.status(api.StatusRequest(targets=("root@a", "root@b")), transport_factory=lambda e, o: Recording(e.name))
 print(json.dumps([loaded, "remediate.host.status.status" in sys.modules, "remediate.fleet.bench" in sys.modules]))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}

@@ -11,6 +11,7 @@ import pytest
 from remediate.core.unitfile.edit import SourceFile, UnitSources, plan_edit
 from remediate.errors import ConfigError
 from remediate.fleet.inventory import load_inventory
+from remediate.fleet.request import DesiredArgs
 from remediate.fleet.settings import desired_state
 
 NOW = datetime(2026, 12, 4, 7, 0, tzinfo=UTC)
@@ -18,9 +19,9 @@ VLLM = "[Service]\nExecStart=/usr/bin/vllm serve /m --gpu-memory-utilization 0.9
 SGLANG = "[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /m --mem-fraction-static 0.94\n"
 
 
-def _after(text: str, settings: dict[str, object], cli: dict[str, object] | None = None) -> tuple[str, str]:
-    plan = plan_edit(UnitSources(SourceFile("/etc/systemd/system/x.service", text)), desired_state(cli or {}, settings),
-                     now=NOW)  # fmt: skip
+def _after(text: str, settings: dict[str, object], cli: DesiredArgs | None = None) -> tuple[str, str]:
+    desired = desired_state(cli or DesiredArgs(), settings)
+    plan = plan_edit(UnitSources(SourceFile("/etc/systemd/system/x.service", text)), desired, now=NOW)
     return str(plan.after.mem_fraction_static), str(plan.after.chunked_prefill_size)
 
 
@@ -32,9 +33,9 @@ def test_vllm_keys_apply_to_vllm_units_only() -> None:
 
 def test_the_command_line_beats_the_vllm_keys() -> None:
     settings = {"gpu_memory_utilization": 0.85, "max_num_batched_tokens": 2048}
-    cli = {"mem_fraction_static": Decimal("0.8"), "chunked_prefill_size": 1024}
+    cli = DesiredArgs(mem_fraction_static=Decimal("0.8"), chunked_prefill_size=1024)
     assert _after(VLLM, settings, cli) == ("0.8", "1024")
-    assert _after(VLLM, settings, {"mem_fraction_step": Decimal("0.02")}) == ("0.93", "2048")
+    assert _after(VLLM, settings, DesiredArgs(mem_fraction_step=Decimal("0.02"))) == ("0.93", "2048")
 
 
 def test_the_neutral_fraction_is_vllms_utilization_too() -> None:
@@ -43,7 +44,7 @@ def test_the_neutral_fraction_is_vllms_utilization_too() -> None:
 
 def test_a_vllm_unit_cannot_switch_the_prefill_bound_off() -> None:
     with pytest.raises(ConfigError, match="--max-num-batched-tokens must be >= 1 for a vLLM unit"):
-        _after(VLLM, {}, {"chunked_prefill_size": -1})
+        _after(VLLM, {}, DesiredArgs(chunked_prefill_size=-1))
 
 
 @pytest.mark.parametrize(("line", "error"), [

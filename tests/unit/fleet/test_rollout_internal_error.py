@@ -19,7 +19,7 @@ from remediate.cli import cli
 from remediate.controller.internal_errors import INTERNAL_ERRORS
 from remediate.errors import EXIT_BUG
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.request import OomRequest
+from remediate.fleet.request import OomRequest, StrategyArgs
 from remediate.fleet.rollout import Rollout, Strategy
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
@@ -45,7 +45,7 @@ class Factory:
 
 
 def _request(inventory: Path) -> OomRequest:
-    strategy = {"canary": 0, "max_failures": "100%"}  # every host runs: the bug must not stop the others
+    strategy = StrategyArgs(canary=0, max_failures="100%")  # every host runs: the bug must not stop the others
     return OomRequest(targets=("all",), inventory=str(inventory), strategy=strategy)
 
 

@@ -21,7 +21,7 @@ from remediate.api import hosts as api_hosts
 from remediate.cli import cli
 from remediate.errors import ConfigError
 from remediate.fleet.inventory import HostEntry
-from remediate.fleet.request import OomRequest
+from remediate.fleet.request import OomRequest, StrategyArgs
 from remediate.fleet.rollout import Rollout, Strategy
 from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
@@ -43,9 +43,9 @@ class Hosts:
         return [n for n, h in self.hosts.items() if h.calls or h.held]
 
 
-def request(inventory: Path, **kw: object) -> OomRequest:
-    strategy = {"canary": 0, "max_failures": "100%", **kw.pop("strategy", {})}  # type: ignore[dict-item]
-    return OomRequest(targets=("all",), inventory=str(inventory), strategy=strategy, **kw)  # type: ignore[arg-type]
+def request(inventory: Path, strategy: StrategyArgs | None = None, retry_file: str | None = None) -> OomRequest:
+    strategy = strategy or StrategyArgs(canary=0, max_failures="100%")
+    return OomRequest(targets=("all",), inventory=str(inventory), strategy=strategy, retry_file=retry_file)
 
 
 def test_an_unwritable_retry_file_is_bad_input_before_any_host_is_touched(inventory: Path, tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_a_raising_confirm_keeps_the_canary_result(inventory: Path) -> None:
     def confirm(_question: str) -> bool:
         raise RuntimeError("the prompt's terminal is gone")
 
-    req = request(inventory, strategy={"canary": 1, "pause_after_canary": True})
+    req = request(inventory, strategy=StrategyArgs(canary=1, max_failures="100%", pause_after_canary=True))
     rollout = api.remediate_oom(req, transport_factory=hosts, confirm=confirm)
     outcomes = [r.outcome for r in rollout.results]
     assert outcomes == ["remediated", "not_attempted", "not_attempted"], outcomes
@@ -223,3 +223,13 @@ def test_a_retry_file_that_cannot_be_written_is_one_warning_for_the_rollout(
     got = CliRunner().invoke(cli, argv)
     assert got.exit_code == 1, got.output
     assert (got.stdout + got.stderr).count("retry file not written") == 1, got.stdout + got.stderr
+
+
+def test_canary_zero_on_the_command_line_is_no_canary_batch(inventory: Path, mocker: MockerFixture) -> None:
+    """`--canary 0` is a value given, not an option left out: the first batch is the whole fleet (it once read
+    as "not given" and the default canary of 1 ran first)."""
+    mocker.patch.object(api_hosts, "_default_transport", Hosts())
+    args = ["oom", "all", "-i", str(inventory), "--canary", "0", "--max-failures", "100%", "--dry-run", "--json"]
+    got = CliRunner().invoke(cli, args)
+    batches = json.loads(got.stdout)["rollout"]["batches"]
+    assert batches == [list(NAMES)], batches

@@ -62,7 +62,10 @@ def test_absent_nvidia_smi_is_a_note_not_an_error() -> None:
 @pytest.mark.parametrize("value", ["yesterday at noon", "-", "1.5", "2 fortnights"])
 def test_bad_since_is_config_error_before_any_host(value: str) -> None:
     with pytest.raises(ConfigError, match="--since"):
-        api.diagnose(["gpu-01"], since=value, transport_factory=lambda e, s: pytest.fail("contacted a host"))
+        api.diagnose(
+            api.DiagnoseRequest(targets=("gpu-01",), since=value),
+            transport_factory=lambda e, s: pytest.fail("contacted a host"),
+        )
 
 
 def test_parse_since_forms() -> None:

@@ -41,7 +41,9 @@ def _scripts(fake: FakeTransport) -> str:
 @pytest.mark.parametrize(("given", "bound"), [(None, 10), (3, 3)])
 def test_diagnose_sends_the_bound_and_names_it_in_the_note(given: int | None, bound: int) -> None:
     fake = _host()
-    (result,) = api.diagnose(["gpu-01"], transport_factory=lambda entry, ssh: fake, smi_timeout=given)
+    (result,) = api.diagnose(
+        api.DiagnoseRequest(targets=("gpu-01",), smi_timeout=given), transport_factory=lambda entry, ssh: fake
+    )
     script = _scripts(fake)
     assert f"timeout -k 2 {bound} nvidia-smi --query-gpu=" in script, script
     assert f"timeout -k 2 {bound} nvidia-smi --query-compute-apps=" in script

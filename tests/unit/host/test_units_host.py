@@ -69,21 +69,25 @@ def _units_run(fake: FakeTransport) -> list[str]:
     return [m[1] for m in names if m and m[1] != "''"]
 
 
-@pytest.mark.parametrize("command", ["status", "diagnose", "backups", "plan"])
+READ_ONLY = {"status": api.StatusRequest, "diagnose": api.DiagnoseRequest, "backups": api.BackupsRequest,
+             "plan": api.PlanRequest}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(READ_ONLY))
 def test_read_only_commands_give_one_row_per_unit(command: str) -> None:
     fake = two_units()
     if command == "backups":
         fake.on(r"# remediate backups|\bbackups\b", "@@end\n")
     if command == "plan":
         fake.on(r"\Ajournalctl", "@@journal-tail\n")
-    results = getattr(api, command)([HOST], transport_factory=lambda entry, ssh: fake)
+    results = getattr(api, command)(READ_ONLY[command](targets=(HOST,)), transport_factory=lambda entry, ssh: fake)
     rows = _doc(results)
     assert [(r["host"], r["unit"]) for r in rows] == [(HOST, CHAT), (HOST, EMBED)], rows
     assert fake.opened >= 1 and fake.closed == 1  # one connection for both units
 
 
 def test_diagnose_names_each_units_own_command() -> None:
-    rows = _doc(api.diagnose([HOST], transport_factory=lambda entry, ssh: two_units()))
+    rows = _doc(api.diagnose(api.DiagnoseRequest(targets=(HOST,)), transport_factory=lambda entry, ssh: two_units()))
     chat, embed = rows
     assert chat["findings"] and f"--unit {CHAT} " in chat["recommendation"]["command"]  # type: ignore[index]
     assert embed["findings"] == []
@@ -91,24 +95,34 @@ def test_diagnose_names_each_units_own_command() -> None:
 
 def test_a_glob_is_listed_on_the_host_and_matched_as_systemd_matches() -> None:
     fake = two_units()
-    rows = _doc(api.status([HOST], unit="sglang-*.service", transport_factory=lambda entry, ssh: fake))
+    rows = _doc(
+        api.status(
+            api.StatusRequest(targets=(HOST,), unit="sglang-*.service"), transport_factory=lambda entry, ssh: fake
+        )
+    )
     assert [r["unit"] for r in rows] == [CHAT, EMBED]
     [listing] = [c for c in fake.calls if c.stdin and c.stdin.startswith("# remediate units")]
     assert "--type=service -- 'sglang-*.service'" in listing.stdin  # type: ignore[operator]
-    rows = _doc(api.status([HOST], unit="sglang-e*", transport_factory=lambda entry, ssh: two_units()))
+    rows = _doc(
+        api.status(
+            api.StatusRequest(targets=(HOST,), unit="sglang-e*"), transport_factory=lambda entry, ssh: two_units()
+        )
+    )
     assert [r["unit"] for r in rows] == [EMBED]
 
 
 def test_a_glob_that_matches_nothing_is_one_line_bad_input() -> None:
     fake = two_units(listing="@@units\n@@files\n@@end\n")
-    [row] = _doc(api.status([HOST], unit="vllm-*", transport_factory=lambda entry, ssh: fake))
+    [row] = _doc(
+        api.status(api.StatusRequest(targets=(HOST,), unit="vllm-*"), transport_factory=lambda entry, ssh: fake)
+    )
     assert row["error"] == "127.0.0.9: --unit 'vllm-*' matches no service unit" and row["outcome"] == "failed"
     assert _units_run(fake) == []
 
 
 def test_one_exact_unit_is_the_one_unit_run_as_before() -> None:
     fake = two_units()
-    [row] = _doc(api.status([HOST], unit=CHAT, transport_factory=lambda entry, ssh: fake))
+    [row] = _doc(api.status(api.StatusRequest(targets=(HOST,), unit=CHAT), transport_factory=lambda entry, ssh: fake))
     assert row["unit"] == CHAT and "units" not in row
     assert len(fake.calls) == 1  # no listing, no detection: the one probe
 
@@ -161,7 +175,7 @@ def test_oom_refuses_when_a_units_evidence_is_unreadable() -> None:
 
 def test_rollback_without_unit_on_several_keeps_its_refusal() -> None:
     fake = two_units()
-    result = api.rollback([HOST], dry_run=True, transport_factory=lambda entry, ssh: fake)
+    result = api.rollback(api.RollbackRequest(targets=(HOST,), dry_run=True), transport_factory=lambda entry, ssh: fake)
     [row] = _doc(result.results)
     assert row["error"] == f"127.0.0.9: several units run sglang or vLLM ({CHAT}, {EMBED}); pass --unit"
 
@@ -202,6 +216,8 @@ def test_oom_with_a_glob_matching_one_healthy_unit_is_refused() -> None:
 def test_rollback_with_a_glob_restores_each_matched_unit_in_turn() -> None:
     fake = two_units()
     fake.on(r"# remediate backups|\bbackups\b", "@@end\n")
-    result = api.rollback([HOST], unit="sglang-*", dry_run=True, transport_factory=lambda entry, ssh: fake)
+    result = api.rollback(
+        api.RollbackRequest(targets=(HOST,), unit="sglang-*", dry_run=True), transport_factory=lambda entry, ssh: fake
+    )
     assert [(r.host, r.unit) for r in result.results] == [(HOST, CHAT), (HOST, EMBED)]
     assert _units_run(fake)[:1] == [CHAT] and EMBED in _units_run(fake)  # no crash check: a rollback is named

@@ -9,6 +9,7 @@ from remediate.core.backups import parse_backup_name
 from remediate.core.unitfile.edit import DesiredState, validate_desired
 from remediate.core.unitfile.execline import quote_word
 from remediate.errors import ConfigError
+from remediate.fleet.request import DesiredArgs
 from remediate.fleet.settings import desired_state
 
 
@@ -16,7 +17,7 @@ def test_an_inventory_alloc_conf_block_with_its_newline_is_refused() -> None:
     # `alloc_conf: |` in YAML gives "expandable_segments:True\n": merged into an Environment= line the
     # newline splits it in two and systemd drops both assignments.
     with pytest.raises(ConfigError, match=r"alloc conf must look like key:value.*\\n"):
-        desired_state({}, {"alloc_conf": "expandable_segments:True\n"})
+        desired_state(DesiredArgs(), {"alloc_conf": "expandable_segments:True\n"})
     with pytest.raises(ConfigError):
         validate_desired(DesiredState(alloc_conf="expandable_segments:True\n"))
     validate_desired(DesiredState(alloc_conf="expandable_segments:True,max_split_size_mb:512"))
