@@ -30,7 +30,6 @@ __all__ = [
     "SOURCES",
     "EngineVersion",
     "first_known",
-    "is_at_least",
     "parse_dist_version",
     "parse_log_version",
     "parse_server_version",
@@ -98,10 +97,3 @@ def parse_dist_version(engine: str, paths: Iterable[str]) -> EngineVersion | Non
 def first_known(*versions: EngineVersion | None) -> EngineVersion | None:
     """The first version read (sources best first)."""
     return next((v for v in versions if v is not None), None)
-
-
-def is_at_least(version: EngineVersion | None, release: tuple[int, ...]) -> bool | None:
-    """Whether the host runs ``release`` or newer (None: the version is not known)."""
-    if version is None or not version.release:
-        return None
-    return version.release >= release

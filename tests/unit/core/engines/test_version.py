@@ -9,7 +9,6 @@ from remediate.core.engines.version import (
     EngineVersion,
     clean_version,
     first_known,
-    is_at_least,
     parse_dist_version,
     parse_log_version,
     parse_server_version,
@@ -94,8 +93,5 @@ def test_release_first_known_and_compare() -> None:
     package = EngineVersion("sglang", "0.5.23", "package")
     assert first_known(None, None, package) is package
     assert first_known(None, None) is None
-    assert is_at_least(package, (0, 5, 20)) is True
-    assert is_at_least(EngineVersion("sglang", "0.5.19", "server"), (0, 5, 20)) is False
-    assert is_at_least(None, (0, 5, 20)) is None
     assert package.to_dict() == {"engine": "sglang", "version": "0.5.23", "source": "package"}
     assert package.describe() == "sglang 0.5.23 (package)"
