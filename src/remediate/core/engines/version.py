@@ -8,7 +8,8 @@ Three sources, best first (:func:`first_known`):
   entrypoints/openai/api_server.py ``show_version``; 0.34.0 entrypoints/serve/instrumentator/basic.py).
 * ``log``: vLLM's startup line in the unit's journal (the newest start's): ``vLLM API server version %s``
   (0.8.5 … 0.11.0 entrypoints/openai/api_server.py ``run_server``), ``vLLM server version %s, serving model %s``
-  or its logo's ``version %s`` line (0.34.0 entrypoints/common/startup.py ``log_version_and_model``). sglang logs
+  or, under vLLM's own log formatter (a journal's case), its logo's ``version %s`` line (``log_version_and_model``:
+  0.15.1 … 0.19.1 entrypoints/utils.py, 0.34.0 entrypoints/common/startup.py). sglang logs
   no version at startup (only its ``sglang version:`` CLI command prints one, cli/main.py).
 * ``package``: the ``<name>-<version>.dist-info`` directory of the engine's distribution in the site-packages of
   the unit's interpreter (importlib.metadata's own source of ``version()``): what the next start would run.
