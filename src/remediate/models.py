@@ -168,6 +168,41 @@ class Phase:
     seconds: float
 
 
+@dataclass(frozen=True)
+class EngineVersion:
+    """The engine's version on one host and where it was read (core/engines/version.py reads it): ``server`` (the
+    running server's own report), ``log`` (its startup line in the journal) or ``package`` (the engine's
+    ``*.dist-info`` in the unit's interpreter: what the next start runs)."""
+
+    engine: str  # "sglang", "vllm"
+    version: str  # as the source spells it: "0.5.23", "0.5.5.post3", "0.11.0+cu128"
+    source: str
+
+    @property
+    def release(self) -> tuple[int, ...]:
+        """The leading numeric release: (0, 5, 23) for "0.5.23", (0, 5, 5) for "0.5.5.post3"."""
+        head: list[int] = []
+        for part in self.version.split("."):
+            digits = ""
+            for char in part:
+                if not char.isdigit():
+                    break
+                digits += char
+            if not digits:
+                break
+            head.append(int(digits))
+            if digits != part:
+                break
+        return tuple(head)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"engine": self.engine, "version": self.version, "source": self.source}
+
+    def describe(self) -> str:
+        """``sglang 0.5.23 (server)``: the human line's words."""
+        return f"{self.engine} {self.version} ({self.source})"
+
+
 @dataclass
 class HostResult:
     """The outcome of one host, in the JSON schema of `remediate oom --json`."""
@@ -216,6 +251,7 @@ class HostResult:
     unit_states: dict[str, str] | None = None  # JSON "units": the crash-state of each unit when none was picked
     source: JsonObject | None = None  # diagnose/plan --journal: the saved journal read
     backup_listing: BackupListing | None = None  # backups
+    engine_version: EngineVersion | None = None  # status, diagnose: the engine's version and its source (JSON)
 
     @property
     def ok(self) -> bool:
@@ -258,6 +294,7 @@ class HostResult:
             "error": self.error,
             **self._payload(),
             **({"dry_run": True} if self.is_dry_run else {}),
+            **({"engine_version": self.engine_version.to_dict()} if self.engine_version is not None else {}),
             "started_at": round(self.started_at, 3),
             "finished_at": round(self.finished_at, 3),
             "seconds": self.seconds,

@@ -90,7 +90,7 @@ def test_vllm_serve_with_the_model_option_by_version(start, version: str, refuse
     srv.wait_healthy()  # 0.34 (vllm/utils/argparse_utils.py): a warning, the model moved to the front
     out = srv.output()
     assert "The `--model` option will be removed in a future version." in out
-    assert f"vLLM API server version {version}" in out
+    assert f"█  version {version}" in out  # 0.34: log_version_and_model's logo (entrypoints/common/startup.py)
 
 
 def test_vllm_reads_only_the_exact_config_word(start, tmp_path: Path) -> None:

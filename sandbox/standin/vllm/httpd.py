@@ -75,6 +75,10 @@ class Handler(BaseHTTPRequestHandler):
         s = self.state
         if self.path == "/health":
             self._send(503 if s["dead"] else 200)
+        elif self.path == "/version":
+            # vllm/entrypoints/openai/api_server.py show_version (0.8.5, 0.11.0; 0.34.0:
+            # entrypoints/serve/instrumentator/basic.py): {"version": VLLM_VERSION}
+            self._send(200, {"version": s["version"]})
         elif self.path == "/v1/models":
             name = str(s["opts"].get("--served-model-name") or s["opts"]["model"])
             self._send(

@@ -54,6 +54,22 @@ def logs_requests(opts: dict[str, object], version: str) -> bool:
     return bool(opts.get("--enable-log-requests")) and not opts.get("--disable-log-requests")
 
 
+def log_version(version: str, model: str) -> None:
+    """The startup line naming the version, as the version logs it under systemd."""
+    if version_tuple(version) < (0, 15):
+        # 0.8.5/0.11.0 entrypoints/openai/api_server.py run_server: logger.info("vLLM API server version %s", …)
+        where = "api_server.py:1839" if version_tuple(version) >= (0, 11) else "api_server.py:1043"
+        LOG("INFO", where, f"vLLM API server version {version}")
+    elif os.environ.get("VLLM_DISABLE_LOG_LOGO", "0") not in ("", "0"):
+        # 0.15.1 … 0.34.0 log_version_and_model (0.34.0 entrypoints/common/startup.py): the plain form
+        LOG("INFO", "startup.py:43", f"vLLM server version {version}, serving model {model}")
+    else:
+        # ... else the logo, monochrome (vLLM's NewLineFormatter, no tty: no colours), each line under the prefix
+        for line in ("", "       █     █     █▄   ▄█", f" ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
+                     f"  █▄█▀ █     █     █     █  model   {model}", "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀", ""):  # fmt: skip
+            LOG("INFO", "startup.py:43", line)
+
+
 def version_of(knobs: dict[str, object]) -> str:
     """The vLLM version the stand-in claims: the ``vllm_version`` knob (``$VLLM_STANDIN_VERSION`` wins), 0.11.0."""
     return str(knobs.get("vllm_version") or VERSION)
@@ -174,7 +190,7 @@ def main(argv: list[str], serve: bool) -> int:
         "PYTORCH_ALLOC_CONF", ""
     )
     scale = float(str(knobs["time_scale"]))
-    LOG("INFO", "api_server.py:1839", f"vLLM API server version {version}")
+    log_version(version, str(opts["model"]))
     LOG(
         "INFO",
         "core.py:77",

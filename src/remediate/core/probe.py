@@ -25,10 +25,13 @@ SHOW_PROPERTIES = (
     "NRestarts",
     "MainPID",
     "InvocationID",
+    "User",  # the account the engine's package is listed as (templates/probe.sh.j2 @@dists)
 )
 
 # Sections the probe prints when asked for crash evidence (``diagnose``, the ``oom`` gate).
 EVIDENCE_SECTIONS = ("journal", "gpus", "apps", "ps")
+# Sections every probe prints: the engine's *.dist-info directories (core/engines/version.py parse_dist_version).
+LISTED_SECTIONS = (*EVIDENCE_SECTIONS, "dists")
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
                 current = parse_file_header(rest)
             elif head == "unsafe":
                 unsafe = rest  # about the @@file that follows
-            elif head in EVIDENCE_SECTIONS:
+            elif head in LISTED_SECTIONS:
                 sections.setdefault(head, [])
                 if rest.strip():
                     notes[head] = rest.strip()
@@ -270,7 +273,7 @@ def parse_probe(text: str, unit: str | None) -> ProbeResult:
             show_lines.append(line)
         elif section == "file":
             b64.append(line.strip())
-        elif section in EVIDENCE_SECTIONS:
+        elif section in LISTED_SECTIONS:
             sections[section].append(line)
     if section == "file":
         flush_file()

@@ -51,3 +51,14 @@ def test_without_a_unit_file_the_journal_tells_the_engine(tmp_path: Path) -> Non
     assert host["engine"] == "vllm"
     assert host["findings"][0]["kind"] == "max-model-len" and host["recommendation"]["blocking"] is True
     assert host["recommendation"]["command"] is None
+
+
+def test_the_logged_release_is_shown_and_its_default_utilization_stepped_down(tmp_path: Path) -> None:
+    # 0.20.0 vllm/config/cache.py gpu_memory_utilization Field(default=0.92); the logo line of log_version_and_model
+    logo = "INFO 12-04 06:40:00 [launcher.py:368]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.20.0"
+    unit = tmp_path / "vllm.service"
+    unit.write_text("[Service]\nExecStart=/usr/bin/vllm serve /m\n")
+    host = _diagnose(tmp_path, [logo, *RUNTIME], "--unit-file", str(unit))
+    assert host["engine_version"] == {"engine": "vllm", "version": "0.20.0", "source": "log"}
+    assert host["recommendation"]["other_flags"]["--gpu-memory-utilization"] == "0.91"
+    assert "engine_version" not in _diagnose(tmp_path, RUNTIME)  # no version line: none claimed

@@ -176,3 +176,13 @@ def test_a_unit_sized_in_bytes_is_not_planned_and_auto_falls_to_the_refused_reci
     assert desired == DesiredState() and "--kv-cache-memory-bytes 40G" in notes[0]
     logged = evidence_from(parse_vllm_args(["--model", "m"], serve=False), KV_BYTES_START, [], [], CacheConfig(), None)
     assert logged.kv_bytes == "(40 GiB at the last start)"
+
+
+def test_a_unit_without_a_utilization_runs_at_its_release_default() -> None:
+    # 0.19.1 vllm/config/cache.py Field(default=0.9); 0.20.0 Field(default=0.92) (core/engines/vllm/defaults.py)
+    args = "--model standin/mha-13b-40k --max-model-len 57344"
+    v020 = ["INFO 12-04 03:20:00 [launcher.py:368]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.20.0"]
+    v011 = ["INFO 12-04 03:20:00 [api_server.py:1839] vLLM API server version 0.11.0"]
+    assert evidence(args, journal=v020 + START + CRASH).numbers.utilization == 0.92
+    assert evidence(args, journal=v011 + START + CRASH).numbers.utilization == 0.9
+    assert evidence(args).numbers.utilization == 0.9  # no version line: as before

@@ -63,7 +63,7 @@ def test_graph_capture_advice_uses_the_spelling_the_unit_writes() -> None:
     assert "--cuda-graph-max-bs 160 → 80" in rec["reasons"][0] and rec["other_flags"] == {"--cuda-graph-max-bs": 80}
     unknown = run(host(journal("graph-capture-torch-oom-in-capture-frames")))["recommendation"]
     assert unknown["other_flags"] == {}
-    assert "--cuda-graph-max-bs up to sglang 0.5.5, --cuda-graph-max-bs-decode in 0.5.23" in unknown["reasons"][0]
+    assert "--cuda-graph-max-bs up to sglang 0.5.13, --cuda-graph-max-bs-decode from 0.5.14" in unknown["reasons"][0]
 
 
 def test_oom_on_a_weight_cache_daemon_unit_leaves_the_allocator_alone_and_verifies_without_it() -> None:

@@ -55,6 +55,8 @@ def diagnose_report(console: Console, results: Sequence[HostResult]) -> None:
         if source := r.source:  # --journal: a saved journal, no live state
             state = f"saved journal {source['journal']} ({source['format']}); absent: {_joined(source['absent'])}"
         console.print(f"{head}  {escape(state)}", highlight=False)
+        if r.engine_version is not None:
+            console.print(f"  engine: {escape(r.engine_version.describe())}", highlight=False)
         findings: Sequence[dict[str, Any]] = r.findings or ()
         rec: dict[str, Any] = r.recommendation or {}
         if not findings:

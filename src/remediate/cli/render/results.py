@@ -166,6 +166,8 @@ def status_table(console: Console, results: Sequence[HostResult]) -> None:
         )
     console.print(table)
     for r in results:
+        if r.engine_version is not None:
+            console.print(f"{escape(r.host)}: {escape(r.engine_version.describe())}", highlight=False)
         for warning in r.warnings:
             console.print(f"[yellow]warning[/yellow] {escape(r.host)}: {safe(warning)}", highlight=False)
 

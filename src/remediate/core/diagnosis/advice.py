@@ -29,6 +29,9 @@ class AdvisorInput:
     max_running_requests: int | None = None
     cuda_graph_max_bs: int | None = None
     graph_flag: str | None = None  # the decode graph's batch flag as the unit writes it (its version's spelling)
+    # the decode graph's batch flag the release the host runs accepts (core/engines/sglang/flags.py
+    # graph_batch_flag; None: the release was not read)
+    release_graph_flag: str | None = None
     server_pids: tuple[int, ...] = ()
     # (pid, bytes) of GPU processes outside the server's process tree (nvidia-smi), when that tree is known
     neighbour_processes: tuple[tuple[int, int], ...] = ()

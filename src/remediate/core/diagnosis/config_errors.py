@@ -24,7 +24,10 @@ def advise_invalid_argument(findings: list[Finding], s: AdvisorInput) -> Recomme
     """argparse exited 2: the flag it refused, and what to write instead where known; the unit stays as is."""
     f = findings[-1]
     flag = f.bad_flag or "an option"
-    if f.flag_choices:
+    if f.bad_flag in RENAMED and (spelled := s.release_graph_flag) not in (None, f.bad_flag):
+        # the release the host runs names its own spelling (core/engines/sglang/flags.py graph_batch_flag)
+        instead = f"this version does not accept it: write {spelled}"
+    elif f.flag_choices:
         instead = f"it is ambiguous here: write one of {', '.join(f.flag_choices)} in full"
     elif f.bad_flag in RENAMED:
         others = " or ".join(RENAMED[f.bad_flag])

@@ -168,8 +168,9 @@ def advise_graph_capture(findings: list[Finding], s: AdvisorInput) -> Recommenda
     other: dict[str, int | str] = {}
     # The spelling the running version accepts (sglang 0.5.23 has only --cuda-graph-max-bs-decode/-prefill, and
     # the old --cuda-graph-max-bs is an ambiguous prefix there: argparse exits 2): sglang's own hint line names it,
-    # else the unit's argv (a unit that already writes -decode runs a new sglang); unknown: both are said.
-    flag = f.graph_flag or s.graph_flag
+    # else the release the host runs (core/engines/sglang/flags.py graph_batch_flag), else the unit's argv (a unit
+    # that already writes -decode runs a new sglang); unknown: both are said.
+    flag = f.graph_flag or s.release_graph_flag or s.graph_flag
     bs = s.cuda_graph_max_bs
     if flag and bs and bs > 1:
         other[flag] = max(1, bs // 2)
@@ -180,7 +181,8 @@ def advise_graph_capture(findings: list[Finding], s: AdvisorInput) -> Recommenda
         smaller = f" ({bs} → {bs // 2})" if bs and bs > 1 else ""
         reasons.append(
             f"CUDA graph capture ran out of memory: a smaller decode graph batch{smaller} captures fewer batch sizes: "
-            f"{OLD_GRAPH_FLAG} up to sglang 0.5.5, {NEW_GRAPH_FLAG} in 0.5.23 (the other spelling stops it at startup)"
+            f"{OLD_GRAPH_FLAG} up to sglang 0.5.13, {NEW_GRAPH_FLAG} from 0.5.14 (0.5.20 and later refuse the old "
+            "spelling at startup; the sglang version was not read)"
         )
     have = f.tried_bytes is not None and f.free_bytes is not None
     remaining = max(0, (f.tried_bytes or 0) - (f.free_bytes or 0))

@@ -48,6 +48,12 @@ class DesiredState:
     alloc_conf: str | None = "expandable_segments:True"  # key:value options to ensure; None = leave alone
     # (engine, fraction, prefill) from keys named for one engine (inventory gpu_memory_utilization): its units only
     for_engine: tuple[tuple[str, Decimal | None, int | None], ...] = ()
+    # the running release's own default fraction for a unit that sets none (core/engines/vllm/defaults.py; None:
+    # the engine's table default, Engine.fraction_default)
+    fraction_default: Decimal | None = None
+
+    def with_fraction_default(self, default: Decimal) -> DesiredState:
+        return replace(self, fraction_default=default)
 
     def resolved_for(self, engine: str) -> DesiredState:
         """The values for a unit of ``engine``: its own keys' over the neutral ones."""
@@ -214,6 +220,8 @@ def _plan_fraction(plan: _Plan, desired: DesiredState, items: list[ArgItem], now
     sources = plan.service.sources
     if hit is None or hit.value_text is None:
         default = engine.fraction_default
+        if default is not None and desired.fraction_default is not None:
+            default = desired.fraction_default  # the detected release's own (an engine with a default only)
         if desired.mem_fraction_static is None and default is None:
             config = plan.service.config
             where = "in the unit"

@@ -33,6 +33,8 @@ from remediate.core.diagnosis.gpus import (
     visible_uuids,
 )
 from remediate.core.engines import SGLANG, Engine, Verdict
+from remediate.core.engines.sglang.flags import graph_batch_flag
+from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.numbers import as_float
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import UnitSettings, UnitSources, read_settings
@@ -43,7 +45,8 @@ from remediate.errors import ConfigError
 from remediate.host.common.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.common.outcome import host_outcome, new_result, record_unit
 from remediate.host.common.probe import read_unit
-from remediate.models import DiagnosisReport, HostResult, JsonObject, UnitState
+from remediate.host.common.version import read_engine_version, version_notes
+from remediate.models import DiagnosisReport, EngineVersion, HostResult, JsonObject, UnitState
 from remediate.transport.base import Transport
 
 DEFAULT_LINES = 2000
@@ -237,9 +240,14 @@ def visible_devices(sources: UnitSources) -> str | None:
 
 
 def read_diagnosis_evidence(
-    found: ProbeResult, sources: UnitSources, since_restarts: int | None = None, smi_timeout: int = SMI_TIMEOUT_S
+    found: ProbeResult,
+    sources: UnitSources,
+    since_restarts: int | None = None,
+    smi_timeout: int = SMI_TIMEOUT_S,
+    version: EngineVersion | None = None,
 ) -> DiagnosisEvidence:
-    """Parse the evidence sections of a probe (``journal_lines`` > 0) into a diagnosis and a recommendation."""
+    """Parse the evidence sections of a probe (``journal_lines`` > 0) into a diagnosis and a recommendation;
+    ``version``: the engine's release where it was read (flags and defaults are keyed on it)."""
     state = found.state
     assert state is not None
     show = dict(state.properties)
@@ -278,10 +286,17 @@ def read_diagnosis_evidence(
             fraction = read_settings(sources).mem_fraction_static
         except ConfigError:
             fraction = None
+        if fraction is None and version is not None and version.engine == engine.name:
+            # a unit that sets none runs at its release's own default (core/engines/vllm/defaults.py)
+            default = default_utilization_at(version.release)
+            fraction = None if default is None else str(default)
         total = min((g.total_bytes for g in gpus), default=None)  # the card's total: a number for "raise"
         rec = engine.advise(verdict, fraction, len(foreign), total) if verdict is not None else Recommendation()
         return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes), engine.name, verdict)
-    rec = advise(diagnosis, unit_settings(sources, server, gpus, foreign))
+    settings = unit_settings(sources, server, gpus, foreign)
+    if version is not None and version.engine == "sglang" and version.release:
+        settings = replace(settings, release_graph_flag=graph_batch_flag(version.release))  # flags by release
+    rec = advise(diagnosis, settings)
     return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))
 
 
@@ -311,13 +326,16 @@ def diagnose_host(
             transport, options.unit, journal_lines=lines, journal_since=since, smi_timeout=options.smi_timeout
         )
         state = record_unit(result, found, sources)
-        evidence = read_diagnosis_evidence(found, sources, since_restarts, options.smi_timeout)
+        result.engine_version = read_engine_version(
+            transport, found, options, journal=found.sections.get("journal", ())
+        )
+        evidence = read_diagnosis_evidence(found, sources, since_restarts, options.smi_timeout, result.engine_version)
         command = (
             oom_command(result.host, options.unit, evidence.recommendation)
             if evidence.verdict is None
             else recipe_command(result.host, options.unit, evidence.recommendation)
         )
         result.outcome = "unchanged"  # read-only: nothing was changed
-        result.notes = list(evidence.notes)
+        result.notes = list(evidence.notes) + version_notes(sources, result.engine_version)
         evidence.record(result, UnitState(state.active_state, state.get("SubState"), state.n_restarts), command)
     return result

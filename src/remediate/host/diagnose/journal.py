@@ -15,8 +15,10 @@ from collections.abc import Callable
 
 from remediate.core.diagnosis import Diagnosis, Recommendation, advise, oom_command
 from remediate.core.engines import ENGINES, engine_named
+from remediate.core.engines.version import parse_log_version
 from remediate.core.engines.vllm.argv import VllmArgs
 from remediate.core.engines.vllm.capacity import CacheConfig
+from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.engines.vllm.startup import parse_vllm_startup
 from remediate.core.journal import SavedJournal
 from remediate.core.startup import parse_startup
@@ -114,6 +116,7 @@ def diagnose_journal(
         result.unit_path = unit_file
         settings, said = _settings_note(unit, any(r.mem_fraction_static is not None for r in diagnosis.runs), unit_file)
         result.outcome = "unchanged"  # read-only: nothing was changed
+        result.engine_version = parse_log_version(evidence.engine, read)  # vLLM's startup line (sglang logs none)
         result.notes = [*_common_notes(saved, path, DIAGNOSE_ABSENT), said, *evidence.notes]
         command = oom_command if evidence.verdict is None else recipe_command
         evidence.record(result, UnitState(), command(result.host, result.unit, rec))
@@ -137,6 +140,9 @@ def _engine_evidence(
         if verdict is None and unit is None:
             continue
         fraction = unit.mem_fraction_static if unit is not None else None
+        if fraction is None and (version := parse_log_version(engine.name, read)) is not None:
+            default = default_utilization_at(version.release)  # the logged release's own (vllm/defaults.py)
+            fraction = None if default is None else str(default)
         rec = engine.advise(verdict, fraction, 0, None) if verdict is not None else Recommendation()
         return DiagnosisEvidence(diagnosis, rec, (), (), (), tuple(notes), engine.name, verdict)
     return None
@@ -200,7 +206,8 @@ def _plan_vllm_journal(
         said = (
             f"settings from {unit_file}"
             if args is not None
-            else "no --unit-file: vLLM's defaults (--gpu-memory-utilization 0.9) and its log; pass the unit file"
+            else "no --unit-file: vLLM's defaults (--gpu-memory-utilization: the logged release's, else 0.9) and its "
+            "log; pass the unit file"
         )
         result.unit = journal_unit(saved, unit_file, unit_name)
         result.unit_path = unit_file

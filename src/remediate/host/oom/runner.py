@@ -37,6 +37,7 @@ from remediate.host.common.verify import (
     verify_server_env,
     verify_tokens,
 )
+from remediate.host.common.version import package_version, with_version_default
 from remediate.host.diagnose.diagnose import GATE_LINES, read_diagnosis_evidence, refusal
 from remediate.host.instances.instances import planned_roll, roll_instances
 from remediate.host.plan.plan import auto_step, floor_step
@@ -148,6 +149,8 @@ def _remediate_locked(
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):
         desired = auto_step(transport, found, sources, options, result) if options.auto else options.desired
+        # a unit that sets no fraction: the default of the release its restart runs (the package the probe listed)
+        desired = with_version_default(desired, package_version(found, engine))
         # --all-instances: the change goes where the values are, the template included (host/instances/instances.py).
         planner = plan_edit if options.all_instances else plan_instance_edit
         plan = planner(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))

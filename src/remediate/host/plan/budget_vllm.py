@@ -17,6 +17,7 @@ from remediate.core.capacity.headroom import Knobs, Spike, choose
 from remediate.core.capacity.observation import matching
 from remediate.core.capacity.pool import Measured, Unmodelled, calibrate
 from remediate.core.diagnosis.torch_oom import parse_torch_oom
+from remediate.core.engines.version import parse_log_version
 from remediate.core.engines.vllm.advice import kv_bytes_refusal
 from remediate.core.engines.vllm.argv import VllmArgs, parse_vllm_args
 from remediate.core.engines.vllm.capacity import (
@@ -32,6 +33,7 @@ from remediate.core.engines.vllm.capacity import (
     vllm_model,
 )
 from remediate.core.engines.vllm.capacity import hold_floor as _hold_floor
+from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.engines.vllm.failures import RUNTIME_OOM, diagnose_vllm
 from remediate.core.engines.vllm.startup import STARTUP_LINES_ERE, parse_vllm_startup
 from remediate.core.probe import ProbeResult
@@ -178,6 +180,16 @@ def models_max_len(document: dict[str, Any] | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _default_utilization(cache: CacheConfig, lines: list[str]) -> float:
+    """The utilization of a unit that sets none: the mode ``/metrics`` reports (0.34), else the default of the
+    release the journal's startup line names (core/engines/vllm/defaults.py: 0.92 from 0.20), else 0.9."""
+    if cache.is_extensible is None and (version := parse_log_version("vllm", lines)) is not None:
+        default = default_utilization_at(version.release)
+        if default is not None:
+            return default
+    return default_utilization(cache)
+
+
 def evidence_from(
     args: VllmArgs | None,
     lines: list[str],
@@ -193,7 +205,9 @@ def evidence_from(
     def number(name: str) -> str | None:
         return args.value(name) if args else None
 
-    utilization = cache.gpu_memory_utilization or _float(number("gpu-memory-utilization")) or default_utilization(cache)
+    utilization = (
+        cache.gpu_memory_utilization or _float(number("gpu-memory-utilization")) or _default_utilization(cache, lines)
+    )
     block = cache.block_size or _int(number("block-size")) or DEFAULT_BLOCK_SIZE
     mml = max_model_len or startup.max_model_len or _int(number("max-model-len"))
     spike, torch_total, note = vllm_spike(tail, utilization)

@@ -17,6 +17,12 @@ from remediate.host.common.facts import fetch_server_info, fetch_tokens, startup
 from remediate.host.common.options import RunOptions
 from remediate.host.common.probe import endpoint_of, engine_of_probe, run_read_only
 from remediate.host.common.verify import env_problems, fill_plan, guard_desired, server_env, verify_server_args
+from remediate.host.common.version import (
+    package_version,
+    read_engine_version,
+    version_notes,
+    with_version_default,
+)
 from remediate.models import HostResult, StatusReport, UnitState
 from remediate.transport.base import Transport
 
@@ -57,7 +63,9 @@ def status_host(
     def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
         state = found.state
         assert state is not None
-        plan = plan_instance_edit(sources, options.desired, now=datetime.fromtimestamp(now(), tz=UTC))
+        # a unit that sets no fraction: the default of the release its restart runs (the package the probe listed)
+        desired = with_version_default(options.desired, package_version(found, engine_of_probe(found)))
+        plan = plan_instance_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         fill_plan(result, plan)
         result.outcome = "unchanged"  # read-only: nothing was changed
         result.status = StatusReport(
@@ -72,6 +80,7 @@ def status_host(
             result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
         engine = engine_of_probe(found)
         result.engine = engine.name
+        read_info: dict[str, Any] | None = None
         if state.active_state == "active" and not engine.info_paths:
             # No endpoint reports the pool (vLLM): the current start's capacity line in the journal.
             result.max_total_num_tokens = engine.capacity(
@@ -87,5 +96,8 @@ def status_host(
             result.target_tokens = options.target_tokens
             if not plan.is_changed and not state.needs_daemon_reload:
                 _status_drift(transport, state.unit, sources, info, plan, options, result)
+            read_info = info or {}  # asked already: not again for the version
+        result.engine_version = read_engine_version(transport, found, options, info=read_info)
+        result.warnings += version_notes(sources, result.engine_version)
 
     return run_read_only(transport, options, body, label=label, now=now)

@@ -162,6 +162,17 @@ def test_a_vllm_unit_reads_its_yaml_and_refuses_nothing_the_file_does_not_set() 
     assert ("--gpu-memory-utilization", None, "0.89") in [(c.setting, c.old, c.new) for c in plan.changes]
 
 
+def test_a_vllm_unit_without_a_utilization_steps_down_from_its_release_default() -> None:
+    # vLLM 0.20.0 vllm/config/cache.py: gpu_memory_utilization Field(default=0.92) (core/engines/vllm/defaults.py)
+    cmd = "/usr/local/bin/vllm serve /models/m"
+    desired = DesiredState().with_fraction_default(Decimal("0.92"))
+    plan = plan_edit(_sources(cmd, {}), desired, now=NOW)
+    assert ("--gpu-memory-utilization", None, "0.91") in [(c.setting, c.old, c.new) for c in plan.changes]
+    sglang = "/opt/venv/bin/python3 -m sglang.launch_server --model-path /m"
+    with pytest.raises(ConfigError, match="no --mem-fraction-static"):  # sglang has no default: still refused
+        plan_edit(_sources(sglang, {}), desired, now=NOW)
+
+
 def test_a_template_instance_overrides_the_shared_yaml_in_its_own_dropin() -> None:
     from remediate.core.unitfile.dropin import plan_instance_edit
 

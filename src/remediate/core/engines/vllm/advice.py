@@ -43,7 +43,7 @@ def kv_bytes_refusal(value: str) -> str:
     )
 
 
-DEFAULT_UTILIZATION = Decimal("0.9")  # 0.8.5/0.11 CacheConfig (0.34 differs: capacity.py DEFAULT_UTILIZATION)
+DEFAULT_UTILIZATION = Decimal("0.9")  # 0.8.5/0.11 CacheConfig; diagnose passes a known release's (defaults.py)
 STEP = Decimal("0.01")
 DEFAULT_MAX_NUM_SEQS = 1024  # EngineArgs._set_default_args (0.11) on >= 70 GiB non-A100 GPUs; 256 elsewhere
 

@@ -35,9 +35,9 @@ CHUNK_FLAG = "--max-num-batched-tokens"
 # vLLM's own default --gpu-memory-utilization, per version (its CacheConfig): 0.8.5 vllm/config.py and 0.11.0
 # vllm/config/cache.py ``gpu_memory_utilization: float = 0.9``; 0.34.0 vllm/config/cache.py: None, resolved by
 # ``CacheConfig.resolved_gpu_memory_utilization`` to 1.0 with the extensible KV cache (``enable_extensible_kv_cache``,
-# on by default on CUDA and ROCm) and to ``DEFAULT_GPU_MEMORY_UTILIZATION = 0.92`` without it. The host's version
-# is not read yet: 0.9 (the releases before the extensible KV cache) stands unless the running server says which
-# mode it runs (:func:`default_utilization`).
+# on by default on CUDA and ROCm) and to ``DEFAULT_GPU_MEMORY_UTILIZATION = 0.92`` without it. By release
+# (0.92 from 0.20): defaults.py, read from the journal's version line by host/plan/budget_vllm.py; 0.9 stands
+# where neither the release nor the running server's mode (:func:`default_utilization`) is known.
 DEFAULT_UTILIZATION = 0.9
 EXTENSIBLE_UTILIZATION = 1.0  # 0.34 CacheConfig.resolved_gpu_memory_utilization, extensible KV cache
 ESTIMATED_UTILIZATION = 0.92  # 0.34 CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION, estimate-based sizing

@@ -41,7 +41,9 @@ KV_BYTES_RE = re.compile(
 STARTUP_LINES_ERE = (
     r"(Available KV cache memory: |GPU KV cache size: |Maximum concurrency for |init engine \(profile"
     r"|# (GPU|cuda|CUDA) blocks: |total_gpu_memory \(|reserved for KV Cache is "
-    r"|memory for KV Cache as specified by kv_cache_memory_bytes)"
+    r"|memory for KV Cache as specified by kv_cache_memory_bytes"
+    # the version line of each start (core/engines/version.py): its release's default utilization
+    r"|vLLM (API )?server version |█  version [0-9])"
 )
 
 

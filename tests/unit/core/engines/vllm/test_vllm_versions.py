@@ -11,6 +11,7 @@ memory: %.2f GiB", logged before the check, so ≤ 0 on a failing start), vllm/v
 from __future__ import annotations
 
 from remediate.core.engines.vllm.advice import vllm_recommendation
+from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.engines.vllm.engine import vllm_verdict
 from tests.support.journals import FAILED_AT_050, H100_SMI_TOTAL, NO_MEMORY_011, NO_MEMORY_034, P
 
@@ -99,3 +100,15 @@ def test_vllm_0_34s_hint_names_the_resolved_utilization_or_that_none_higher_exis
     assert verdict is not None
     rec = vllm_recommendation(verdict, None, 0, H100_SMI_TOTAL)
     assert rec.other_flags == {} and "the extensible KV cache already takes all the memory" in rec.reasons[-1]
+
+
+def test_default_utilization_by_release() -> None:
+    # CacheConfig.gpu_memory_utilization: 0.9 up to 0.19.1, Field(default=0.92) from 0.20.0; 0.34.0: None, resolved
+    # to 1.0 (extensible KV cache) or 0.92: the lower is taken
+    assert default_utilization_at((0, 8, 5)) == 0.9
+    assert default_utilization_at((0, 11, 0)) == 0.9
+    assert default_utilization_at((0, 19, 1)) == 0.9
+    assert default_utilization_at((0, 20, 0)) == 0.92
+    assert default_utilization_at((0, 34, 0)) == 0.92
+    assert default_utilization_at(None) is None
+    assert default_utilization_at(()) is None
