@@ -32,7 +32,9 @@ from remediate.host.common.verify import (
     env_readable,
     fill_plan,
     guard_desired,
+    logged_pool_problem,
     server_env,
+    unit_env,
     verify_server_args,
     verify_server_env,
     verify_tokens,
@@ -90,7 +92,7 @@ def _already_healthy(
         if info is None:
             return None, []
     try:
-        verify_server_args(result.host, info, plan)
+        verify_server_args(result.host, info, plan, env=unit_env(sources), notes=result.notes)
     except RemediationError as exc:
         return None, [exc.message]
     drift = env_problems(server_env(transport, state.unit, sources), wanted)
@@ -194,18 +196,24 @@ def _remediate_locked(
         return
 
     def check(healthy: Healthy) -> None:
-        verify_server_args(result.host, healthy.info, plan)
+        verify_server_args(result.host, healthy.info, plan, env=unit_env(sources), notes=result.notes)
         if desired.alloc_conf:
             # read with the wait's last look (one round trip less), else now
             env = healthy.env if healthy.env_read else server_env(transport, unit, sources)
             verify_server_env(result.host, env, desired.alloc_conf)
         verify_tokens(result, healthy, options, engine)
+        if engine.info_paths and healthy.source != "journal":
+            problem = logged_pool_problem(transport, unit, healthy.info)  # another server answering?
+            if problem is not None:
+                result.warnings.append(problem)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now, engine)
 
     def check_instance(instance: str, healthy: Healthy, after: UnitSettings | None) -> None:
         """Another instance restarted on the shared file: the values it now reads (its own files may add some)."""
         if after is not None:
-            verify_server_args(result.host, healthy.info, replace(plan, after=after))
+            verify_server_args(
+                result.host, healthy.info, replace(plan, after=after), env=unit_env(sources), notes=result.notes
+            )
             if after.alloc_conf:
                 verify_server_env(result.host, server_env(transport, instance, sources), after.alloc_conf)
         if options.min_tokens is not None and healthy.tokens < options.min_tokens:

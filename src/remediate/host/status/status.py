@@ -8,15 +8,24 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from remediate.core.engines.sglang.resolved import logged_pool, pool_mismatch
 from remediate.core.probe import ProbeResult
-from remediate.core.startup import tokens_from_info
+from remediate.core.startup import STARTUP_LINES_ERE, parse_startup, tokens_from_info
 from remediate.core.unitfile.dropin import plan_instance_edit
 from remediate.core.unitfile.edit import UnitEdit, UnitSources
 from remediate.errors import RemediationError
 from remediate.host.common.facts import fetch_server_info, fetch_tokens, startup_lines
 from remediate.host.common.options import RunOptions
 from remediate.host.common.probe import endpoint_of, engine_of_probe, run_read_only
-from remediate.host.common.verify import env_problems, fill_plan, guard_desired, server_env, verify_server_args
+from remediate.host.common.verify import (
+    env_problems,
+    fill_plan,
+    guard_desired,
+    resolution_notes,
+    server_env,
+    unit_env,
+    verify_server_args,
+)
 from remediate.models import HostResult, StatusReport, UnitState
 from remediate.transport.base import Transport
 
@@ -33,7 +42,7 @@ def _status_drift(
     """A remediated unit whose running server lacks a setting is ``drift`` in `status` too (read-only)."""
     drift: list[str] = []
     try:
-        verify_server_args(result.host, info, plan)
+        verify_server_args(result.host, info, plan, env=unit_env(sources), notes=result.notes)
     except RemediationError as exc:
         drift.append(exc.message)
     alloc_conf = guard_desired(sources, options.desired).alloc_conf
@@ -43,6 +52,26 @@ def _status_drift(
         result.outcome = "drift"
         result.drift = tuple(drift)
         result.warnings.append(f"drift: {'; '.join(drift)}; `remediate oom {result.host}` restarts it")
+
+
+def _name_resolution(
+    transport: Transport,
+    unit: str,
+    sources: UnitSources,
+    info: dict[str, Any] | None,
+    plan: UnitEdit,
+    result: HostResult,
+) -> None:
+    """What sglang made of the unit's values (the aiter factor, post-capture KV sizing), and the pool its start
+    logged against the one it reports (core/engines/sglang/resolved.py)."""
+    startup = parse_startup(startup_lines(transport, unit, STARTUP_LINES_ERE))
+    for note in resolution_notes(info, plan.before.mem_fraction_static, unit_env(sources), startup):
+        if note not in result.notes:
+            result.notes.append(note)
+    logged = logged_pool(startup.post_capture_tokens, startup.kv_tokens, startup.is_kv_pool)
+    problem = pool_mismatch(logged, tokens_from_info(info) if info else None)
+    if problem is not None:
+        result.warnings.append(problem)
 
 
 def status_host(
@@ -85,6 +114,7 @@ def status_host(
             tokens = tokens_from_info(info) if info else fetch_tokens(transport, *endpoint_of(found, options))[0]
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
+            _name_resolution(transport, state.unit, sources, info, plan, result)
             if not plan.is_changed and not state.needs_daemon_reload:
                 _status_drift(transport, state.unit, sources, info, plan, options, result)
 
