@@ -123,3 +123,35 @@ def test_status_names_the_engine_and_the_pool() -> None:
     result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
     assert result.engine == "vllm" and result.status is not None and result.status.remediated is True
     assert result.max_total_num_tokens == 63616
+
+
+# vllm/v1/metrics/loggers.py PrometheusStatLogger.log_metrics_info: CacheConfig.metrics_info() as labels (0.11.0)
+METRICS = (
+    "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+    "# TYPE vllm:cache_config_info gauge\n"
+    'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",gpu_memory_utilization="0.94",'
+    'num_gpu_blocks="3976",num_gpu_blocks_override="None"} 1.0\n'
+)
+
+
+def _journal_gone():  # type: ignore[no-untyped-def]
+    """The unit's journal without its startup lines (rotated, or dropped by journald's rate limit)."""
+    host = incident_host(text=REMEDIATED, unit=UNIT, path=PATH, argv=ARGV, active="active", journal="\n")
+    host.on(r"environ", "@@none\n@@end\n")
+    host.http("/metrics", (200, METRICS))
+    return host
+
+
+def test_status_reads_the_pool_from_metrics_where_the_journal_lost_its_line() -> None:
+    host = _journal_gone()
+    result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
+    assert result.max_total_num_tokens == 3976 * 16
+    assert [call.path for call in host.http_calls] == ["/metrics"] and host.http_calls[0].port == 8001
+
+
+def test_a_remediated_unit_whose_journal_lost_its_line_is_still_unchanged() -> None:
+    host = _journal_gone()
+    host.http("/health", 200)
+    result = _run(host)
+    assert result.outcome == "unchanged" and result.max_total_num_tokens == 3976 * 16, result.error
+    assert host.scripts("# remediate commit") == []

@@ -22,6 +22,7 @@ from remediate.transport.base import Transport
 if TYPE_CHECKING:  # the sweep's modules load with `bench` and `--probe` only, not with `status`
     from remediate.core.bench.latency import RequestMetrics
     from remediate.core.bench.stream import StreamChunk
+    from remediate.core.engines.base import Engine
     from remediate.transport.http1 import HttpStream
 
 _STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
@@ -84,6 +85,18 @@ def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None
     if info is None:
         return None, ""
     return tokens_from_info(info), path
+
+
+def fetch_metrics_tokens(transport: Transport, host: str, port: int, engine: Engine) -> int | None:
+    """The pool the running server reports on its Prometheus page (vLLM's ``vllm:cache_config_info``), None when
+    the engine's metrics do not say or the page does not answer 200; the GET is bounded in time and size like
+    every other (transport/http1.py ``MAX_DOCUMENT_BYTES``, 5 s)."""
+    if engine.metrics_capacity is None:
+        return None
+    response = transport.http_get(host, port, engine.metrics_path)
+    if response.status != 200:
+        return None
+    return engine.metrics_capacity(response.body.decode("utf-8", "replace"))
 
 
 def read_streamed(

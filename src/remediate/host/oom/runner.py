@@ -20,7 +20,7 @@ from remediate.core.unitfile.sources import refuse_template_edit, shared_with_in
 from remediate.errors import RefusedError, RemediationError, UnhealthyError
 from remediate.host.bench.prefill import check_probe, run_probe
 from remediate.host.common.commit import FileWrite, planned_steps
-from remediate.host.common.facts import fetch_json, fetch_server_info, startup_lines
+from remediate.host.common.facts import fetch_json, fetch_metrics_tokens, fetch_server_info, startup_lines
 from remediate.host.common.health import Healthy, wait_healthy
 from remediate.host.common.lock import Held, run_locked
 from remediate.host.common.options import RunOptions
@@ -70,6 +70,8 @@ def _already_healthy(
         # No document holds the pool (vLLM): /health, then the current start's capacity line in the journal.
         if transport.http_get(*endpoint, engine.health_path).status == 200:
             tokens = engine.capacity(startup_lines(transport, state.unit, engine.startup_lines_ere))
+            if tokens is None:  # the startup line gone from the journal: the server's own /metrics
+                tokens = fetch_metrics_tokens(transport, *endpoint, engine)
             drift = env_problems(server_env(transport, state.unit, sources), wanted)
             return (None, drift) if drift or tokens is None else (tokens, [])
         return None, []

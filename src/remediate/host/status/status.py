@@ -14,7 +14,7 @@ from remediate.core.startup import STARTUP_LINES_ERE, parse_startup, tokens_from
 from remediate.core.unitfile.dropin import plan_instance_edit
 from remediate.core.unitfile.edit import UnitEdit, UnitSources
 from remediate.errors import RemediationError
-from remediate.host.common.facts import fetch_server_info, fetch_tokens, startup_lines
+from remediate.host.common.facts import fetch_metrics_tokens, fetch_server_info, fetch_tokens, startup_lines
 from remediate.host.common.options import RunOptions
 from remediate.host.common.probe import endpoint_of, engine_of_probe, run_read_only
 from remediate.host.common.verify import (
@@ -103,9 +103,10 @@ def status_host(
         result.engine = engine.name
         if state.active_state == "active" and not engine.info_paths:
             # No endpoint reports the pool (vLLM): the current start's capacity line in the journal.
-            result.max_total_num_tokens = engine.capacity(
-                startup_lines(transport, state.unit, engine.startup_lines_ere)
-            )
+            tokens = engine.capacity(startup_lines(transport, state.unit, engine.startup_lines_ere))
+            if tokens is None:  # the startup line gone from the journal: the server's own /metrics (vLLM)
+                tokens = fetch_metrics_tokens(transport, *endpoint_of(found, options), engine)
+            result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
             if not plan.is_changed and not state.needs_daemon_reload:
                 _status_drift(transport, state.unit, sources, None, plan, options, result)

@@ -57,6 +57,15 @@ def vllm_capacity(lines: Sequence[str]) -> int | None:
     return parse_vllm_startup(lines).kv_tokens
 
 
+def vllm_metrics_capacity(text: str) -> int | None:
+    """The pool in tokens from ``/metrics``: ``vllm:cache_config_info``'s ``num_gpu_blocks`` × ``block_size``
+    (vllm/v1/metrics/loggers.py ``PrometheusStatLogger.log_metrics_info``, every V1 release: 0.11.0 and on)."""
+    # core/engines/vllm/capacity.py reads the capacity model, which reads the unit: imported when first asked
+    from remediate.core.engines.vllm.capacity import parse_cache_config
+
+    return parse_cache_config(text).tokens
+
+
 def vllm_verdict(lines: Sequence[str]) -> Verdict | None:
     """The latest failure in ``lines`` (oldest first) with its direction; None when none is there. A startup
     failure followed by a good start (its ``GPU KV cache size`` line) is stale."""
@@ -97,6 +106,7 @@ VLLM = Engine(
     bool_flags=_BOOL_WORDS,
     capacity=vllm_capacity,
     capacity_name="GPU KV cache size",
+    metrics_capacity=vllm_metrics_capacity,
     process_entry="vllm[.]entrypoints[.].*|(.*/)?vllm",
     startup_lines_ere=STARTUP_LINES_ERE,
     fraction_default=Decimal("0.9"),  # 0.8.5/0.11's; 0.34 resolves 1.0 or 0.92 (capacity.py): not keyed yet
