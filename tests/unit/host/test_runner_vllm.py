@@ -48,7 +48,7 @@ def test_an_already_remediated_vllm_unit_is_unchanged_with_its_pool() -> None:
     assert result.engine == "vllm" and result.max_total_num_tokens == 63616
     assert result.flags_before == {"gpu_memory_utilization": "0.94", "max_num_batched_tokens": "4096"}
     assert host.scripts("# remediate commit") == []
-    assert all(call.path == "/health" for call in host.http_calls)  # no sglang /server_info
+    assert {call.path for call in host.http_calls} == {"/health", "/metrics"}  # no sglang /server_info
     assert all(call.port == 8001 for call in host.http_calls)
 
 
@@ -155,3 +155,28 @@ def test_a_remediated_unit_whose_journal_lost_its_line_is_still_unchanged() -> N
     result = _run(host)
     assert result.outcome == "unchanged" and result.max_total_num_tokens == 3976 * 16, result.error
     assert host.scripts("# remediate commit") == []
+
+
+def test_status_is_drift_when_metrics_say_the_server_runs_another_utilization() -> None:
+    """The unit says 0.94; vllm:cache_config_info says the running server was started at 0.95."""
+    host = _host()
+    host.http("/metrics", (200, METRICS.replace('gpu_memory_utilization="0.94"', 'gpu_memory_utilization="0.95"')))
+    result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
+    assert result.outcome == "drift" and result.max_total_num_tokens == 63616  # the journal's line first
+    assert any("gpu_memory_utilization=0.95" in w and "0.94" in w for w in result.warnings), result.warnings
+
+
+def test_status_with_metrics_agreeing_is_not_drift() -> None:
+    host = _host()
+    host.http("/metrics", (200, METRICS))
+    result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
+    assert result.outcome == "unchanged" and not result.warnings, result.warnings
+
+
+def test_a_remediated_unit_whose_server_runs_another_utilization_is_restarted() -> None:
+    host = _journal_gone()
+    host.http("/metrics", (200, METRICS.replace('gpu_memory_utilization="0.94"', 'gpu_memory_utilization="0.95"')))
+    host.http("/health", 200)
+    result = _run(host, dry_run=True)
+    assert result.outcome == "drift", result.error
+    assert any("gpu_memory_utilization=0.95" in n for n in result.notes), result.notes

@@ -87,16 +87,23 @@ def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None
     return tokens_from_info(info), path
 
 
-def fetch_metrics_tokens(transport: Transport, host: str, port: int, engine: Engine) -> int | None:
-    """The pool the running server reports on its Prometheus page (vLLM's ``vllm:cache_config_info``), None when
-    the engine's metrics do not say or the page does not answer 200; the GET is bounded in time and size like
-    every other (transport/http1.py ``MAX_DOCUMENT_BYTES``, 5 s)."""
-    if engine.metrics_capacity is None:
+def fetch_metrics_info(transport: Transport, host: str, port: int, engine: Engine) -> dict[str, Any] | None:
+    """What the running server reports on its Prometheus page (vLLM's ``vllm:cache_config_info``: its pool and
+    its utilization, in the info document's keys), None when the engine's metrics say nothing or the page does
+    not answer 200; the GET is bounded in time and size like every other (transport/http1.py
+    ``MAX_DOCUMENT_BYTES``, 5 s)."""
+    if engine.metrics_info is None:
         return None
     response = transport.http_get(host, port, engine.metrics_path)
     if response.status != 200:
         return None
-    return engine.metrics_capacity(response.body.decode("utf-8", "replace"))
+    return dict(engine.metrics_info(response.body.decode("utf-8", "replace"))) or None
+
+
+def fetch_metrics_tokens(transport: Transport, host: str, port: int, engine: Engine) -> int | None:
+    """The pool the running server reports on its Prometheus page (:func:`fetch_metrics_info`)."""
+    info = fetch_metrics_info(transport, host, port, engine)
+    return tokens_from_info(info) if info is not None else None
 
 
 def read_streamed(

@@ -201,7 +201,7 @@ class HealthWait:
             if tokens is None:
                 tokens = engine.capacity(journal_since(transport, unit, self.restart_epoch))
                 source = "journal"
-            if tokens is None and engine.metrics_capacity is not None:
+            if tokens is None and engine.metrics_info is not None:
                 # the startup line gone (journald's rate limit, a rotated journal) or not read yet: the running
                 # server's own Prometheus page (vLLM's vllm:cache_config_info)
                 tokens = fetch_metrics_tokens(transport, host, port, engine)

@@ -20,7 +20,7 @@ from remediate.core.unitfile.sources import refuse_template_edit, shared_with_in
 from remediate.errors import RefusedError, RemediationError, UnhealthyError
 from remediate.host.bench.prefill import check_probe, run_probe
 from remediate.host.common.commit import FileWrite, planned_steps
-from remediate.host.common.facts import fetch_json, fetch_metrics_tokens, fetch_server_info, startup_lines
+from remediate.host.common.facts import fetch_json, fetch_metrics_info, fetch_server_info, startup_lines
 from remediate.host.common.health import Healthy, wait_healthy
 from remediate.host.common.lock import Held, run_locked
 from remediate.host.common.options import RunOptions
@@ -67,11 +67,17 @@ def _already_healthy(
     engine = engine_of_probe(found)
     info, _ = fetch_json(transport, *endpoint, *engine.info_paths) if engine.info_paths else (None, "")
     if not engine.info_paths:
-        # No document holds the pool (vLLM): /health, then the current start's capacity line in the journal.
+        # No document holds the pool (vLLM): /health, then the current start's capacity line in the journal, else
+        # /metrics, which also says what the server runs at (its utilization, against the unit's).
         if transport.http_get(*endpoint, engine.health_path).status == 200:
+            reported = fetch_metrics_info(transport, *endpoint, engine)
             tokens = engine.capacity(startup_lines(transport, state.unit, engine.startup_lines_ere))
-            if tokens is None:  # the startup line gone from the journal: the server's own /metrics
-                tokens = fetch_metrics_tokens(transport, *endpoint, engine)
+            if tokens is None and reported is not None:  # the startup line gone from the journal
+                tokens = tokens_from_info(reported)
+            try:
+                verify_server_args(result.host, reported, plan)
+            except RemediationError as exc:
+                return None, [exc.message]
             drift = env_problems(server_env(transport, state.unit, sources), wanted)
             return (None, drift) if drift or tokens is None else (tokens, [])
         return None, []
@@ -199,6 +205,8 @@ def _remediate_locked(
 
     def check(healthy: Healthy) -> None:
         verify_server_args(result.host, healthy.info, plan, env=unit_env(sources), notes=result.notes)
+        if not engine.info_paths:  # vLLM: what /metrics says it runs at (vllm:cache_config_info)
+            verify_server_args(result.host, fetch_metrics_info(transport, *endpoint_of(found, options), engine), plan)
         if desired.alloc_conf:
             # read with the wait's last look (one round trip less), else now
             env = healthy.env if healthy.env_read else server_env(transport, unit, sources)

@@ -14,7 +14,7 @@ from remediate.core.startup import STARTUP_LINES_ERE, parse_startup, tokens_from
 from remediate.core.unitfile.dropin import plan_instance_edit
 from remediate.core.unitfile.edit import UnitEdit, UnitSources
 from remediate.errors import RemediationError
-from remediate.host.common.facts import fetch_metrics_tokens, fetch_server_info, fetch_tokens, startup_lines
+from remediate.host.common.facts import fetch_metrics_info, fetch_server_info, fetch_tokens, startup_lines
 from remediate.host.common.options import RunOptions
 from remediate.host.common.probe import endpoint_of, engine_of_probe, run_read_only
 from remediate.host.common.verify import (
@@ -103,13 +103,16 @@ def status_host(
         result.engine = engine.name
         if state.active_state == "active" and not engine.info_paths:
             # No endpoint reports the pool (vLLM): the current start's capacity line in the journal.
+            # /metrics (vLLM's vllm:cache_config_info) says what the server runs at, and its pool when the startup
+            # line is gone from the journal
+            reported = fetch_metrics_info(transport, *endpoint_of(found, options), engine)
             tokens = engine.capacity(startup_lines(transport, state.unit, engine.startup_lines_ere))
-            if tokens is None:  # the startup line gone from the journal: the server's own /metrics (vLLM)
-                tokens = fetch_metrics_tokens(transport, *endpoint_of(found, options), engine)
+            if tokens is None and reported is not None:
+                tokens = tokens_from_info(reported)
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
             if not plan.is_changed and not state.needs_daemon_reload:
-                _status_drift(transport, state.unit, sources, None, plan, options, result)
+                _status_drift(transport, state.unit, sources, reported, plan, options, result)
         elif state.active_state == "active":
             info, _ = fetch_server_info(transport, *endpoint_of(found, options))
             tokens = tokens_from_info(info) if info else fetch_tokens(transport, *endpoint_of(found, options))[0]
