@@ -40,7 +40,6 @@ UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 SERVER_ARGV = ("/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", "30000")
 PROBE = r"# remediate probe"  # templates/probe.sh.j2: run (status) or held (oom: detection, lock and read in one)
 JOURNAL = r"\Ajournalctl"
-STARTUP_GREP = r"\Ajournalctl .*\| grep -E"  # host/common/facts.py startup_lines: the last start's lines
 
 
 def incident_host(
@@ -191,7 +190,6 @@ def serving_host(text: str = INCIDENT, tokens: int = 209007) -> FakeTransport:
     """The unit ``text`` active (MainPID 42), no backups listed, ``/server_info`` answering ``tokens``."""
     fake = incident_host(text=text, active="active", MainPID=42)
     fake.on(r"# remediate: list the backups", "@@end\n")
-    fake.on(STARTUP_GREP, "")  # no startup lines: the logged pool is not compared
     fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": tokens})))
     return fake
 

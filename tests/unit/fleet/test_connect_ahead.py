@@ -23,7 +23,7 @@ from remediate.fleet.rollout import Strategy
 from remediate.transport.base import SSHOptions
 from remediate.transport.ssh import SSHTransport
 from tests.support.fake_transport import FakeTransport
-from tests.support.hosts import STARTUP_GREP, incident_host
+from tests.support.hosts import incident_host
 
 
 class _Recorded:
@@ -112,7 +112,6 @@ class _Hosts:
         if entry.name == self.refuse:
             raise ConfigError(f"{entry.name}: no such identity file")
         fake = incident_host(entry.name, active="active", MainPID=42)
-        fake.on(STARTUP_GREP, "")
         fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": 209007})))
         self.made.append(fake)
         return fake

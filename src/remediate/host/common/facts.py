@@ -38,12 +38,15 @@ def journal_since(transport: Transport, unit: str, since_epoch: float | None, li
     return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
 
 
-def startup_lines(transport: Transport, unit: str, ere: str, lines: int = 400) -> list[str]:
-    """The unit's startup lines (``grep -E ere`` over its whole journal, the last ``lines`` of them), secrets
-    masked: a server up for days has pushed its start far out of any tail."""
+def startup_lines(
+    transport: Transport, unit: str, ere: str, lines: int = 400, *, since_epoch: float | None = None
+) -> list[str]:
+    """The unit's startup lines (``grep -E ere`` over its whole journal, or since ``since_epoch``, the last
+    ``lines`` of them), secrets masked: a server up for days has pushed its start far out of any tail."""
     quoted = shlex.quote(unit)
+    since = f" --since @{int(since_epoch)}" if since_epoch else ""
     result = transport.run(
-        f"journalctl -u {quoted} -o cat --no-pager 2>/dev/null | grep -E {shlex.quote(ere)} | tail -n {lines}",
+        f"journalctl -u {quoted} -o cat --no-pager{since} 2>/dev/null | grep -E {shlex.quote(ere)} | tail -n {lines}",
         timeout=COMMAND_TIMEOUT_S,
     )
     return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]

@@ -218,13 +218,16 @@ def guard_desired(sources: UnitSources, desired: DesiredState) -> DesiredState:
     return replace(desired, alloc_conf=guard_alloc(service, desired.alloc_conf)[0])
 
 
-def logged_pool_problem(transport: Transport, unit: str, info: dict[str, Any] | None) -> str | None:
-    """The pool sglang logged at its last start against the one its ``/server_info`` reports (one bounded journal
-    read, sglang only): why they disagree, or None (they agree, or either is unknown)."""
+def logged_pool_problem(
+    transport: Transport, unit: str, info: dict[str, Any] | None, since_epoch: float | None
+) -> str | None:
+    """The pool sglang logged at the start since ``since_epoch`` (the restart) against the one its ``/server_info``
+    reports (one journal read, bounded by that epoch; sglang only): why they disagree, or None (they agree, or
+    either is unknown)."""
     reported = tokens_from_info(info) if info else None
     if reported is None:
         return None
-    startup = parse_startup(startup_lines(transport, unit, STARTUP_LINES_ERE))
+    startup = parse_startup(startup_lines(transport, unit, STARTUP_LINES_ERE, since_epoch=since_epoch))
     return pool_mismatch(logged_pool(startup.post_capture_tokens, startup.kv_tokens, startup.is_kv_pool), reported)
 
 

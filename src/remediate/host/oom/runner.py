@@ -213,7 +213,7 @@ def _remediate_locked(
             verify_server_env(result.host, env, desired.alloc_conf)
         verify_tokens(result, healthy, options, engine)
         if engine.info_paths and healthy.source != "journal":
-            problem = logged_pool_problem(transport, unit, healthy.info)  # another server answering?
+            problem = logged_pool_problem(transport, unit, healthy.info, epoch)  # another server answering?
             if problem is not None:
                 result.warnings.append(problem)
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now, engine)

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from remediate.core.engines.sglang.resolved import logged_pool, pool_mismatch
 from remediate.core.probe import ProbeResult
-from remediate.core.startup import STARTUP_LINES_ERE, parse_startup, tokens_from_info
+from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.dropin import plan_instance_edit
 from remediate.core.unitfile.edit import UnitEdit, UnitSources
 from remediate.errors import RemediationError
@@ -54,24 +53,12 @@ def _status_drift(
         result.warnings.append(f"drift: {'; '.join(drift)}; `remediate oom {result.host}` restarts it")
 
 
-def _name_resolution(
-    transport: Transport,
-    unit: str,
-    sources: UnitSources,
-    info: dict[str, Any] | None,
-    plan: UnitEdit,
-    result: HostResult,
-) -> None:
-    """What sglang made of the unit's values (the aiter factor, post-capture KV sizing), and the pool its start
-    logged against the one it reports (core/engines/sglang/resolved.py)."""
-    startup = parse_startup(startup_lines(transport, unit, STARTUP_LINES_ERE))
-    for note in resolution_notes(info, plan.before.mem_fraction_static, unit_env(sources), startup):
+def _name_resolution(sources: UnitSources, info: dict[str, Any] | None, plan: UnitEdit, result: HostResult) -> None:
+    """What sglang makes of the unit's values (the aiter factor, post-capture KV sizing), from its report and the
+    unit (core/engines/sglang/resolved.py); no journal read: `status` stays one round trip per fact."""
+    for note in resolution_notes(info, plan.before.mem_fraction_static, unit_env(sources), None):
         if note not in result.notes:
             result.notes.append(note)
-    logged = logged_pool(startup.post_capture_tokens, startup.kv_tokens, startup.is_kv_pool)
-    problem = pool_mismatch(logged, tokens_from_info(info) if info else None)
-    if problem is not None:
-        result.warnings.append(problem)
 
 
 def status_host(
@@ -118,7 +105,7 @@ def status_host(
             tokens = tokens_from_info(info) if info else fetch_tokens(transport, *endpoint_of(found, options))[0]
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
-            _name_resolution(transport, state.unit, sources, info, plan, result)
+            _name_resolution(sources, info, plan, result)
             if not plan.is_changed and not state.needs_daemon_reload:
                 _status_drift(transport, state.unit, sources, info, plan, options, result)
 
