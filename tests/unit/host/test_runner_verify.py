@@ -105,14 +105,15 @@ def test_unit_env_reads_the_units_sglang_switches_and_notes_name_them() -> None:
 
 
 def test_the_pool_logged_since_the_restart_against_the_one_reported() -> None:
-    from remediate.host.common.verify import logged_pool_problem
+    from remediate.host.common.verify import logged_pool_problem, read_started
     from tests.support.fake_transport import FakeTransport
 
     # sglang mem_cache/memory_pool.py _finalize_allocation_log: the pool this start allocated
     line = "[2026-12-06 02:00:00 TP0] KV Cache is allocated. #tokens: 150000, KV size: 9.80 GB\n"
     host = FakeTransport("gpu-01").on(r"\Ajournalctl", line)
-    problem = logged_pool_problem(host, "sglang.service", {"max_total_num_tokens": 209007}, 1764800000)
-    assert problem is not None and "150,000" in problem and "209,007" in problem
+    started = read_started(host, "sglang.service", 1764800000)
     assert "--since @1764800000" in host.calls[0].command
-    assert logged_pool_problem(host, "sglang.service", {"max_total_num_tokens": 150000}, 1764800000) is None
-    assert logged_pool_problem(host, "sglang.service", {}, 1764800000) is None and len(host.calls) == 2
+    problem = logged_pool_problem(started, {"max_total_num_tokens": 209007})
+    assert problem is not None and "150,000" in problem and "209,007" in problem
+    assert logged_pool_problem(started, {"max_total_num_tokens": 150000}) is None
+    assert logged_pool_problem(started, {}) is None

@@ -218,16 +218,15 @@ def guard_desired(sources: UnitSources, desired: DesiredState) -> DesiredState:
     return replace(desired, alloc_conf=guard_alloc(service, desired.alloc_conf)[0])
 
 
-def logged_pool_problem(
-    transport: Transport, unit: str, info: dict[str, Any] | None, since_epoch: float | None
-) -> str | None:
-    """The pool sglang logged at the start since ``since_epoch`` (the restart) against the one its ``/server_info``
-    reports (one journal read, bounded by that epoch; sglang only): why they disagree, or None (they agree, or
-    either is unknown)."""
+def read_started(transport: Transport, unit: str, since_epoch: float | None) -> StartupNumbers:
+    """sglang's start since ``since_epoch`` (the restart): its startup lines, one journal read bounded by it."""
+    return parse_startup(startup_lines(transport, unit, STARTUP_LINES_ERE, since_epoch=since_epoch))
+
+
+def logged_pool_problem(startup: StartupNumbers, info: dict[str, Any] | None) -> str | None:
+    """The pool a start logged against the one its ``/server_info`` reports: why they disagree, or None (they
+    agree, or either is unknown)."""
     reported = tokens_from_info(info) if info else None
-    if reported is None:
-        return None
-    startup = parse_startup(startup_lines(transport, unit, STARTUP_LINES_ERE, since_epoch=since_epoch))
     return pool_mismatch(logged_pool(startup.post_capture_tokens, startup.kv_tokens, startup.is_kv_pool), reported)
 
 

@@ -33,6 +33,7 @@ from remediate.host.common.verify import (
     fill_plan,
     guard_desired,
     logged_pool_problem,
+    read_started,
     server_env,
     unit_env,
     verify_server_args,
@@ -204,7 +205,13 @@ def _remediate_locked(
         return
 
     def check(healthy: Healthy) -> None:
-        verify_server_args(result.host, healthy.info, plan, env=unit_env(sources), notes=result.notes)
+        # sglang: this start's lines (bounded by the restart's epoch) give the context length the aiter factor
+        # depends on, and the pool it logged
+        started = read_started(transport, unit, epoch) if engine.info_paths and healthy.source != "journal" else None
+        context = started.context_len if started is not None else None
+        verify_server_args(
+            result.host, healthy.info, plan, env=unit_env(sources), context_len=context, notes=result.notes
+        )
         if not engine.info_paths:  # vLLM: what /metrics says it runs at (vllm:cache_config_info)
             verify_server_args(result.host, fetch_metrics_info(transport, *endpoint_of(found, options), engine), plan)
         if desired.alloc_conf:
@@ -212,10 +219,9 @@ def _remediate_locked(
             env = healthy.env if healthy.env_read else server_env(transport, unit, sources)
             verify_server_env(result.host, env, desired.alloc_conf)
         verify_tokens(result, healthy, options, engine)
-        if engine.info_paths and healthy.source != "journal":
-            problem = logged_pool_problem(transport, unit, healthy.info, epoch)  # another server answering?
-            if problem is not None:
-                result.warnings.append(problem)
+        problem = logged_pool_problem(started, healthy.info) if started is not None else None
+        if problem is not None:
+            result.warnings.append(problem)  # another server answering?
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now, engine)
 
     def check_instance(instance: str, healthy: Healthy, after: UnitSettings | None) -> None:
