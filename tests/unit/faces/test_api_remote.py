@@ -75,7 +75,7 @@ def test_status_names_the_aiter_factor() -> None:
     # the incident's unit writes 0.94; sglang 0.5.23 on ROCm with aiter runs it at 0.94 * 0.85
     info = {"max_total_num_tokens": 209007, "mem_fraction_static": 0.94 * 0.85, "attention_backend": "aiter"}
     fake.http("/server_info", (200, json.dumps(info)))
-    [result] = api.status(["root@gpu-01"], transport_factory=Factory(fake))
+    [result] = api.status(api.StatusRequest(targets=("root@gpu-01",)), transport_factory=Factory(fake))
     assert result.ok, result.notes
     assert any("runs --mem-fraction-static 0.94 as 0.799" in note and "0.85" in note for note in result.notes)
     assert not result.warnings and not any(c.command.startswith("journalctl") for c in fake.calls)
