@@ -189,3 +189,29 @@ def test_vllm_unit_sized_in_bytes_is_refused_in_one_line(node: Node) -> None:
     assert planned.returncode == 0 and planned.result["plan"]["rows"] == [], planned
     [note] = [n for n in planned.result["notes"] if n.startswith("--kv-cache-memory-bytes 34359738368 sizes the KV")]
     assert "ignores --gpu-memory-utilization" in note and "\n" not in note
+
+
+def test_0523_on_rocm_the_scaled_fraction_is_verified_and_named_not_rolled_back(node: Node) -> None:
+    """sglang 0.5.23 on ROCm (aiter, Kimi's 262,144 context) runs the unit's 0.95 as 0.95 x 0.85 (arg_groups/
+    attention_hook.py): oom verifies that value instead of rolling back, and status names the factor."""
+    node.host.set_standin(time_scale=0.001, platform="rocm")
+    node.install(_v23(incident_unit(node.host.address, node.port)))
+
+    run = node.cli("oom", "--mem-fraction-static", "0.95", "--wait-timeout", "30")
+
+    assert run.returncode == 0 and run.result["outcome"] == "remediated", run
+    assert any("--mem-fraction-static 0.95 as 0.8075" in n and "aiter" in n for n in run.result["notes"]), run
+    assert not any("logged a KV pool" in w for w in run.result["warnings"]), run  # the journal agrees
+    status = node.cli("status")
+    assert status.returncode == 0 and status.result["outcome"] == "unchanged", status
+    assert any("as 0.8075" in n for n in status.result["notes"]), status
+
+
+def test_vllm_status_reads_the_pool_from_metrics_when_the_journal_lost_its_line(node: Node) -> None:
+    node.host.set_standin(time_scale=0.001, capacity_line=False)  # the "GPU KV cache size" line never logged
+    node.install(_vllm_unit(node, "--gpu-memory-utilization 0.94"), name=VLLM_UNIT)
+    assert not any("GPU KV cache size" in line for line in node.journal(VLLM_UNIT))
+    status = node.cli("status", "--unit", VLLM_UNIT)
+    assert status.returncode == 0, status
+    tokens = status.result["max_total_num_tokens"]  # vllm:cache_config_info num_gpu_blocks x block_size
+    assert isinstance(tokens, int) and tokens > 0 and tokens % 16 == 0, status

@@ -132,3 +132,20 @@ def test_auto_without_evidence_is_the_plain_recipe(incident: Node) -> None:
 def test_auto_with_a_fraction_is_bad_input(incident: Node) -> None:
     run = incident.cli("oom", "--auto", "--mem-fraction-static", "0.9", json_out=False)
     assert run.returncode == 2 and "--auto chooses the fraction" in run.stderr
+
+
+def test_plan_offers_no_prediction_where_sglang_sizes_the_pool_after_capture(node: Node) -> None:
+    """sglang 0.5.23 with SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1 sizes its pool from what the CUDA graphs leave
+    (model_runner_components/kv_pool_runtime.py): no fraction → pool rows; status names it."""
+    from sandbox.units import incident_unit
+
+    env = "Environment=SGLANG_STANDIN_VERSION=0.5.23\nEnvironment=SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1\n"
+    text = incident_unit(node.host.address, node.port)
+    node.install(
+        text.replace("Environment=CUDA_HOME=/usr/local/cuda\n", "Environment=CUDA_HOME=/usr/local/cuda\n" + env)
+    )
+    planned = node.cli("plan")
+    assert planned.returncode == 0 and planned.result["plan"]["rows"] == [], planned
+    assert any("after CUDA-graph capture" in n and "does not apply" in n for n in planned.result["notes"]), planned
+    status = node.cli("status")
+    assert any("after CUDA-graph capture" in n for n in status.result["notes"]), status

@@ -10,7 +10,7 @@ import pytest
 
 from remediate.core.diagnosis.parser import parse_journal
 from remediate.core.engines.vllm.startup import parse_vllm_startup
-from tests.support.standin_proc import INCIDENT
+from tests.support.standin_proc import FIX, INCIDENT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sandbox" / "standin"))
 
@@ -104,3 +104,37 @@ def test_vllm_reads_only_the_exact_config_word(start, tmp_path: Path) -> None:
     tokens = {u: memory.size(memory.Profile(), u, 4096).tokens for u in (0.93, 0.9)}
     assert parse_vllm_startup(read.output().splitlines()).kv_tokens == tokens[0.93]
     assert parse_vllm_startup(unread.output().splitlines()).kv_tokens == tokens[0.9]  # --config=FILE: never read
+
+
+def test_0523_on_rocm_scales_the_explicit_fraction_unless_honoured(start) -> None:
+    """sglang 0.5.23 arg_groups/attention_hook.py: aiter (ROCm's default backend) and a context over 8192 (Kimi:
+    262144) turn 0.95 into 0.95 * 0.85 (Kimi's floor is 0.791: 0.93 would not start); SGLANG_AITER_HONOR_EXPLICIT_
+    MEM_FRACTION=1 keeps 0.95; 0.5.6 has no factor."""
+    from remediate.core.startup import parse_startup
+
+    args = [*INCIDENT[:-1], "0.95"]
+    rocm = start(args, {**V23, "platform": "rocm"})
+    honoured = start(args, {**V23, "platform": "rocm"}, env={"SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION": "1"})
+    older = start(args, {"api_version": "0.5.6", "platform": "rocm"})
+    for srv in (rocm, honoured, older):
+        srv.wait_healthy()
+    info = json.loads(rocm.get("/server_info")[1])
+    assert info["attention_backend"] == "aiter" and info["mem_fraction_static"] == pytest.approx(0.8075)
+    assert parse_startup(rocm.output().splitlines()).server_args["attention_backend"] == "aiter"
+    assert json.loads(honoured.get("/server_info")[1])["mem_fraction_static"] == 0.95
+    assert json.loads(older.get("/server_info")[1])["mem_fraction_static"] == 0.95
+
+
+def test_0523_post_capture_sizing_logs_the_upper_bound_then_the_pool_it_reports(start) -> None:
+    """sglang 0.5.23 kv_pool_runtime.py compute_post_capture_kv_resize: "KV Cache VA upper bound", then the pool
+    after the graphs; /server_info reports that pool."""
+    from remediate.core.engines.sglang.resolved import logged_pool
+    from remediate.core.startup import parse_startup
+
+    srv = start(FIX, V23, env={"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING": "1"})
+    srv.wait_healthy()
+    startup = parse_startup(srv.output().splitlines())
+    tokens = json.loads(srv.get("/server_info")[1])["max_total_num_tokens"]
+    assert "KV Cache VA upper bound." in srv.output() and not startup.is_kv_pool
+    assert startup.post_capture_tokens == tokens < (startup.kv_tokens or 0)
+    assert logged_pool(startup.post_capture_tokens, startup.kv_tokens, startup.is_kv_pool) == tokens

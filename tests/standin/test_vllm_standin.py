@@ -131,3 +131,18 @@ def test_the_sampler_warm_up_runs_out_of_memory_with_too_many_sequences(start) -
     assert [x.kind for x in got.failures] == [f.SAMPLER_OOM, f.INIT_FAILED]
     fits = start([*FIX[:2], "--gpu-memory-utilization", "0.94", "--max-num-seqs", "1024"], module=CLI)
     fits.wait_healthy()
+
+
+def test_metrics_give_the_pool_where_the_capacity_line_never_reached_the_journal(start) -> None:
+    """vllm/v1/metrics/loggers.py log_metrics_info: num_gpu_blocks x block_size on /metrics is the pool the
+    "GPU KV cache size" line would have said."""
+    from remediate.core.engines.vllm.engine import vllm_metrics_info
+
+    logged = start(FIX, module=CLI)
+    silent = start(FIX, {"capacity_line": False}, module=CLI)
+    logged.wait_healthy()
+    silent.wait_healthy()
+    assert parse_vllm_startup(silent.output().splitlines()).kv_tokens is None
+    tokens = parse_vllm_startup(logged.output().splitlines()).kv_tokens
+    reported = vllm_metrics_info(silent.get("/metrics")[1].decode())
+    assert tokens and reported == {"max_total_num_tokens": tokens, "gpu_memory_utilization": 0.94}

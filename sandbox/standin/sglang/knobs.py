@@ -27,6 +27,7 @@ DEFAULTS: dict[str, object] = {
     "neighbour": None,  # {"pid", "gib", "gpus", "name"} or a list: other processes holding GPU memory
     "kv_admission": "queue",  # "queue": wait for KV room like sglang's scheduler; "crash": Prefill/Decode out of memory
     "oom_style": "torch",  # how a failed prefill allocation reads: torch | cuda_error | flashinfer | illegal_access
+    "platform": "cuda",  # "rocm": --attention-backend resolves to aiter, and the aiter factor applies (resolution.py)
     "rust_frontend": False,  # /model_info as sglang's Rust frontend serves it (vocab_size, max_context_length, ...)
 }
 # Environment variables (of the server's unit, or the caller) that override the file.
@@ -54,6 +55,8 @@ def load_knobs(environ: dict[str, str] | None = None) -> dict[str, object]:
         raise ValueError(f"unknown sigterm {knobs['sigterm']!r}; 'version', 'exit' or 'kill'")
     if knobs["oom_style"] not in ("torch", "cuda_error", "flashinfer", "illegal_access"):
         raise ValueError(f"unknown oom_style {knobs['oom_style']!r}")
+    if knobs["platform"] not in ("cuda", "rocm"):
+        raise ValueError(f"unknown platform {knobs['platform']!r}; 'cuda' or 'rocm'")
     if knobs["kv_admission"] not in ("queue", "crash"):
         raise ValueError(f"unknown kv_admission {knobs['kv_admission']!r}; 'queue' or 'crash'")
     return knobs

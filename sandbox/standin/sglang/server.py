@@ -12,7 +12,7 @@ import time
 import urllib.request
 from typing import NoReturn
 
-from . import __version__, args, gpus, knobs, logs, memory, refusals, runtime, startup
+from . import __version__, args, gpus, knobs, logs, memory, refusals, resolution, runtime, startup
 from .engine import Engine
 from .httpd import App, make_server
 
@@ -173,10 +173,19 @@ def resolve(ns: object, profile: memory.Profile, kn: dict) -> dict:
         sa["speculative_num_draft_tokens"] = sa["speculative_num_draft_tokens"] or 4
         if sa["speculative_algorithm"] == "NEXTN" and sa["speculative_draft_model_path"] is None:
             sa["speculative_draft_model_path"] = sa["model_path"]  # NEXTN's MTP layers live in the target
+    explicit = sa["mem_fraction_static"] is not None  # sglang's _raw_input: the operator gave one
     if sa["mem_fraction_static"] is None:
         sa["mem_fraction_static"] = memory.default_mem_fraction_static(
             profile, sa["chunked_prefill_size"], sa["max_prefill_tokens"], sa["cuda_graph_max_bs"], sa["tp_size"]
         )
+    resolution.resolve_backend(sa, str(kn["platform"]))
+    resolution.apply_aiter_factor(
+        sa,
+        explicit=explicit,
+        context_len=int(sa["context_length"] or profile.context_len),
+        version=knobs.version_tuple(str(kn["api_version"])),
+        env=os.environ,
+    )
     return sa
 
 
@@ -230,8 +239,19 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     if refused is not None:
         sleep("dist")
         refusals.die_refused(*refused, int(sa["tp_size"]))
+    sized_after_capture = resolution.post_capture(
+        sa, platform=str(kn["platform"]), version=version, env=os.environ, draft=bool(sa["speculative_algorithm"])
+    )
     plan = startup.boot(
-        sa, profile, version, nbs, board, sleep, load_s, force_graph_failure=failure == "crash_during_load"
+        sa,
+        profile,
+        version,
+        nbs,
+        board,
+        sleep,
+        load_s,
+        force_graph_failure=failure == "crash_during_load",
+        post_capture=sized_after_capture,
     )
     sleep("tail")
     engine = Engine(

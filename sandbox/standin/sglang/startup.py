@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 from collections.abc import Callable
 
-from . import gpus, logs, memory, oomtext, runtime
+from . import gpus, logs, memory, oomtext, resolution, runtime
 from .traces import frame_lines
 
 # Share of the simulated load time spent in each startup phase.
@@ -120,8 +121,10 @@ def boot(
     sleep: Callable[[str], None],
     load_s: float,
     force_graph_failure: bool = False,
+    post_capture: bool = False,
 ) -> memory.MemoryPlan:
-    """Log the startup as every TP rank does and return the plan; a startup failure never returns."""
+    """Log the startup as every TP rank does and return the plan; a startup failure never returns.
+    ``post_capture``: the pool is sized after CUDA-graph capture (resolution.py)."""
     tp = int(sa["tp_size"])
     total = profile.gpu_total_gib
     others = gpus.others_gib(nbs, tp)
@@ -191,9 +194,11 @@ def boot(
         raise  # not reached
     except memory.GraphCaptureOOMError as exc:
         plan, graph_failed = exc.plan, True
+    # sglang mem_cache/memory_pool.py _finalize_allocation_log: "VA upper bound" when sized after capture
+    label = "KV Cache VA upper bound" if post_capture else "KV Cache is allocated"
     logs.ranks(
         rank_order(tp, 4),
-        lambda r: f"KV Cache is allocated. #tokens: {plan.max_total_num_tokens}, KV size: {plan.kv:.2f} GB",
+        lambda r: f"{label}. #tokens: {plan.max_total_num_tokens}, KV size: {plan.kv:.2f} GB",
     )
     if draft is not None and counted:
         _draft_pool(tp, plan)
@@ -240,12 +245,30 @@ def boot(
                 f"mem usage={plan.graph:.2f} GB. avail mem={plan.rank_available(r):.2f} GB."
             ),
         )
+    if post_capture:
+        plan = _post_capture_pool(tp, plan, int(sa["page_size"]))
     logs.tp0(
         f"max_total_num_tokens={plan.max_total_num_tokens}, chunked_prefill_size={sa['chunked_prefill_size']}, "
         f"max_prefill_tokens={sa['max_prefill_tokens']}, max_running_requests={plan.max_running_requests}, "
         f"context_len={plan.context_len}, available_gpu_mem={plan.rank_available(0):.2f} GB"
     )
     return plan
+
+
+def _post_capture_pool(tp: int, plan: memory.MemoryPlan, page_size: int) -> memory.MemoryPlan:
+    """sglang model_runner_components/kv_pool_runtime.py compute_post_capture_kv_resize: the pool sized from what
+    is free after the graphs, its two summary lines on every rank."""
+    tokens = resolution.post_capture_tokens(plan.max_total_num_tokens, plan.graph, plan.cell_bytes, page_size)
+    kv = tokens * plan.cell_bytes / (1 << 30)
+    logs.ranks(rank_order(tp, 7), lambda r: f"Post-capture KV sizing: full_layer_tokens={tokens}, swa_layer_tokens=0")
+    logs.ranks(
+        rank_order(tp, 7),
+        lambda r: (
+            f"Post-capture KV sizing: KV cache allocated. dtype: torch.bfloat16, #tokens: {tokens}, "
+            f"KV size: {kv:.2f} GB, avail mem={plan.rank_available(r) + plan.kv - kv:.2f} GB"
+        ),
+    )
+    return dataclasses.replace(plan, max_total_num_tokens=tokens, kv=kv)
 
 
 def _load_draft(tp: int, free: list[float], weight: float, publish: Callable[[list[float]], None]) -> None:

@@ -97,6 +97,8 @@ class Handler(BaseHTTPRequestHandler):
                 },
             )
         elif self.path == "/metrics":
+            # vllm/v1/metrics/loggers.py PrometheusStatLogger.log_metrics_info (0.11.0; V0's vllm/engine/metrics.py
+            # in 0.8.5): vllm:cache_config_info carries CacheConfig.metrics_info(), num_gpu_blocks among the labels
             sz = s["sizing"]
             model = s["opts"]["model"]
             usage = s["used_blocks"] / sz.blocks if sz.blocks else 0.0

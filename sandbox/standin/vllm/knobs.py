@@ -15,6 +15,7 @@ DEFAULTS: dict[str, object] = {
     "gpu_name": "NVIDIA H100 80GB HBM3",
     "exit_after_death_s": 0.5,  # wall seconds between the engine's death and the process exit (/health 503)
     "vllm_version": "0.11.0",  # the version whose stop and request logging it has (0.8.5 and 0.11.0 read)
+    "capacity_line": True,  # False: the "GPU KV cache size" line never reaches the journal (journald's rate limit)
     "weights_gib": None,  # a model of another size (GiB of weights per GPU); None: the profile's 24.30
 }
 ENV_OVERRIDES = {"VLLM_STANDIN_VERSION": "vllm_version"}

@@ -234,7 +234,8 @@ def main(argv: list[str], serve: bool) -> int:
             f"{estimate} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing "
             "the engine."
         )
-    LOG("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {sizing.tokens:,} tokens", engine=True)
+    if knobs.get("capacity_line", True):
+        LOG("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {sizing.tokens:,} tokens", engine=True)
     LOG(
         "INFO",
         "kv_cache_utils.py:1091",

@@ -34,6 +34,12 @@ KV_RE = re.compile(
     r"(?:(?:Full|SWA) )?KV Cache (?:is allocated|VA upper bound)\. (?:dtype: \S+, )?#tokens: (\d+), "
     rf"(?:K size: ({_NUM}) GB, V size: ({_NUM}) GB|KV size: ({_NUM}) GB)"
 )
+# sglang 0.5.23 model_executor/model_runner_components/kv_pool_runtime.py ``compute_post_capture_kv_resize``: with
+# SGLANG_ENABLE_POST_CAPTURE_KV_SIZING the pool line above says "VA upper bound" (a reservation, not the pool) and
+# this line, after CUDA-graph capture, gives the pool the server runs.
+POST_CAPTURE_RE = re.compile(
+    rf"Post-capture KV sizing: KV cache allocated\. dtype: \S+, #tokens: (\d+), KV size: ({_NUM}) GB"
+)
 # sglang managers/scheduler.py (``Scheduler.__init__``, TP rank 0): the capacity line, every version from 0.4.6
 # on; "available_gpu_mem=" (or "available_cpu_mem=") since 0.4.7.
 CAPACITY_RE = re.compile(
@@ -47,7 +53,8 @@ SERVER_ARGS_RE = re.compile(r"server_args=(?:ServerArgs\(|\{)")
 # reads a whole journal through it so that logged requests never crowd the startup lines out.
 STARTUP_LINES_ERE = (
     r"^(\[[^]]*\] )?(server_args=(ServerArgs\(|[{])|Load weight (begin|end)\."
-    r"|((Full|SWA) )?KV Cache (is allocated|VA upper bound)\.|max_total_num_tokens=)"
+    r"|((Full|SWA) )?KV Cache (is allocated|VA upper bound)\.|Post-capture KV sizing: KV cache allocated\."
+    r"|max_total_num_tokens=)"
 )
 
 
@@ -65,13 +72,14 @@ _ARG_RE = {
     "cuda_graph_max_bs": _arg("cuda_graph_max_bs", r"\d+"),
     "max_running_requests": _arg("max_running_requests", r"\d+"),
     "tp_size": _arg("tp_size", r"\d+"),
+    "attention_backend": _arg("attention_backend", r"'[^']*'"),
     "model_path": _arg("model_path", r"'[^']*'"),
     "speculative_algorithm": _arg("speculative_algorithm", r"'[^']*'"),
     "speculative_num_steps": _arg("speculative_num_steps", r"\d+"),
     "speculative_eagle_topk": _arg("speculative_eagle_topk", r"\d+"),
     "speculative_num_draft_tokens": _arg("speculative_num_draft_tokens", r"\d+"),
 }
-_TEXT_ARGS = ("model_path", "speculative_algorithm")
+_TEXT_ARGS = ("model_path", "speculative_algorithm", "attention_backend")
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,8 @@ class StartupNumbers:
     free0_gib: float | None = None  # "Load weight begin. avail mem=": free before weights
     free1_gib: float | None = None  # "Load weight end. ... avail mem=": free after weights
     kv_tokens: int | None = None  # "KV Cache is allocated. #tokens: N"
+    is_kv_pool: bool = False  # that line is the whole pool: "KV Cache is allocated" (no Full/SWA half, no VA bound)
+    post_capture_tokens: int | None = None  # "Post-capture KV sizing: KV cache allocated. … #tokens: N"
     kv_gib: float | None = None  # K + V (MHA) or KV (MLA) size of that pool, per rank
     is_mla: bool | None = None
     max_total_num_tokens: int | None = None  # the capacity line (rank 0)
@@ -205,6 +215,8 @@ class _Block:
     begin: dict[str, float] = field(default_factory=dict)
     end: dict[str, float] = field(default_factory=dict)
     kv: dict[str, tuple[int, float, bool]] = field(default_factory=dict)
+    kv_kind: dict[str, bool] = field(default_factory=dict)  # rank → its pool line is the whole pool
+    post_capture: dict[str, int] = field(default_factory=dict)
     capacity: Capacity | None = None
     evidence: list[str] = field(default_factory=list)
     # the draft worker's lines: a second "Load weight begin" on a rank of a speculative server is the draft's
@@ -231,10 +243,14 @@ class _Block:
             sizes = self.kv if rank not in self.kv else self.draft_kv
             if rank in sizes:
                 return  # a third pool line (SWA halves): the first of each worker is read
+            if sizes is self.kv:
+                self.kv_kind[rank] = text.startswith("KV Cache is allocated.")
             if match.group(4) is not None:
                 sizes[rank] = (tokens, float(match.group(4)), True)
             else:
                 sizes[rank] = (tokens, float(match.group(2)) + float(match.group(3)), False)
+        elif (match := POST_CAPTURE_RE.match(text)) and rank not in self.post_capture:
+            self.post_capture[rank] = int(match.group(1))
         elif capacity := parse_capacity(text):
             self.capacity = capacity
         else:
@@ -250,6 +266,8 @@ class _Block:
             kv_tokens=kv_min[0] if kv_min else None,
             kv_gib=kv_min[1] if kv_min else None,
             is_mla=kv_min[2] if kv_min else None,
+            is_kv_pool=bool(self.kv_kind) and all(self.kv_kind.values()),
+            post_capture_tokens=min(self.post_capture.values()) if self.post_capture else None,
             max_total_num_tokens=capacity.max_total_num_tokens if capacity else None,
             chunked_prefill_size=capacity.chunked_prefill_size if capacity else None,
             max_running_requests=capacity.max_running_requests if capacity else None,
@@ -289,6 +307,7 @@ class ServerSettings:
     max_running_requests: int | None = None  # the user's value
     tp_size: int | None = None
     model_path: str | None = None
+    attention_backend: str | None = None  # resolved ("aiter" on ROCm: core/engines/sglang/resolved.py)
     speculative_algorithm: str | None = None
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
@@ -320,6 +339,7 @@ def parse_server_info(data: Mapping[str, Any]) -> ServerSettings:
         max_running_requests=as_int(data.get("max_running_requests"), text=True, whole_float=True),
         tp_size=as_int(data.get("tp_size"), text=True, whole_float=True),
         model_path=_str(data.get("model_path")),
+        attention_backend=_str(data.get("attention_backend")),
         speculative_algorithm=_str(data.get("speculative_algorithm")),
         speculative_num_steps=as_int(data.get("speculative_num_steps"), text=True, whole_float=True),
         speculative_eagle_topk=as_int(data.get("speculative_eagle_topk"), text=True, whole_float=True),

@@ -15,7 +15,7 @@ from remediate.cli.render import console as render_console
 from remediate.fleet.request import OomRequest
 from remediate.models import HostResult
 from remediate.transport.base import SSHOptions
-from tests.support.hosts import INCIDENT
+from tests.support.hosts import INCIDENT, incident_host
 from tests.support.hosts import OneHost as Factory
 from tests.support.hosts import serving_host as host
 
@@ -68,6 +68,17 @@ def test_status_reports_remediated_false_and_tokens() -> None:
     [result] = document(results)["results"]  # type: ignore[misc]
     assert result["remediated"] is False and result["max_total_num_tokens"] == 209007
     assert result["active_state"] == "active"
+
+
+def test_status_names_the_aiter_factor() -> None:
+    fake = incident_host(active="active", MainPID=42)
+    # the incident's unit writes 0.94; sglang 0.5.23 on ROCm with aiter runs it at 0.94 * 0.85
+    info = {"max_total_num_tokens": 209007, "mem_fraction_static": 0.94 * 0.85, "attention_backend": "aiter"}
+    fake.http("/server_info", (200, json.dumps(info)))
+    [result] = api.status(api.StatusRequest(targets=("root@gpu-01",)), transport_factory=Factory(fake))
+    assert result.ok, result.notes
+    assert any("runs --mem-fraction-static 0.94 as 0.799" in note and "0.85" in note for note in result.notes)
+    assert not result.warnings and not any(c.command.startswith("journalctl") for c in fake.calls)
 
 
 def test_backups_without_any_lists_none() -> None:

@@ -39,3 +39,11 @@ def test_vllm_healthy_without_the_line_keeps_waiting_for_it(naps: Naps) -> None:
     )
     healthy = wait_healthy(host, UNIT, ("127.0.0.1", 8000), timeout=60, restart_epoch=None, engine=VLLM, sleep=naps)
     assert healthy.tokens == 63616 and healthy.polls == 2
+
+
+def test_vllm_without_the_line_reads_the_pool_from_metrics(naps: Naps) -> None:
+    # vllm/v1/metrics/loggers.py log_metrics_info: vllm:cache_config_info, num_gpu_blocks x block_size
+    host = waiting_host(200, journal=["INFO 12-04 03:20:00 [api_server.py:1839] vLLM API server version 0.11.0\n"])
+    host.http("/metrics", (200, 'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="3976"} 1.0\n'))
+    healthy = wait_healthy(host, UNIT, ("127.0.0.1", 8000), timeout=60, restart_epoch=None, engine=VLLM, sleep=naps)
+    assert (healthy.tokens, healthy.source, healthy.polls) == (3976 * 16, "/metrics", 1)

@@ -48,7 +48,7 @@ def test_an_already_remediated_vllm_unit_is_unchanged_with_its_pool() -> None:
     assert result.engine == "vllm" and result.max_total_num_tokens == 63616
     assert result.flags_before == {"gpu_memory_utilization": "0.94", "max_num_batched_tokens": "4096"}
     assert host.scripts("# remediate commit") == []
-    assert all(call.path == "/health" for call in host.http_calls)  # no sglang /server_info
+    assert {call.path for call in host.http_calls} == {"/health", "/metrics"}  # no sglang /server_info
     assert all(call.port == 8001 for call in host.http_calls)
 
 
@@ -123,3 +123,60 @@ def test_status_names_the_engine_and_the_pool() -> None:
     result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
     assert result.engine == "vllm" and result.status is not None and result.status.remediated is True
     assert result.max_total_num_tokens == 63616
+
+
+# vllm/v1/metrics/loggers.py PrometheusStatLogger.log_metrics_info: CacheConfig.metrics_info() as labels (0.11.0)
+METRICS = (
+    "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+    "# TYPE vllm:cache_config_info gauge\n"
+    'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",gpu_memory_utilization="0.94",'
+    'num_gpu_blocks="3976",num_gpu_blocks_override="None"} 1.0\n'
+)
+
+
+def _journal_gone():  # type: ignore[no-untyped-def]
+    """The unit's journal without its startup lines (rotated, or dropped by journald's rate limit)."""
+    host = incident_host(text=REMEDIATED, unit=UNIT, path=PATH, argv=ARGV, active="active", journal="\n")
+    host.on(r"environ", "@@none\n@@end\n")
+    host.http("/metrics", (200, METRICS))
+    return host
+
+
+def test_status_reads_the_pool_from_metrics_where_the_journal_lost_its_line() -> None:
+    host = _journal_gone()
+    result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
+    assert result.max_total_num_tokens == 3976 * 16
+    assert [call.path for call in host.http_calls] == ["/metrics"] and host.http_calls[0].port == 8001
+
+
+def test_a_remediated_unit_whose_journal_lost_its_line_is_still_unchanged() -> None:
+    host = _journal_gone()
+    host.http("/health", 200)
+    result = _run(host)
+    assert result.outcome == "unchanged" and result.max_total_num_tokens == 3976 * 16, result.error
+    assert host.scripts("# remediate commit") == []
+
+
+def test_status_is_drift_when_metrics_say_the_server_runs_another_utilization() -> None:
+    """The unit says 0.94; vllm:cache_config_info says the running server was started at 0.95."""
+    host = _host()
+    host.http("/metrics", (200, METRICS.replace('gpu_memory_utilization="0.94"', 'gpu_memory_utilization="0.95"')))
+    result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
+    assert result.outcome == "drift" and result.max_total_num_tokens == 63616  # the journal's line first
+    assert any("gpu_memory_utilization=0.95" in w and "0.94" in w for w in result.warnings), result.warnings
+
+
+def test_status_with_metrics_agreeing_is_not_drift() -> None:
+    host = _host()
+    host.http("/metrics", (200, METRICS))
+    result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
+    assert result.outcome == "unchanged" and not result.warnings, result.warnings
+
+
+def test_a_remediated_unit_whose_server_runs_another_utilization_is_restarted() -> None:
+    host = _journal_gone()
+    host.http("/metrics", (200, METRICS.replace('gpu_memory_utilization="0.94"', 'gpu_memory_utilization="0.95"')))
+    host.http("/health", 200)
+    result = _run(host, dry_run=True)
+    assert result.outcome == "drift", result.error
+    assert any("gpu_memory_utilization=0.95" in n for n in result.notes), result.notes

@@ -65,6 +65,10 @@ class Engine:
     prefill_can_disable: bool = True  # ``-1`` means "no bound" for this engine
     health_path: str = "/health"
     info_paths: tuple[str, ...] = ()  # JSON documents holding the resolved args and the pool (none: journal only)
+    # a Prometheus text page → what it reports in the info document's keys (the pool as ``max_total_num_tokens``,
+    # the fraction under ``fraction_key``); None: the engine's metrics say neither. Read at ``metrics_path``.
+    metrics_info: Callable[[str], dict[str, object]] | None = None
+    metrics_path: str = "/metrics"
     verdict: Callable[[Sequence[str]], Verdict | None] | None = None  # None: sglang's own diagnosis pipeline
     # (verdict, the unit's fraction as written, GPU processes outside the unit, the smallest GPU's total bytes
     # from nvidia-smi or None) → what diagnose recommends

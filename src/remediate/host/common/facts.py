@@ -22,6 +22,7 @@ from remediate.transport.base import Transport
 if TYPE_CHECKING:  # the sweep's modules load with `bench` and `--probe` only, not with `status`
     from remediate.core.bench.latency import RequestMetrics
     from remediate.core.bench.stream import StreamChunk
+    from remediate.core.engines.base import Engine
     from remediate.transport.http1 import HttpStream
 
 _STATE_PROPS = "ActiveState,SubState,Result,NRestarts,MainPID,InvocationID"
@@ -37,12 +38,15 @@ def journal_since(transport: Transport, unit: str, since_epoch: float | None, li
     return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
 
 
-def startup_lines(transport: Transport, unit: str, ere: str, lines: int = 400) -> list[str]:
-    """The unit's startup lines (``grep -E ere`` over its whole journal, the last ``lines`` of them), secrets
-    masked: a server up for days has pushed its start far out of any tail."""
+def startup_lines(
+    transport: Transport, unit: str, ere: str, lines: int = 400, *, since_epoch: float | None = None
+) -> list[str]:
+    """The unit's startup lines (``grep -E ere`` over its whole journal, or since ``since_epoch``, the last
+    ``lines`` of them), secrets masked: a server up for days has pushed its start far out of any tail."""
     quoted = shlex.quote(unit)
+    since = f" --since @{int(since_epoch)}" if since_epoch else ""
     result = transport.run(
-        f"journalctl -u {quoted} -o cat --no-pager 2>/dev/null | grep -E {shlex.quote(ere)} | tail -n {lines}",
+        f"journalctl -u {quoted} -o cat --no-pager{since} 2>/dev/null | grep -E {shlex.quote(ere)} | tail -n {lines}",
         timeout=COMMAND_TIMEOUT_S,
     )
     return [mask_secrets(line) for line in result.stdout.splitlines() if line.strip()]
@@ -84,6 +88,25 @@ def fetch_tokens(transport: Transport, host: str, port: int) -> tuple[int | None
     if info is None:
         return None, ""
     return tokens_from_info(info), path
+
+
+def fetch_metrics_info(transport: Transport, host: str, port: int, engine: Engine) -> dict[str, Any] | None:
+    """What the running server reports on its Prometheus page (vLLM's ``vllm:cache_config_info``: its pool and
+    its utilization, in the info document's keys), None when the engine's metrics say nothing or the page does
+    not answer 200; the GET is bounded in time and size like every other (transport/http1.py
+    ``MAX_DOCUMENT_BYTES``, 5 s)."""
+    if engine.metrics_info is None:
+        return None
+    response = transport.http_get(host, port, engine.metrics_path)
+    if response.status != 200:
+        return None
+    return dict(engine.metrics_info(response.body.decode("utf-8", "replace"))) or None
+
+
+def fetch_metrics_tokens(transport: Transport, host: str, port: int, engine: Engine) -> int | None:
+    """The pool the running server reports on its Prometheus page (:func:`fetch_metrics_info`)."""
+    info = fetch_metrics_info(transport, host, port, engine)
+    return tokens_from_info(info) if info is not None else None
 
 
 def read_streamed(

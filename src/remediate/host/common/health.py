@@ -3,8 +3,8 @@
 Connection refused is normal for minutes while weights load; ``/health`` then answers 503 until the
 warm-up request succeeds, then 200. Healthy means ``/health`` 200 *and* a ``max_total_num_tokens``
 (from ``/server_info`` on sglang ≥ 0.5.6, ``/get_server_info`` before, or the journal's capacity
-line). The unit's state is read alongside (after a second, then every few seconds) so a crash fails fast
-instead of timing out.
+line; vLLM's from its journal line, else its ``/metrics`` ``vllm:cache_config_info``). The unit's state is read
+alongside (after a second, then every few seconds) so a crash fails fast instead of timing out.
 
 The server's answers are not trusted: each GET is bounded in time and size (transport/http1.py), a JSON
 document in depth (core/jsondoc.py); a bad answer is a failed poll. An answer counts only when the socket
@@ -28,7 +28,7 @@ from remediate.core.probe import ServiceState
 from remediate.core.startup import tokens_from_info
 from remediate.errors import ConnectionLost, RemediateError, StateUnknownError, TransportError, UnhealthyError
 from remediate.host.common.environ import ServerEnv
-from remediate.host.common.facts import fetch_json, journal_since, read_state
+from remediate.host.common.facts import fetch_json, fetch_metrics_tokens, journal_since, read_state
 from remediate.host.common.listener import last_look
 from remediate.transport.base import Transport
 
@@ -201,6 +201,11 @@ class HealthWait:
             if tokens is None:
                 tokens = engine.capacity(journal_since(transport, unit, self.restart_epoch))
                 source = "journal"
+            if tokens is None and engine.metrics_info is not None:
+                # the startup line gone (journald's rate limit, a rotated journal) or not read yet: the running
+                # server's own Prometheus page (vLLM's vllm:cache_config_info)
+                tokens = fetch_metrics_tokens(transport, host, port, engine)
+                source = engine.metrics_path
             look = (
                 last_look(transport, unit, endpoint, environ=self.environ, entry=self.engine.process_entry)
                 if tokens is not None

@@ -3,11 +3,24 @@ arguments, its allocator environment, its pool against the targets)?"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from remediate.core.engines import SGLANG, Engine
+from remediate.core.engines.sglang.resolved import (
+    HONOR_ENV,
+    POST_CAPTURE_ENV,
+    POST_CAPTURE_RULE,
+    info_text,
+    is_post_capture,
+    logged_pool,
+    pool_mismatch,
+    resolve_fraction,
+)
+from remediate.core.numbers import as_int
+from remediate.core.startup import STARTUP_LINES_ERE, StartupNumbers, parse_startup, tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
 from remediate.core.unitfile.edit import DesiredState, UnitEdit, UnitSources
 from remediate.core.unitfile.guard import guard_alloc
@@ -15,6 +28,7 @@ from remediate.core.unitfile.report import flag_values, summary_lines, unified_d
 from remediate.core.unitfile.sources import load_service
 from remediate.errors import ConfigError, RemediationError
 from remediate.host.common.environ import ServerEnv, read_server_env
+from remediate.host.common.facts import startup_lines
 from remediate.host.common.health import Healthy
 from remediate.host.common.options import RunOptions
 from remediate.host.common.outcome import record_settings
@@ -30,9 +44,20 @@ def fill_plan(result: HostResult, plan: UnitEdit) -> None:
     result.changed = plan.is_changed
 
 
-def verify_server_args(host: str, info: dict[str, Any] | None, plan: UnitEdit) -> dict[str, str]:
+def verify_server_args(
+    host: str,
+    info: dict[str, Any] | None,
+    plan: UnitEdit,
+    *,
+    env: Mapping[str, str | None] | None = None,
+    context_len: int | None = None,
+    version: tuple[int, ...] | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, str]:
     """The server that answers must run the values we wrote (its resolved ServerArgs are in the info
     document). Catches a restart that did not take — and another server answering on that port.
+    sglang's fraction is compared with what sglang resolves it to (core/engines/sglang/resolved.py: the aiter
+    factor), from the unit's ``env`` and the server's own report; what the factor did is added to ``notes``.
     Returns the flags it compared (and found equal)."""
     checked: dict[str, str] = {}
     if not info:
@@ -41,18 +66,71 @@ def verify_server_args(host: str, info: dict[str, Any] | None, plan: UnitEdit) -
         got = info.get(key)
         if want is None or got is None:
             continue
+        if plan.after.engine == SGLANG.name and key == SGLANG.fraction_key:
+            _verify_fraction(host, info, want, got, env or {}, context_len, version, notes)
+            checked[key] = want
+            continue
         try:
             same = Decimal(str(got)) == Decimal(str(want))
         except InvalidOperation:
             same = str(got) == str(want)
         if not same:
-            raise RemediationError(
-                host,
-                f"the server reports {key}={got}, but the unit now sets {want}: "
-                "the restart did not take effect, or another server answers on that port",
-            )
+            raise RemediationError(host, _not_taken(key, got, want))
         checked[key] = want
     return checked
+
+
+def _not_taken(key: str, got: object, want: str, why: str = "") -> str:
+    return (
+        f"the server reports {key}={got}, but the unit now sets {want}{why}: "
+        "the restart did not take effect, or another server answers on that port"
+    )
+
+
+def _verify_fraction(
+    host: str,
+    info: dict[str, Any],
+    want: str,
+    got: object,
+    env: Mapping[str, str | None],
+    context_len: int | None,
+    version: tuple[int, ...] | None,
+    notes: list[str] | None,
+) -> None:
+    """sglang's resolved ``mem_fraction_static`` against the value the unit's written one resolves to."""
+    context = context_len if context_len is not None else as_int(info.get("context_length"), text=True)
+    resolved = resolve_fraction(
+        want, attention_backend=info_text(info, "attention_backend"), context_len=context, env=env, version=version
+    )
+    try:
+        reported = Decimal(str(got))
+    except InvalidOperation:
+        reported = None
+    if resolved is None or reported is None:
+        if str(got) != str(want):
+            raise RemediationError(host, _not_taken(SGLANG.fraction_key, got, want))
+        return
+    if not resolved.explains(reported):
+        expected = resolved.expected.normalize()
+        why = f" (which sglang resolves to {expected})" if resolved.expected != resolved.written else ""
+        raise RemediationError(host, _not_taken(SGLANG.fraction_key, got, want, why))
+    note = resolved.note(reported)
+    if note is not None and notes is not None and note not in notes:
+        notes.append(note)
+
+
+def unit_env(sources: UnitSources, names: tuple[str, ...] = (HONOR_ENV, POST_CAPTURE_ENV)) -> dict[str, str | None]:
+    """The unit's effective values of ``names`` (Environment=, EnvironmentFile=, UnsetEnvironment=; a container's
+    ``-e`` is not read): empty when the unit does not parse."""
+    try:
+        service = load_service(sources)
+    except ConfigError:
+        return {}
+    found: dict[str, str | None] = {}
+    for name in names:
+        value = service.lookup(name)
+        found[name] = value.assignment.value.text if value.assignment is not None else None
+    return found
 
 
 def env_problems(env: ServerEnv | None, wanted: str | None) -> list[str]:
@@ -138,3 +216,41 @@ def guard_desired(sources: UnitSources, desired: DesiredState) -> DesiredState:
     except ConfigError:
         return desired  # plan_edit says why
     return replace(desired, alloc_conf=guard_alloc(service, desired.alloc_conf)[0])
+
+
+def read_started(transport: Transport, unit: str, since_epoch: float | None) -> StartupNumbers:
+    """sglang's start since ``since_epoch`` (the restart): its startup lines, one journal read bounded by it."""
+    return parse_startup(startup_lines(transport, unit, STARTUP_LINES_ERE, since_epoch=since_epoch))
+
+
+def logged_pool_problem(startup: StartupNumbers, info: dict[str, Any] | None) -> str | None:
+    """The pool a start logged against the one its ``/server_info`` reports: why they disagree, or None (they
+    agree, or either is unknown)."""
+    reported = tokens_from_info(info) if info else None
+    return pool_mismatch(logged_pool(startup.post_capture_tokens, startup.kv_tokens, startup.is_kv_pool), reported)
+
+
+def resolution_notes(
+    info: dict[str, Any] | None, written: str | None, env: Mapping[str, str | None], startup: StartupNumbers | None
+) -> list[str]:
+    """What sglang does to the unit's values before running them, named for `status` and `plan`: the aiter factor
+    (when the server's report shows it in play) and post-capture KV sizing (asked in the unit, or seen in the
+    journal)."""
+    notes: list[str] = []
+    got = (info or {}).get(SGLANG.fraction_key)
+    if written is not None and got is not None:
+        resolved = resolve_fraction(
+            written,
+            attention_backend=info_text(info, "attention_backend"),
+            context_len=as_int((info or {}).get("context_length"), text=True),
+            env=env,
+        )
+        try:
+            note = resolved.note(Decimal(str(got))) if resolved is not None else None
+        except InvalidOperation:
+            note = None
+        if note is not None:
+            notes.append(note)
+    if is_post_capture(env) or (startup is not None and startup.post_capture_tokens is not None):
+        notes.append(POST_CAPTURE_RULE)
+    return notes

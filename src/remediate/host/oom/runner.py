@@ -20,7 +20,7 @@ from remediate.core.unitfile.sources import refuse_template_edit, shared_with_in
 from remediate.errors import RefusedError, RemediationError, UnhealthyError
 from remediate.host.bench.prefill import check_probe, run_probe
 from remediate.host.common.commit import FileWrite, planned_steps
-from remediate.host.common.facts import fetch_json, fetch_server_info, startup_lines
+from remediate.host.common.facts import fetch_json, fetch_metrics_info, fetch_server_info, startup_lines
 from remediate.host.common.health import Healthy, wait_healthy
 from remediate.host.common.lock import Held, run_locked
 from remediate.host.common.options import RunOptions
@@ -32,7 +32,10 @@ from remediate.host.common.verify import (
     env_readable,
     fill_plan,
     guard_desired,
+    logged_pool_problem,
+    read_started,
     server_env,
+    unit_env,
     verify_server_args,
     verify_server_env,
     verify_tokens,
@@ -66,9 +69,17 @@ def _already_healthy(
     engine = engine_of_probe(found)
     info, _ = fetch_json(transport, *endpoint, *engine.info_paths) if engine.info_paths else (None, "")
     if not engine.info_paths:
-        # No document holds the pool (vLLM): /health, then the current start's capacity line in the journal.
+        # No document holds the pool (vLLM): /health, then the current start's capacity line in the journal, else
+        # /metrics, which also says what the server runs at (its utilization, against the unit's).
         if transport.http_get(*endpoint, engine.health_path).status == 200:
+            reported = fetch_metrics_info(transport, *endpoint, engine)
             tokens = engine.capacity(startup_lines(transport, state.unit, engine.startup_lines_ere))
+            if tokens is None and reported is not None:  # the startup line gone from the journal
+                tokens = tokens_from_info(reported)
+            try:
+                verify_server_args(result.host, reported, plan)
+            except RemediationError as exc:
+                return None, [exc.message]
             drift = env_problems(server_env(transport, state.unit, sources), wanted)
             return (None, drift) if drift or tokens is None else (tokens, [])
         return None, []
@@ -91,7 +102,7 @@ def _already_healthy(
         if info is None:
             return None, []
     try:
-        verify_server_args(result.host, info, plan)
+        verify_server_args(result.host, info, plan, env=unit_env(sources), notes=result.notes)
     except RemediationError as exc:
         return None, [exc.message]
     drift = env_problems(server_env(transport, state.unit, sources), wanted)
@@ -197,18 +208,31 @@ def _remediate_locked(
         return
 
     def check(healthy: Healthy) -> None:
-        verify_server_args(result.host, healthy.info, plan)
+        # sglang: this start's lines (bounded by the restart's epoch) give the context length the aiter factor
+        # depends on, and the pool it logged
+        started = read_started(transport, unit, epoch) if engine.info_paths and healthy.source != "journal" else None
+        context = started.context_len if started is not None else None
+        verify_server_args(
+            result.host, healthy.info, plan, env=unit_env(sources), context_len=context, notes=result.notes
+        )
+        if not engine.info_paths:  # vLLM: what /metrics says it runs at (vllm:cache_config_info)
+            verify_server_args(result.host, fetch_metrics_info(transport, *endpoint_of(found, options), engine), plan)
         if desired.alloc_conf:
             # read with the wait's last look (one round trip less), else now
             env = healthy.env if healthy.env_read else server_env(transport, unit, sources)
             verify_server_env(result.host, env, desired.alloc_conf)
         verify_tokens(result, healthy, options, engine)
+        problem = logged_pool_problem(started, healthy.info) if started is not None else None
+        if problem is not None:
+            result.warnings.append(problem)  # another server answering?
         run_probe(transport, unit, endpoint_of(found, options), options, result, healthy.info, timer, now, engine)
 
     def check_instance(instance: str, healthy: Healthy, after: UnitSettings | None) -> None:
         """Another instance restarted on the shared file: the values it now reads (its own files may add some)."""
         if after is not None:
-            verify_server_args(result.host, healthy.info, replace(plan, after=after))
+            verify_server_args(
+                result.host, healthy.info, replace(plan, after=after), env=unit_env(sources), notes=result.notes
+            )
             if after.alloc_conf:
                 verify_server_env(result.host, server_env(transport, instance, sources), after.alloc_conf)
         if options.min_tokens is not None and healthy.tokens < options.min_tokens:

@@ -8,7 +8,7 @@ the choice are the pure core's (:mod:`remediate.core.capacity.pool`, :mod:`remed
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -27,6 +27,7 @@ from remediate.core.capacity.pool import (
 )
 from remediate.core.capacity.pool import model_from_server as _model_from_server
 from remediate.core.diagnosis import Diagnosis, parse_journal
+from remediate.core.engines.sglang.resolved import AITER_FACTOR, POST_CAPTURE_RULE, is_post_capture, resolve_fraction
 from remediate.core.numbers import as_int
 from remediate.core.probe import ProbeResult
 from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
@@ -39,6 +40,7 @@ from remediate.errors import ConfigError
 from remediate.host.common.facts import fetch_server_info
 from remediate.host.common.options import BudgetOptions, RunOptions
 from remediate.host.common.probe import endpoint_of
+from remediate.host.common.verify import unit_env
 from remediate.transport.base import Transport
 
 JOURNAL_LINES = 5000  # enough for the last start and the crash before it, even with chatty access logs
@@ -59,6 +61,10 @@ class BudgetEvidence:
     model_path: str | None = None
     tp_size: int | None = None
     floor: StatedFloor | None = None  # sglang's own "Raise --mem-fraction-static above Y" (core/capacity/floor.py)
+    # core/engines/sglang/resolved.py: the pool is sized after CUDA-graph capture (asked in the unit, or logged)
+    is_post_capture: bool = False
+    scale: Decimal | None = None  # the aiter factor, where the server shows it applied to the unit's fraction
+    resolution_note: str | None = None  # … and that rule, named
 
 
 @dataclass(frozen=True)
@@ -123,11 +129,16 @@ def read_budget_evidence(
         document, _ = fetch_server_info(transport, *endpoint_of(found, options))
         info = parse_server_info(document) if document else None
     unit: UnitSettings = read_settings(sources)
-    return evidence_from(tail, info, unit, startup_lines=startup_lines)
+    return evidence_from(tail, info, unit, startup_lines=startup_lines, env=unit_env(sources))
 
 
 def evidence_from(
-    journal: list[str], info: ServerSettings | None, unit: UnitSettings, *, startup_lines: Sequence[str] = ()
+    journal: list[str],
+    info: ServerSettings | None,
+    unit: UnitSettings,
+    *,
+    startup_lines: Sequence[str] = (),
+    env: Mapping[str, str | None] | None = None,
 ) -> BudgetEvidence:
     """``journal``: the tail (crash evidence); the startup lines come before it in time (duplicates are fine)."""
     startup = parse_startup([*startup_lines, *journal])
@@ -148,6 +159,7 @@ def evidence_from(
     spike, note = diagnosed_spike(journal, diagnosis := parse_journal(journal))
     model_path = (info.model_path if info else None) or args.get("model_path")
     tp_size = (info.tp_size if info else None) or args.get("tp_size")
+    scale, resolution_note = _aiter_scale(info, startup, unit, fraction, env or {})
     return BudgetEvidence(
         startup=startup,
         info=info,
@@ -158,7 +170,28 @@ def evidence_from(
         model_path=model_path if isinstance(model_path, str) else None,
         tp_size=tp_size if isinstance(tp_size, int) else None,
         floor=stated_floor(diagnosis.findings),
+        is_post_capture=is_post_capture(env or {}) or startup.post_capture_tokens is not None,
+        scale=scale,
+        resolution_note=resolution_note,
     )
+
+
+def _aiter_scale(
+    info: ServerSettings | None,
+    startup: StartupNumbers,
+    unit: UnitSettings,
+    fraction: float | None,
+    env: Mapping[str, str | None],
+) -> tuple[Decimal | None, str | None]:
+    """The aiter factor where the server's fraction shows it applied to the unit's written one (sglang
+    arg_groups/attention_hook.py ``handle_attention_backend_compatibility``), and the rule named; else None."""
+    backend = (info.attention_backend if info else None) or startup.server_args.get("attention_backend")
+    if unit.mem_fraction_static is None or fraction is None or backend is None:
+        return None, None
+    context = startup.context_len or (info.context_length if info else None)
+    resolved = resolve_fraction(unit.mem_fraction_static, attention_backend=str(backend), context_len=context, env=env)
+    note = resolved.note(Decimal(str(fraction))) if resolved is not None else None
+    return (AITER_FACTOR, note) if note is not None else (None, None)
 
 
 def proposed_knobs(current: Knobs, options: BudgetOptions) -> Knobs:
@@ -175,6 +208,14 @@ def plan_budget(evidence: BudgetEvidence, options: BudgetOptions, host: str) -> 
     built = _model_from_server(evidence.startup, evidence.info, anchor=False)
     notes = [evidence.spike_note] if evidence.spike_note else []
     notes += [f"{evidence.floor.describe()}: {evidence.floor.line}"] if evidence.floor else []
+    if evidence.is_post_capture:
+        # No prediction is offered: the fraction → pool model does not hold when the pool is measured after capture.
+        return HostBudget(evidence, None, None, notes=(*notes, f"{POST_CAPTURE_RULE}: the budget model does not apply"))
+    if evidence.resolution_note is not None:
+        notes.append(
+            f"{evidence.resolution_note}: the fractions below are what the server runs; the unit is written "
+            f"the fraction divided by {AITER_FACTOR}"
+        )
     if isinstance(built, Unmodelled):
         return HostBudget(evidence, None, None, notes=(*notes, built.reason))
     if evidence.fraction is None:
@@ -233,6 +274,11 @@ def auto_desired(
         tokens = same[0].prediction.tokens if same else tokens
         fraction = kept
     chunk = plan.proposed.chunked_prefill_size
+    scale = budget.evidence.scale
+    if scale is not None:
+        runs = fraction
+        fraction = (fraction / scale).quantize(Decimal("0.0001")).normalize()
+        held.append(f"--auto: writes --mem-fraction-static {fraction}, which sglang runs as {runs} (x{scale}, aiter)")
     auto = replace(
         desired,
         mem_fraction_static=fraction,

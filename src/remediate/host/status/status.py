@@ -13,10 +13,18 @@ from remediate.core.startup import tokens_from_info
 from remediate.core.unitfile.dropin import plan_instance_edit
 from remediate.core.unitfile.edit import UnitEdit, UnitSources
 from remediate.errors import RemediationError
-from remediate.host.common.facts import fetch_server_info, fetch_tokens, startup_lines
+from remediate.host.common.facts import fetch_metrics_info, fetch_server_info, fetch_tokens, startup_lines
 from remediate.host.common.options import RunOptions
 from remediate.host.common.probe import endpoint_of, engine_of_probe, run_read_only
-from remediate.host.common.verify import env_problems, fill_plan, guard_desired, server_env, verify_server_args
+from remediate.host.common.verify import (
+    env_problems,
+    fill_plan,
+    guard_desired,
+    resolution_notes,
+    server_env,
+    unit_env,
+    verify_server_args,
+)
 from remediate.host.common.version import (
     package_version,
     read_engine_version,
@@ -39,7 +47,7 @@ def _status_drift(
     """A remediated unit whose running server lacks a setting is ``drift`` in `status` too (read-only)."""
     drift: list[str] = []
     try:
-        verify_server_args(result.host, info, plan)
+        verify_server_args(result.host, info, plan, env=unit_env(sources), notes=result.notes)
     except RemediationError as exc:
         drift.append(exc.message)
     alloc_conf = guard_desired(sources, options.desired).alloc_conf
@@ -49,6 +57,14 @@ def _status_drift(
         result.outcome = "drift"
         result.drift = tuple(drift)
         result.warnings.append(f"drift: {'; '.join(drift)}; `remediate oom {result.host}` restarts it")
+
+
+def _name_resolution(sources: UnitSources, info: dict[str, Any] | None, plan: UnitEdit, result: HostResult) -> None:
+    """What sglang makes of the unit's values (the aiter factor, post-capture KV sizing), from its report and the
+    unit (core/engines/sglang/resolved.py); no journal read: `status` stays one round trip per fact."""
+    for note in resolution_notes(info, plan.before.mem_fraction_static, unit_env(sources), None):
+        if note not in result.notes:
+            result.notes.append(note)
 
 
 def status_host(
@@ -83,17 +99,22 @@ def status_host(
         read_info: dict[str, Any] | None = None
         if state.active_state == "active" and not engine.info_paths:
             # No endpoint reports the pool (vLLM): the current start's capacity line in the journal.
-            result.max_total_num_tokens = engine.capacity(
-                startup_lines(transport, state.unit, engine.startup_lines_ere)
-            )
+            # /metrics (vLLM's vllm:cache_config_info) says what the server runs at, and its pool when the startup
+            # line is gone from the journal
+            reported = fetch_metrics_info(transport, *endpoint_of(found, options), engine)
+            tokens = engine.capacity(startup_lines(transport, state.unit, engine.startup_lines_ere))
+            if tokens is None and reported is not None:
+                tokens = tokens_from_info(reported)
+            result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
             if not plan.is_changed and not state.needs_daemon_reload:
-                _status_drift(transport, state.unit, sources, None, plan, options, result)
+                _status_drift(transport, state.unit, sources, reported, plan, options, result)
         elif state.active_state == "active":
             info, _ = fetch_server_info(transport, *endpoint_of(found, options))
             tokens = tokens_from_info(info) if info else fetch_tokens(transport, *endpoint_of(found, options))[0]
             result.max_total_num_tokens = tokens
             result.target_tokens = options.target_tokens
+            _name_resolution(sources, info, plan, result)
             if not plan.is_changed and not state.needs_daemon_reload:
                 _status_drift(transport, state.unit, sources, info, plan, options, result)
             read_info = info or {}  # asked already: not again for the version

@@ -57,6 +57,19 @@ def vllm_capacity(lines: Sequence[str]) -> int | None:
     return parse_vllm_startup(lines).kv_tokens
 
 
+def vllm_metrics_info(text: str) -> dict[str, object]:
+    """What ``/metrics`` says of the running server, in the info document's keys: the pool in tokens
+    (``vllm:cache_config_info``'s ``num_gpu_blocks`` × ``block_size``) and the ``gpu_memory_utilization`` it runs
+    at (vllm/v1/metrics/loggers.py ``PrometheusStatLogger.log_metrics_info``: ``CacheConfig.metrics_info()`` as
+    labels, 0.11.0 and on); a value the page does not hold is left out."""
+    # core/engines/vllm/capacity.py reads the capacity model, which reads the unit: imported when first asked
+    from remediate.core.engines.vllm.capacity import parse_cache_config
+
+    cache = parse_cache_config(text)
+    found = {"max_total_num_tokens": cache.tokens, "gpu_memory_utilization": cache.gpu_memory_utilization}
+    return {key: value for key, value in found.items() if value is not None}
+
+
 def vllm_verdict(lines: Sequence[str]) -> Verdict | None:
     """The latest failure in ``lines`` (oldest first) with its direction; None when none is there. A startup
     failure followed by a good start (its ``GPU KV cache size`` line) is stale."""
@@ -97,6 +110,7 @@ VLLM = Engine(
     bool_flags=_BOOL_WORDS,
     capacity=vllm_capacity,
     capacity_name="GPU KV cache size",
+    metrics_info=vllm_metrics_info,
     process_entry="vllm[.]entrypoints[.].*|(.*/)?vllm",
     startup_lines_ere=STARTUP_LINES_ERE,
     fraction_default=Decimal("0.9"),  # 0.8.5/0.11's; a detected release's own: DesiredState.fraction_default
