@@ -146,7 +146,9 @@ def test_status_reads_the_pool_from_metrics_where_the_journal_lost_its_line() ->
     host = _journal_gone()
     result = status_host(host, RunOptions(unit=UNIT), now=lambda: NOW)
     assert result.max_total_num_tokens == 3976 * 16
-    assert [call.path for call in host.http_calls] == ["/metrics"] and host.http_calls[0].port == 8001
+    # /metrics for the pool, then /version for the engine's version: both on the unit's port
+    assert [call.path for call in host.http_calls] == ["/metrics", "/version"]
+    assert {call.port for call in host.http_calls} == {8001}
 
 
 def test_a_remediated_unit_whose_journal_lost_its_line_is_still_unchanged() -> None:
