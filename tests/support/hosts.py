@@ -30,6 +30,7 @@ from remediate.host.common.options import RunOptions
 from remediate.host.oom.runner import remediate_host
 from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
+from tests.support.clock import Naps
 from tests.support.fake_transport import FakeTransport, exec_start_value, probe_output, state_output
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +153,7 @@ def run_oom(transport: FakeTransport, *, sleep: Callable[[float], None] | None =
         transport,
         RunOptions(**options),  # type: ignore[arg-type]
         now=lambda: NOW,
-        sleep=(lambda _seconds: None) if sleep is None else sleep,
+        sleep=Naps() if sleep is None else sleep,
     )
 
 
