@@ -7,7 +7,8 @@ and its named variants, each a host in a known state that a test then scripts fu
 - :func:`serving_host`: the unit active and healthy, its backups listed (``status``, ``backups``, ``rollback``);
 - :func:`bench_ready_host`: the unit's server running and answering what a sweep asks (``bench``);
 - :func:`waiting_host`: a restarted unit that the health wait polls, no probe (``wait_healthy`` alone);
-- :func:`diagnose_host`: a failed unit whose probe answer carries a journal, nvidia-smi and the process tree.
+- :func:`diagnose_host`: a failed unit whose probe answer carries a journal, nvidia-smi and the process tree;
+  :func:`smi_timeout_host`: an active one whose nvidia-smi queries timed out.
 
 :func:`run_oom` runs ``oom``'s runner on one of them, naps recorded instead of slept (tests/support/clock.py);
 :class:`OneHost` is a ``transport_factory`` for the API that hands out one scripted host.
@@ -216,12 +217,16 @@ def bench_ready_host(
 
 
 def waiting_host(
-    *health: int | None, info: tuple[int, str] | None = None, journal: Sequence[str] = ("\n",)
+    *health: int | None,
+    info: tuple[int, str] | None = None,
+    journal: Sequence[str] = ("\n",),
+    polls: Sequence[str] = (),
 ) -> FakeTransport:
-    """A unit restarted as ``inv-2``, active and running; ``/health`` answers ``health`` in turn (``None``:
-    refused), ``/server_info`` ``info`` when given, ``journalctl`` prints ``journal`` in turn."""
+    """A unit restarted as ``inv-2``, active and running (or the state reads ``polls`` in turn); ``/health``
+    answers ``health`` in turn (``None``: refused), ``/server_info`` ``info`` when given, ``journalctl`` prints
+    ``journal`` in turn."""
     fake = FakeTransport("gpu-01")
-    fake.on(POLL, state_output("active", "running", invocation_id="inv-2"))
+    fake.on(POLL, *(polls or [state_output("active", "running", invocation_id="inv-2")]))
     fake.on(JOURNAL, *journal)
     fake.http("/health", *health)
     if info is not None:
@@ -244,6 +249,13 @@ class OneHost:
 # -- diagnose: a failed unit and its evidence ------------------------------------------------------------
 DIAGNOSIS_CASES = ROOT / "tests" / "data" / "diagnosis_cases"
 SHORT_ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
+
+
+def smi_timeout_host(text: str = INCIDENT, *, smi: str = "timeout") -> FakeTransport:
+    """The unit ``text`` active (MainPID 100) whose probe answer says both nvidia-smi queries ended ``smi``
+    (``timeout``: what the script reports when its bound cut them)."""
+    extra = ["@@journal", "@@gpus", f"@@gpus {smi}", "@@apps", f"@@apps {smi}", "@@ps", "  100     1"]
+    return incident_host(text=text, path=UNIT_PATH, argv=SHORT_ARGV, active="active", MainPID=100, probe_tail=extra)
 
 
 def case_journal(case: str) -> list[str]:
