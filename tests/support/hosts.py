@@ -2,7 +2,8 @@
 and its named variants, each a host in a known state that a test then scripts further:
 
 - :func:`oom_host`: the incident's unit failed after its OOM, the full Kimi argv and the OOM journal (``oom``'s
-  runner: commit, wait, verify); :func:`commit_ok`, :func:`commit_error`, :func:`info` script its answers;
+  runner: commit, wait, verify); :func:`commit_ok`, :func:`commit_error`, :func:`info` script its answers
+  (:func:`commit_host`: a host that answers the commit script alone);
 - :func:`remediating_host`: the same, already scripted to commit and come back healthy (a fleet's hosts);
 - :func:`serving_host`: the unit active and healthy, its backups listed (``status``, ``backups``, ``rollback``);
 - :func:`bench_ready_host`: the unit's server running and answering what a sweep asks (``bench``);
@@ -129,6 +130,11 @@ def commit_ok(path: str = UNIT_PATH, invocation: str = "inv-2", *, backup: bool 
     lines += ["@@renamed 0", "@@written 0 0123abcd"] if wrote else []
     lines += ["@@reloaded", f"@@restart {EPOCH}", f"@@restarted {invocation}", "@@end"]
     return "\n".join(lines) + "\n"
+
+
+def commit_host(*answers: str | CommandResult) -> FakeTransport:
+    """A host that answers only the commit script, with ``answers`` in turn (the commit step alone)."""
+    return FakeTransport("gpu-01").on(r"# remediate commit", *answers)
 
 
 def commit_error(code: int, message: str, stdout: str = "") -> CommandResult:
