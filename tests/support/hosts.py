@@ -8,6 +8,7 @@ and its named variants, each a host in a known state that a test then scripts fu
 - :func:`serving_host`: the unit active and healthy, its backups listed (``status``, ``backups``, ``rollback``);
 - :func:`bench_ready_host`: the unit's server running and answering what a sweep asks (``bench``);
 - :func:`waiting_host`: a restarted unit that the health wait polls, no probe (``wait_healthy`` alone);
+- :func:`watched_host`: a host whose ``systemctl show`` answers the watcher's polls, nothing else;
 - :func:`diagnose_host`: a failed unit whose probe answer carries a journal, nvidia-smi and the process tree;
   :func:`smi_timeout_host`: an active one whose nvidia-smi queries timed out.
 
@@ -33,7 +34,7 @@ from remediate.host.oom.runner import remediate_host
 from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
 from tests.support.clock import Naps
-from tests.support.fake_transport import FakeTransport, exec_start_value, probe_output, state_output
+from tests.support.fake_transport import FakeTransport, Reply, exec_start_value, probe_output, state_output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -238,6 +239,12 @@ def waiting_host(
     if info is not None:
         fake.http("/server_info", info)
     return fake
+
+
+def watched_host(name: str, *show: Reply) -> FakeTransport:
+    """A host as the watcher polls it: ``systemctl show`` answers ``show`` in turn (a unit's ``answer``,
+    tests/support/watch_fleet.py), nothing else scripted."""
+    return FakeTransport(host=name).on("systemctl show", *show)
 
 
 class OneHost:
