@@ -26,9 +26,11 @@ rootfs: system-deps
 	@python3 -m sandbox.rootfs --quiet >/dev/null
 
 # Two workers, a test file each at a time (its module fixtures stay in one process): the e2e tests mostly wait on
-# systemd, sshd and the stand-in, so two share 2 cores well (a fresh clone: 9:13 against ~15 min in one).
+# systemd, sshd and the stand-in, so two share 2 cores well (a fresh clone: 9:13 against ~15 min in one). Files go
+# out in tests/conftest.py's order (sandbox and e2e files first, unit files last: no long file left for the end)
+# rather than xdist's most-tests-first.
 test: install
-	$(PYTEST) -n 2 --dist loadfile
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder
 
 unit: $(STAMP)
 	$(PYTEST) -m "not integration and not e2e and not slow"

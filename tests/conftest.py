@@ -75,6 +75,25 @@ def sandbox_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]
         assert not survivors, f"sandbox processes survived teardown: {[_describe(p) for p in survivors]}"
 
 
+# The order files run in (make test: `--dist loadfile --no-loadscope-reorder` hands them out in this order): the
+# sandbox/end-to-end files first, the thousands of short unit tests last, so that both workers end together. Left
+# to itself xdist hands out the files with the most tests first, and the few long one-test e2e files last, one
+# worker finishing them alone.
+_FIRST = ("slow", "e2e", "integration")
+
+
+def _rank(item: pytest.Item) -> int:
+    return next((i for i, mark in enumerate(_FIRST) if item.get_closest_marker(mark)), len(_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each file at the rank of its heaviest test (a file stays in one piece for its module fixtures); stable."""
+    ranks: dict[str, int] = {}
+    for item in items:
+        ranks[item.path.as_posix()] = min(ranks.get(item.path.as_posix(), len(_FIRST)), _rank(item))
+    items.sort(key=lambda item: ranks[item.path.as_posix()])
+
+
 _next = {"index": 0}
 
 

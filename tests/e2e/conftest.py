@@ -3,7 +3,10 @@ the wheelhouse (tests/support/wheelhouse.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import fcntl
+import os
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +35,34 @@ def incident(node: Node) -> Node:
     return node
 
 
+def _once_per_run(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
+    """``build(dir)`` once for the whole run: under xdist (``make test``) the workers share one copy in the run's
+    temp dir, the first to come builds it under a lock while the others wait; alone, a temp dir of the session."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build(factory.mktemp(name))
+    shared = factory.getbasetemp().parent / name  # /tmp/pytest-of-USER/pytest-N/: this run's, every worker's
+    with open(shared.with_name(name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared.with_name(name + ".done")
+        if done.exists():
+            return Path(done.read_text())
+        shutil.rmtree(shared, ignore_errors=True)  # a worker's failed try: the next starts over
+        shared.mkdir()
+        built = build(shared)
+        done.write_text(str(built))
+        return built
+
+
 @pytest.fixture(scope="session")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """remediate's wheel built from this tree, its dependencies' and pip's: what ``wheelhouse.install`` puts on
-    a sandbox host (`--local`, the Ansible collection). Built once per session."""
+    a sandbox host (`--local`, the Ansible collection). Built once per run (the xdist workers share it)."""
     from tests.support.wheelhouse import build
 
-    return build(tmp_path_factory.mktemp("wheels"))
+    return _once_per_run(tmp_path_factory, "wheels", build)
 
 
 @pytest.fixture(scope="session")
 def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Ansible collections (remediate.serving and its old name's redirects) built and installed once a session."""
-    return build_collections(tmp_path_factory.mktemp("collection"))
+    """The Ansible collections (remediate.serving and its old name's redirects) built and installed once a run."""
+    return _once_per_run(tmp_path_factory, "collection", build_collections)

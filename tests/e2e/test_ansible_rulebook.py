@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -57,9 +57,10 @@ def rulebook_venv() -> Path:
 
 
 @pytest.fixture
-def rulebook(tmp_path: Path, collections: Path, sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], wheels: Path
+def rulebook(tmp_path: Path, collections: Path, sandbox_fleet: Sandbox,
+             fresh_hosts: Callable[[int], list[SandboxHost]], wheels: Path
              ) -> Iterator[tuple[list[Node], Path, str, Path]]:  # fmt: skip
-    hosts = sandbox_hosts[:2]
+    hosts = fresh_hosts(2)
     nodes = [Node(sandbox_fleet, h, tmp_path, free_port(h.address)) for h in hosts]
 
     def prepare(node: Node) -> None:

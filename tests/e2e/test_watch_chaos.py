@@ -8,6 +8,7 @@ schedule (the seed is printed). The 20-host run is ``bench/watch_chaos.py``."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,13 @@ from tests.support.watch_chaos_check import check, lines
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_chaos_six_hosts(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: Path) -> None:
+def test_chaos_six_hosts(
+    sandbox_fleet: Sandbox, fresh_hosts: Callable[[int], list[SandboxHost]], tmp_path: Path
+) -> None:
     seed = int(os.environ.get("CHAOS_SEED", "22"))
     print(f"chaos seed {seed} (CHAOS_SEED={seed} replays it)")
     config = ChaosConfig(seed=seed, duration_s=25, breaker_count=2, breaker_window_s=8, rollback_share=0.34)
-    chaos = Chaos(sandbox_fleet, sandbox_hosts[:6], tmp_path, config)
+    chaos = Chaos(sandbox_fleet, fresh_hosts(6), tmp_path, config)
     quiet = chaos.run()
     report = check(chaos, "crash_time")
     dump(chaos, report, tmp_path / "chaos.json")

@@ -6,6 +6,7 @@ and `watch status`, and `watch resume` re-arms it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,8 +29,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def fleet4(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: Path):
-    nodes = [Node(sandbox_fleet, h, tmp_path, free_port(h.address)) for h in sandbox_hosts[:4]]
+def fleet4(sandbox_fleet: Sandbox, fresh_hosts: Callable[[int], list[SandboxHost]], tmp_path: Path):
+    nodes = [Node(sandbox_fleet, h, tmp_path, free_port(h.address)) for h in fresh_hosts(4)]
 
     def install(node: Node) -> None:
         node.host.set_standin(**FAST_KNOBS)

@@ -7,6 +7,7 @@ when the next fix is allowed; `--json` carries the same."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def night(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: Path):
-    nodes = [Node(sandbox_fleet, h, tmp_path, free_port(h.address)) for h in sandbox_hosts[:3]]
+def night(sandbox_fleet: Sandbox, fresh_hosts: Callable[[int], list[SandboxHost]], tmp_path: Path):
+    nodes = [Node(sandbox_fleet, h, tmp_path, free_port(h.address)) for h in fresh_hosts(3)]
 
     def install(node: Node) -> None:
         node.host.set_standin(**FAST_KNOBS)

@@ -57,7 +57,7 @@ def test_sigkill_in_the_health_wait_then_restart(incident: Node, tmp_path: Path)
     original = node.bytes(UNIT_PATH)
     assert _watch(node, state).returncode == 0  # the cursor
     _crash(node)
-    node.host.set_standin(time_scale=0.02)  # the fixed server loads in ~9 s: the kill lands in the health wait
+    node.host.set_standin(time_scale=0.01)  # the fixed server loads in ~4.5 s: the kill lands in the health wait
     proc = _kill_after_the_commit(node, state)
     assert [r["event"] for r in _transactions(node)] == ["committing", "committed"], (
         "killed before the health wait ended"
@@ -98,7 +98,7 @@ def test_two_watchers_as_pid_1_recover_the_killed_fix_once(incident: Node, tmp_p
     node, state = incident, tmp_path / "watch-state"
     assert _watch(node, state).returncode == 0
     _crash(node)
-    node.host.set_standin(time_scale=0.02)  # the kill lands in the fix's health wait
+    node.host.set_standin(time_scale=0.01)  # the kill lands in the fix's health wait
     _kill_after_the_commit(node, state, prefix=PIDNS)
     killed = _events(state)
     assert [e["event"] for e in killed] == ["detected", "diagnosed", "decided", "acted"], killed
@@ -124,7 +124,7 @@ def _fix_killed_after_its_commit(node: Node, state: Path) -> bytes:
     original = node.bytes(UNIT_PATH)
     assert _watch(node, state).returncode == 0
     _crash(node)
-    node.host.set_standin(time_scale=0.02)
+    node.host.set_standin(time_scale=0.01)
     _kill_after_the_commit(node, state)
     node.host.set_standin(**FAST_KNOBS)
     return original
@@ -178,7 +178,7 @@ def test_sigkill_while_the_new_server_cannot_start(incident: Node, tmp_path: Pat
     original = node.bytes(UNIT_PATH)
     assert _watch(node, state).returncode == 0
     _crash(node)
-    node.host.set_standin(time_scale=0.02, failure="exit_at_once", failure_match="--chunked-prefill-size 4096")
+    node.host.set_standin(time_scale=0.01, failure="exit_at_once", failure_match="--chunked-prefill-size 4096")
     _kill_after_the_commit(node, state)
     run = _watch(node, state)
     assert run.returncode == 0, run

@@ -6,6 +6,7 @@ stderr and in `watch status`, never polled as a unit that does not exist."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,8 +24,8 @@ SGLANG_UNIT = "llm-prod.service"
 
 
 @pytest.fixture
-def fleet3(sandbox_fleet: Sandbox, sandbox_hosts: list[SandboxHost], tmp_path: Path):
-    nodes = [Node(sandbox_fleet, h, tmp_path, free_port(h.address)) for h in sandbox_hosts[:3]]
+def fleet3(sandbox_fleet: Sandbox, fresh_hosts: Callable[[int], list[SandboxHost]], tmp_path: Path):
+    nodes = [Node(sandbox_fleet, h, tmp_path, free_port(h.address)) for h in fresh_hosts(3)]
     for n in nodes:
         n.host.set_standin(**FAST_KNOBS)
 

@@ -2,12 +2,15 @@
 and its named variants, each a host in a known state that a test then scripts further:
 
 - :func:`oom_host`: the incident's unit failed after its OOM, the full Kimi argv and the OOM journal (``oom``'s
-  runner: commit, wait, verify); :func:`commit_ok`, :func:`commit_error`, :func:`info` script its answers;
+  runner: commit, wait, verify); :func:`commit_ok`, :func:`commit_error`, :func:`info` script its answers
+  (:func:`commit_host`: a host that answers the commit script alone);
 - :func:`remediating_host`: the same, already scripted to commit and come back healthy (a fleet's hosts);
 - :func:`serving_host`: the unit active and healthy, its backups listed (``status``, ``backups``, ``rollback``);
 - :func:`bench_ready_host`: the unit's server running and answering what a sweep asks (``bench``);
 - :func:`waiting_host`: a restarted unit that the health wait polls, no probe (``wait_healthy`` alone);
-- :func:`diagnose_host`: a failed unit whose probe answer carries a journal, nvidia-smi and the process tree.
+- :func:`watched_host`: a host whose ``systemctl show`` answers the watcher's polls, nothing else;
+- :func:`diagnose_host`: a failed unit whose probe answer carries a journal, nvidia-smi and the process tree;
+  :func:`smi_timeout_host`: an active one whose nvidia-smi queries timed out.
 
 :func:`run_oom` runs ``oom``'s runner on one of them, naps recorded instead of slept (tests/support/clock.py);
 :class:`OneHost` is a ``transport_factory`` for the API that hands out one scripted host.
@@ -30,7 +33,8 @@ from remediate.host.common.options import RunOptions
 from remediate.host.oom.runner import remediate_host
 from remediate.models import CommandResult, HostResult
 from remediate.transport.base import SSHOptions
-from tests.support.fake_transport import FakeTransport, exec_start_value, probe_output, state_output
+from tests.support.clock import Naps
+from tests.support.fake_transport import FakeTransport, Reply, exec_start_value, probe_output, state_output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,6 +133,11 @@ def commit_ok(path: str = UNIT_PATH, invocation: str = "inv-2", *, backup: bool 
     return "\n".join(lines) + "\n"
 
 
+def commit_host(*answers: str | CommandResult) -> FakeTransport:
+    """A host that answers only the commit script, with ``answers`` in turn (the commit step alone)."""
+    return FakeTransport("gpu-01").on(r"# remediate commit", *answers)
+
+
 def commit_error(code: int, message: str, stdout: str = "") -> CommandResult:
     return CommandResult(argv="bash -s", exited=code, stdout=stdout, stderr=f"@@error {message}\n")
 
@@ -152,7 +161,7 @@ def run_oom(transport: FakeTransport, *, sleep: Callable[[float], None] | None =
         transport,
         RunOptions(**options),  # type: ignore[arg-type]
         now=lambda: NOW,
-        sleep=(lambda _seconds: None) if sleep is None else sleep,
+        sleep=Naps() if sleep is None else sleep,
     )
 
 
@@ -215,17 +224,27 @@ def bench_ready_host(
 
 
 def waiting_host(
-    *health: int | None, info: tuple[int, str] | None = None, journal: Sequence[str] = ("\n",)
+    *health: int | None,
+    info: tuple[int, str] | None = None,
+    journal: Sequence[str] = ("\n",),
+    polls: Sequence[str] = (),
 ) -> FakeTransport:
-    """A unit restarted as ``inv-2``, active and running; ``/health`` answers ``health`` in turn (``None``:
-    refused), ``/server_info`` ``info`` when given, ``journalctl`` prints ``journal`` in turn."""
+    """A unit restarted as ``inv-2``, active and running (or the state reads ``polls`` in turn); ``/health``
+    answers ``health`` in turn (``None``: refused), ``/server_info`` ``info`` when given, ``journalctl`` prints
+    ``journal`` in turn."""
     fake = FakeTransport("gpu-01")
-    fake.on(POLL, state_output("active", "running", invocation_id="inv-2"))
+    fake.on(POLL, *(polls or [state_output("active", "running", invocation_id="inv-2")]))
     fake.on(JOURNAL, *journal)
     fake.http("/health", *health)
     if info is not None:
         fake.http("/server_info", info)
     return fake
+
+
+def watched_host(name: str, *show: Reply) -> FakeTransport:
+    """A host as the watcher polls it: ``systemctl show`` answers ``show`` in turn (a unit's ``answer``,
+    tests/support/watch_fleet.py), nothing else scripted."""
+    return FakeTransport(host=name).on("systemctl show", *show)
 
 
 class OneHost:
@@ -243,6 +262,13 @@ class OneHost:
 # -- diagnose: a failed unit and its evidence ------------------------------------------------------------
 DIAGNOSIS_CASES = ROOT / "tests" / "data" / "diagnosis_cases"
 SHORT_ARGV = ["/opt/sglang/bin/python3", "-m", "sglang.launch_server", "--port", "30000"]
+
+
+def smi_timeout_host(text: str = INCIDENT, *, smi: str = "timeout") -> FakeTransport:
+    """The unit ``text`` active (MainPID 100) whose probe answer says both nvidia-smi queries ended ``smi``
+    (``timeout``: what the script reports when its bound cut them)."""
+    extra = ["@@journal", "@@gpus", f"@@gpus {smi}", "@@apps", f"@@apps {smi}", "@@ps", "  100     1"]
+    return incident_host(text=text, path=UNIT_PATH, argv=SHORT_ARGV, active="active", MainPID=100, probe_tail=extra)
 
 
 def case_journal(case: str) -> list[str]:

@@ -14,6 +14,7 @@ from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.loop import Watcher
 from remediate.models import CommandResult, HostResult
 from tests.support.fake_transport import FakeTransport, show_output
+from tests.support.hosts import watched_host
 
 NOW = 1_800_000_000.0
 OOM = ("cuda_oom_runtime",)
@@ -63,7 +64,7 @@ class Fleet:
         self.entries = [HostEntry(name=n, address="127.0.0.1", settings={"unit": "sglang.service"}) for n in names]
 
     def connect(self, entry: HostEntry) -> FakeTransport:
-        return FakeTransport(host=entry.name).on("systemctl show", self.units[entry.name].answer)
+        return watched_host(entry.name, self.units[entry.name].answer)
 
 
 def watcher(directory: Path, fleet: Fleet, policy: Policy, fix: object, kinds: tuple[str, ...] = OOM) -> Watcher:

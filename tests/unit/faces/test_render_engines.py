@@ -11,7 +11,7 @@ from remediate.cli.render.results import status_table
 from remediate.models import HostResult, StatusReport, UnitState
 
 
-def _host(name: str, engine: str, flags: dict[str, str | None]) -> HostResult:
+def _result(name: str, engine: str, flags: dict[str, str | None]) -> HostResult:
     result = HostResult(host=name)
     result.unit = f"{engine}.service"
     result.flags_before = flags
@@ -28,8 +28,8 @@ def _render(results: list[HostResult]) -> str:
 
 def test_a_mixed_fleet_gets_an_engine_column() -> None:
     text = _render([
-        _host("gpu-1", "sglang", {"mem_fraction_static": "0.94", "chunked_prefill_size": None}),
-        _host("gpu-2", "vllm", {"gpu_memory_utilization": "0.95", "max_num_batched_tokens": "16384"}),
+        _result("gpu-1", "sglang", {"mem_fraction_static": "0.94", "chunked_prefill_size": None}),
+        _result("gpu-2", "vllm", {"gpu_memory_utilization": "0.95", "max_num_batched_tokens": "16384"}),
     ])  # fmt: skip
     assert "server units" in text and "engine" in text and "prefill" in text
     vllm_row = next(line for line in text.splitlines() if "gpu-2" in line)
@@ -37,5 +37,5 @@ def test_a_mixed_fleet_gets_an_engine_column() -> None:
 
 
 def test_an_sglang_fleet_keeps_its_columns() -> None:
-    text = _render([_host("gpu-1", "sglang", {"mem_fraction_static": "0.94", "chunked_prefill_size": "4096"})])
+    text = _render([_result("gpu-1", "sglang", {"mem_fraction_static": "0.94", "chunked_prefill_size": "4096"})])
     assert "sglang units" in text and "mem-fraction" in text and "engine" not in text

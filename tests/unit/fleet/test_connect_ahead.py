@@ -38,7 +38,7 @@ class _Recorded:
         self.events.append("closed")
 
 
-def _hosts(n: int) -> list[HostEntry]:
+def _entries(n: int) -> list[HostEntry]:
     return [HostEntry(name=f"gpu-{i}", address=f"root@127.0.0.{i + 1}") for i in range(n)]
 
 
@@ -60,14 +60,14 @@ def _factory(made: list[_Recorded]):  # type: ignore[no-untyped-def]
 )
 def test_only_the_first_batch_connects_ahead(strategy: Strategy, started: int) -> None:
     made: list[_Recorded] = []
-    ConnectAhead(_factory(made)).start(_hosts(5), strategy, SSHOptions())
+    ConnectAhead(_factory(made)).start(_entries(5), strategy, SSHOptions())
     assert [t.host for t in made] == [f"gpu-{i}" for i in range(started)]
     assert all(t.events == ["ahead"] for t in made)
 
 
 def test_each_host_takes_its_transport_once_and_the_untaken_are_closed() -> None:
     made: list[_Recorded] = []
-    hosts = _hosts(3)
+    hosts = _entries(3)
     ahead = ConnectAhead(_factory(made)).start(hosts, Strategy(canary=0, forks=2), SSHOptions())
     first = ahead(hosts[0], SSHOptions())
     assert first is made[0]
@@ -165,7 +165,7 @@ def test_a_bug_while_connecting_ahead_closes_what_was_already_started() -> None:
         return _factory(made)(entry, options)
 
     with pytest.raises(RuntimeError, match="a bug"):
-        ConnectAhead(make).start(_hosts(3), Strategy(canary=0, forks=3), SSHOptions())
+        ConnectAhead(make).start(_entries(3), Strategy(canary=0, forks=3), SSHOptions())
     assert [t.events for t in made] == [["ahead", "closed"]]
 
 

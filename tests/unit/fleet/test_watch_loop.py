@@ -18,6 +18,7 @@ from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.loop import Watcher
 from remediate.models import CommandResult
 from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import watched_host
 from tests.support.watch_fleet import NOW, Fleet, Gate
 from tests.support.watch_fleet import fixed as _fixed
 from tests.support.watch_fleet import watcher as _watcher
@@ -196,7 +197,7 @@ def test_a_host_whose_journal_spoke_is_decided_before_the_others_are_polled(tmp_
         raise ConnectError("h1", "connection refused")
 
     def connect(entry: HostEntry) -> FakeTransport:
-        return FakeTransport(host="h1").on("systemctl show", dead) if entry.name == "h1" else fleet.connect(entry)
+        return watched_host("h1", dead) if entry.name == "h1" else fleet.connect(entry)
 
     watcher.connect = connect  # type: ignore[method-assign]
     try:

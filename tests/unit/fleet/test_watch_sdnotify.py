@@ -15,6 +15,7 @@ from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.sdnotify import Heartbeat, kept_alive, sd_notify, watchdog_usec
 from remediate.transport.base import SSHOptions
 from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import watched_host
 from tests.support.watch_fleet import Unit
 
 
@@ -112,7 +113,7 @@ def test_ready_is_sent_before_any_host_is_read(
     def factory(entry: HostEntry, ssh: SSHOptions) -> FakeTransport:
         seen.append(_pending(notify_socket))  # what the socket held when this host was dialled
         unit = Unit(entry.name)
-        return FakeTransport(host=entry.name).on("systemctl show", unit.answer)
+        return watched_host(entry.name, unit.answer)
 
     request = WatchRequest(targets=("all",), inventory=str(inventory), once=True, state_dir=str(tmp_path / "st"),
                            unit="sglang.service")  # fmt: skip

@@ -14,7 +14,8 @@ from remediate.core.watch.policy import Policy
 from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.loop import Watcher
 from remediate.models import CommandResult, HostResult
-from tests.support.fake_transport import FakeTransport, show_output
+from tests.support.fake_transport import show_output
+from tests.support.hosts import watched_host
 
 NOW = 1_800_000_000.0
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB."
@@ -76,7 +77,7 @@ def _watcher(tmp: Path, unit: Lingering, silent: list[str | None], log: list[str
     def diagnose(transport: object, entry: HostEntry) -> HostResult:
         return HostResult(host=entry.name, outcome="diagnosed", findings=({"kind": "cuda_oom_runtime"},))
 
-    return Watcher([entry], lambda e: FakeTransport(host=e.name).on("systemctl show", unit.answer), diagnose, fix,
+    return Watcher([entry], lambda e: watched_host(e.name, unit.answer), diagnose, fix,
                    WatchState(tmp), Policy(breaker_percentage=None), confirm=confirm, end_lingering=end,
                    **kw)  # type: ignore[arg-type]  # fmt: skip
 

@@ -18,6 +18,7 @@ from remediate.fleet.inventory import HostEntry
 from remediate.fleet.watch.loop import Watcher
 from remediate.models import CommandResult, HostResult
 from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import watched_host
 from tests.support.watch_fleet import NOW, OOM, Fleet, Gate, Unit
 from tests.support.watch_fleet import fixed as _fixed
 from tests.support.watch_fleet import watcher as _watcher
@@ -116,7 +117,7 @@ def test_a_named_unit_that_does_not_exist_is_not_polled_as_inactive(tmp_path: Pa
 
     entry = HostEntry(name="h1", address="127.0.0.1", settings={"unit": "sglang.service"})
     warned: list[str] = []
-    watcher = Watcher([entry], lambda e: FakeTransport(host=e.name).on("systemctl show", missing),  # type: ignore[arg-type]
+    watcher = Watcher([entry], lambda e: watched_host(e.name, missing),  # type: ignore[arg-type]
                       lambda t, e: HostResult(host=e.name), _fixed([]), WatchState(tmp_path), Policy(),
                       warn=warned.append)  # fmt: skip
     watcher.round(NOW)

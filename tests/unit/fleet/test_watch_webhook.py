@@ -16,24 +16,24 @@ from remediate.errors import ConfigError
 from remediate.fleet.watch.webhook import TRIES, WebhookQueue, audit_dropped, check_url, post_event, shown_url
 
 if TYPE_CHECKING:
+    from tests.support.clock import Naps
     from tests.support.webhook import Hook
 
 
-def test_posts_json_with_slack_text_and_masks(hook: Hook) -> None:
+def test_posts_json_with_slack_text_and_masks(hook: Hook, naps: Naps) -> None:
     event = {"event": "decided", "host": "gpu-1", "verdict": "act", "reason": "api_key=sk-secret123456"}
-    assert post_event(hook.url, event, sleep=lambda _: None)
+    assert post_event(hook.url, event, sleep=naps)
     body = hook.bodies[0]
     assert str(body["text"]).startswith("remediate watch: gpu-1: act")
     assert "sk-secret123456" not in json.dumps(body)
 
 
-def test_retries_then_gives_up(hook: Hook) -> None:
-    waits: list[float] = []
+def test_retries_then_gives_up(hook: Hook, naps: Naps) -> None:
     hook.failures = 2
-    assert post_event(hook.url, {"event": "breaker", "reason": "x"}, sleep=waits.append)
-    assert len(hook.bodies) == 3 and waits == [0.5, 1.0]
+    assert post_event(hook.url, {"event": "breaker", "reason": "x"}, sleep=naps)
+    assert len(hook.bodies) == 3 and naps == [0.5, 1.0]
     hook.bodies, hook.failures = [], 99
-    assert not post_event(hook.url, {"event": "breaker", "reason": "x"}, sleep=waits.append)
+    assert not post_event(hook.url, {"event": "breaker", "reason": "x"}, sleep=naps)
     assert len(hook.bodies) == TRIES
 
 
@@ -111,10 +111,10 @@ def black_hole() -> Iterator[Endpoint]:
     endpoint.close()
 
 
-def test_a_trickling_endpoint_is_cut_at_the_posts_deadline(trickle: Endpoint) -> None:
+def test_a_trickling_endpoint_is_cut_at_the_posts_deadline(trickle: Endpoint, naps: Naps) -> None:
     """Each byte comes well within a socket timeout: only a deadline on the whole post ends it (a bound per
     socket operation would read the ~10 s answer to its end and call it a success)."""
-    assert not post_event(trickle.url, {"event": "breaker", "reason": "x"}, sleep=lambda _: None, deadline_s=0.5)
+    assert not post_event(trickle.url, {"event": "breaker", "reason": "x"}, sleep=naps, deadline_s=0.5)
     assert 0 < trickle.sent < 200, "the answer was cut midway"
 
 

@@ -21,7 +21,7 @@ from remediate.host.common import commit
 from remediate.host.common.commit import UNSAFE_EXIT, FileWrite
 from remediate.host.common.probe import probe_script
 from remediate.models import CommandResult
-from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import commit_host
 from tests.support.scripts import ENV_OLD, EPOCH, NEW, OLD, UNIT, names, rendered_many, run, shim, two_files
 
 SERVICE_UID = 1001  # the service account: not root, owns nothing we trust
@@ -140,7 +140,7 @@ def test_a_temp_name_swapped_for_a_symlink_is_never_written_through(tmp_path: Pa
 def test_an_unsafe_refusal_is_a_config_error_naming_the_directory() -> None:
     out = "@@error unsafe /opt/sglang is owned by uid 1001, not root: chown root:root /opt/sglang && ...\n"
     reply = CommandResult("bash -s", UNSAFE_EXIT, out + "@@failed safety check\n@@exit 79\n", "")
-    host = FakeTransport("gpu-01").on(r"# remediate commit", reply)
+    host = commit_host(reply)
     with pytest.raises(UnsafePathError) as caught:
         commit.commit(host, UNIT, [FileWrite("/opt/sglang/sglang.env", OLD, NEW)], epoch=EPOCH)
     assert caught.value.exit_code == EXIT_BAD_INPUT

@@ -53,14 +53,11 @@ def test_a_long_load_polls_health_at_least_every_second_and_the_state_rarely(nap
 
 
 def test_a_crash_while_loading_is_noticed_by_the_next_state_read(naps: Naps) -> None:
-    host = FakeTransport("gpu-01")
-    host.on(
-        POLL,
+    polls = (
         state_output("activating", "start", invocation_id="inv-2"),
         state_output("activating", "auto-restart", result="exit-code", invocation_id="inv-2", main_pid=0),
     )
-    host.on(r"\Ajournalctl", "torch.OutOfMemoryError: CUDA out of memory.\n")
-    host.http("/health", None)
+    host = waiting_host(None, polls=polls, journal=("torch.OutOfMemoryError: CUDA out of memory.\n",))
     with pytest.raises(UnhealthyError, match="crashed while loading"):
         _wait(host, naps)
     assert len(host.ran(POLL)) == 2
@@ -68,11 +65,8 @@ def test_a_crash_while_loading_is_noticed_by_the_next_state_read(naps: Naps) -> 
 
 
 def test_another_server_answering_while_the_unit_failed_is_not_success(naps: Naps) -> None:
-    host = FakeTransport("gpu-01")
-    host.on(POLL, state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0))
-    host.on(r"\Ajournalctl", "\n")
-    host.http("/health", 200)
-    host.http("/server_info", INFO)
+    failed = state_output("failed", "failed", result="exit-code", invocation_id="inv-2", main_pid=0)
+    host = waiting_host(200, info=INFO, polls=(failed,))
     with pytest.raises(UnhealthyError, match="failed"):
         _wait(host, naps)
 
@@ -84,11 +78,8 @@ def test_a_fresh_look_at_our_running_unit_is_not_repeated_when_the_server_answer
 
 
 def test_an_activating_unit_is_looked_at_again_when_the_server_answers(naps: Naps) -> None:
-    host = FakeTransport("gpu-01")
-    host.on(POLL, state_output("activating", "start", invocation_id="inv-2"), state_output(invocation_id="inv-2"))
-    host.on(r"\Ajournalctl", "\n")
-    host.http("/health", None, 200)
-    host.http("/server_info", INFO)
+    polls = (state_output("activating", "start", invocation_id="inv-2"), state_output(invocation_id="inv-2"))
+    host = waiting_host(None, 200, info=INFO, polls=polls)
     assert _wait(host, naps) == 195011
     assert len(host.ran(POLL)) == 2
 

@@ -16,7 +16,7 @@ from remediate.host.common import commit, templates
 from remediate.host.common.commit import FileWrite
 from remediate.host.common.lock import LOCK_HELD_EXIT, lock_path
 from remediate.host.common.probe import probe_script
-from tests.support.fake_transport import FakeTransport
+from tests.support.hosts import commit_host
 from tests.support.scripts import EPOCH, NEW, OLD, UNIT, rendered_many
 
 HOSTILE = "/etc/systemd/system/it's $(touch PWNED) `id` \"q.service"
@@ -30,7 +30,7 @@ def rendered(path: str, *, restart: bool = True, run_dir: Path | None = None) ->
 
 def sent_script(path: str) -> str:
     """The script commit.commit sends for one write of ``path`` (captured by the fake)."""
-    host = FakeTransport("gpu-01").on(r"# remediate commit", f"@@backup 0 {path}.bak.oom.{EPOCH}\n" + REPORT)
+    host = commit_host(f"@@backup 0 {path}.bak.oom.{EPOCH}\n" + REPORT)
     commit.commit(host, UNIT, [FileWrite(path, OLD, NEW)], epoch=EPOCH)
     [script] = host.scripts("# remediate commit")
     return script
@@ -98,16 +98,14 @@ def test_commit_script_never_executes_the_path(tmp_path: Path) -> None:
 
 
 def test_backup_path_with_spaces_is_parsed() -> None:
-    host = FakeTransport("gpu-01").on(r"# remediate commit", f"@@backup 0 {SPACED}.bak.oom.{EPOCH}\n" + REPORT)
+    host = commit_host(f"@@backup 0 {SPACED}.bak.oom.{EPOCH}\n" + REPORT)
     report = commit.commit(host, UNIT, [FileWrite(SPACED, OLD, NEW)], epoch=EPOCH)
     assert report.backups == {SPACED: f"{SPACED}.bak.oom.{EPOCH}"}
 
 
 def test_commit_report_is_parsed() -> None:
     path = "/etc/systemd/system/sglang.service"
-    host = FakeTransport("gpu-01").on(
-        r"# remediate commit", f"@@backup 0 {path}.bak.oom.{EPOCH}.1\n@@analyze {path}:3: warn\n" + REPORT
-    )
+    host = commit_host(f"@@backup 0 {path}.bak.oom.{EPOCH}.1\n@@analyze {path}:3: warn\n" + REPORT)
     report = commit.commit(host, UNIT, [FileWrite(path, OLD, NEW)], epoch=EPOCH)
     assert report.backups == {path: f"{path}.bak.oom.{EPOCH}.1"}
     assert report.restart_epoch == 1764400001.0
@@ -247,7 +245,7 @@ def test_probe_reads_every_file_its_one_systemctl_show_names(tmp_path: Path) -> 
 
 def test_the_state_after_the_restart_is_parsed_for_the_health_wait() -> None:
     state = "@@state ActiveState=active\n@@state MainPID=4242\n@@state Environment=A=b=c\n"
-    host = FakeTransport("gpu-01").on(r"# remediate commit", REPORT.replace("@@end\n", state + "@@end\n"))
+    host = commit_host(REPORT.replace("@@end\n", state + "@@end\n"))
     report = commit.commit(host, UNIT, [FileWrite("/etc/systemd/system/x.service", OLD, NEW)], epoch=EPOCH)
     assert report.invocation_id == "inv-2"
     assert report.state == {"ActiveState": "active", "MainPID": "4242", "Environment": "A=b=c"}

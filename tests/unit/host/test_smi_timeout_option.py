@@ -17,20 +17,13 @@ from remediate.fleet.request import OomRequest
 from remediate.host.common.options import RunOptions
 from remediate.host.oom.runner import remediate_host
 from tests.support.fake_transport import FakeTransport
-from tests.support.hosts import INCIDENT, incident_host
-from tests.support.hosts import SHORT_ARGV as ARGV
+from tests.support.hosts import INCIDENT, smi_timeout_host
 from tests.support.hosts import UNIT_PATH as PATH
 
 
 def _remediated() -> str:
     sources = UnitSources(fragment=SourceFile(path=PATH, text=INCIDENT), env_files={})
     return plan_edit(sources, DesiredState(), now=datetime.now(tz=UTC)).files[0].new_text
-
-
-def _host(text: str = INCIDENT, *, smi: str = "timeout") -> FakeTransport:
-    """One host whose nvidia-smi queries both timed out (what the script reports as ``@@gpus timeout``)."""
-    extra = ["@@journal", "@@gpus", f"@@gpus {smi}", "@@apps", f"@@apps {smi}", "@@ps", "  100     1"]
-    return incident_host(text=text, path=PATH, argv=ARGV, active="active", MainPID=100, probe_tail=extra)
 
 
 def _scripts(fake: FakeTransport) -> str:
@@ -40,7 +33,7 @@ def _scripts(fake: FakeTransport) -> str:
 
 @pytest.mark.parametrize(("given", "bound"), [(None, 10), (3, 3)])
 def test_diagnose_sends_the_bound_and_names_it_in_the_note(given: int | None, bound: int) -> None:
-    fake = _host()
+    fake = smi_timeout_host()
     (result,) = api.diagnose(
         api.DiagnoseRequest(targets=("gpu-01",), smi_timeout=given), transport_factory=lambda entry, ssh: fake
     )
@@ -51,7 +44,7 @@ def test_diagnose_sends_the_bound_and_names_it_in_the_note(given: int | None, bo
 
 
 def test_oom_dry_run_sends_the_bound_in_its_evidence_read() -> None:
-    fake = _host()
+    fake = smi_timeout_host()
     request = OomRequest(targets=("gpu-01",), dry_run=True, smi_timeout=4)
     (result,) = api.remediate_oom(request, transport_factory=lambda entry, ssh: fake).results
     assert "timeout -k 2 4 nvidia-smi --query-gpu=" in _scripts(fake)
@@ -61,7 +54,7 @@ def test_oom_dry_run_sends_the_bound_in_its_evidence_read() -> None:
 
 def test_oom_sends_the_bound_in_its_locked_read() -> None:
     """A real run reads under the unit's lock (here an already remediated, healthy unit: nothing to commit)."""
-    fake = _host(_remediated())
+    fake = smi_timeout_host(_remediated())
     fake.http("/server_info", (200, json.dumps({"max_total_num_tokens": 195011, "chunked_prefill_size": 4096})))
     result = remediate_host(fake, RunOptions(smi_timeout=4))
     assert result.outcome == "unchanged", result
