@@ -2,7 +2,7 @@
 
 The engine (``sglang`` by default, or ``vllm``) names the entry points looked for: ``python -m
 sglang.launch_server`` (any python) / ``sglang serve``, or ``python -m vllm.entrypoints.openai.api_server`` /
-``vllm serve``; ``engine_of`` says which one a command runs. Handles the launchers of
+``vllm serve``; ``engine_in_exec`` says which one a command runs. Handles the launchers of
 ``launchers.py`` (``numactl``, ``env``, ``sudo``, ``conda run`` …), ``bash -c '…'`` / ``su -c '…'``
 scripts (tokenised with shell rules; their ``export``/``unset`` statements recorded) and
 ``docker``/``podman run`` (``-e`` in every spelling; a shell inside the container too). Along the way
@@ -388,7 +388,7 @@ def find_in_exec(value: MappedText | str, engine: str = "sglang") -> SglangComma
     return find_command(words, shell=False, kind="ExecStart=", engine=engine)
 
 
-def engine_of(value: MappedText | str) -> str | None:
+def engine_in_exec(value: MappedText | str) -> str | None:
     """Which engine an ``ExecStart=`` value runs: "sglang", "vllm" or None (ConfigError: a wrapper in front
     of that engine cannot be read)."""
     refused: list[tuple[str, ConfigError]] = []

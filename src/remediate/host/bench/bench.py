@@ -30,13 +30,14 @@ from remediate.core.bench.sweep import (
     skip_reason,
 )
 from remediate.core.diagnosis.explain import explain_crash
+from remediate.core.engines import VLLM
 from remediate.core.probe import ServiceState
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
 from remediate.host.bench.bench_vllm import reset_prefix_cache, send_completion, vllm_limits
 from remediate.host.common.facts import fetch_json, fetch_server_info, journal_since, read_state, read_streamed
 from remediate.host.common.options import RunOptions
-from remediate.host.common.probe import endpoint_of, probe, resolve_unit
-from remediate.host.plan.budget_vllm import unit_engine, vllm_endpoint
+from remediate.host.common.probe import endpoint_of, engine_of, probe, resolve_unit
+from remediate.host.plan.budget_vllm import vllm_endpoint
 from remediate.models import ProbeReport
 from remediate.transport.base import Transport
 from remediate.transport.http1 import HttpStream
@@ -101,7 +102,7 @@ def _sweep(
     state = found.state
     assert state is not None
     unit = bench.unit = state.unit
-    is_vllm = unit_engine(found) == "vllm"
+    is_vllm = engine_of(found) is VLLM
     run_options = RunOptions(server_port=options.server_port)
     host, port = vllm_endpoint(found, run_options) if is_vllm else endpoint_of(found, run_options)
     bench.endpoint = f"{host}:{port}"

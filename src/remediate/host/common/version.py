@@ -28,7 +28,7 @@ from remediate.core.unitfile.sources import server_args
 from remediate.errors import ConfigError
 from remediate.host.common.facts import fetch_json, fetch_server_info
 from remediate.host.common.options import RunOptions
-from remediate.host.common.probe import endpoint_of, engine_of_probe
+from remediate.host.common.probe import endpoint_of, engine_of
 from remediate.transport.base import Transport
 
 VLLM_VERSION_PATH = "/version"  # vllm entrypoints/openai/api_server.py show_version (0.8.5 … 0.11.0)
@@ -46,7 +46,7 @@ def server_version(
     state = found.state
     if state is None or state.active_state != "active":
         return None
-    engine = engine_of_probe(found)
+    engine = engine_of(found)
     if engine is SGLANG:
         if info is None:
             info, _ = fetch_server_info(transport, *endpoint_of(found, options))
@@ -64,7 +64,7 @@ def read_engine_version(
     journal: Iterable[str] = (),
 ) -> EngineVersion | None:
     """The best version there is: the server's, else the journal's (vLLM), else the package's."""
-    engine = engine_of_probe(found)
+    engine = engine_of(found)
     return first_known(
         server_version(transport, found, options, info),
         parse_log_version(engine.name, journal),

@@ -32,7 +32,7 @@ from remediate.core.diagnosis.gpus import (
     process_tree,
     visible_uuids,
 )
-from remediate.core.engines import SGLANG, Engine, Verdict
+from remediate.core.engines import Verdict
 from remediate.core.engines.sglang.flags import graph_batch_flag
 from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.numbers import as_float
@@ -44,7 +44,7 @@ from remediate.core.unitfile.sources import load_service
 from remediate.errors import ConfigError
 from remediate.host.common.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.common.outcome import host_outcome, new_result, record_unit
-from remediate.host.common.probe import read_unit
+from remediate.host.common.probe import engine_of, read_unit
 from remediate.host.common.version import read_engine_version, version_notes
 from remediate.models import DiagnosisReport, EngineVersion, HostResult, JsonObject, UnitState
 from remediate.transport.base import Transport
@@ -222,14 +222,6 @@ def recipe_command(target: str, unit: str | None, rec: Recommendation) -> str | 
     return shlex.join(["remediate", "oom", target, *(["--unit", unit] if unit else [])])
 
 
-def engine_of_sources(sources: UnitSources) -> Engine:
-    """The engine the unit runs (sglang where the unit cannot be read: its diagnosis says why)."""
-    try:
-        return load_service(sources).engine
-    except ConfigError:
-        return SGLANG
-
-
 def visible_devices(sources: UnitSources) -> str | None:
     """The unit's ``CUDA_VISIBLE_DEVICES`` (None: unset, or not known here)."""
     try:
@@ -278,7 +270,7 @@ def read_diagnosis_evidence(
     foreign = foreign_apps(apps, server, visible_uuids(visible_devices(sources), gpus))
     for app in foreign:
         notes.append(f"GPU process {app.pid} ({app.used_bytes >> 20} MiB) is not part of {state.unit}")
-    engine = engine_of_sources(sources)
+    engine = engine_of(found)
     if engine.verdict is not None and engine.advise is not None:
         # An engine with its own failure reader (vLLM): its verdict, read past its wrappers, and its advice.
         verdict = engine.verdict(lines)

@@ -39,7 +39,7 @@ from remediate.core.engines.vllm.startup import STARTUP_LINES_ERE, parse_vllm_st
 from remediate.core.probe import ProbeResult
 from remediate.core.startup import ServerSettings, StartupNumbers
 from remediate.core.unitfile.argv import server_endpoint
-from remediate.core.unitfile.command import engine_of, find_in_exec
+from remediate.core.unitfile.command import find_in_exec
 from remediate.core.unitfile.edit import DesiredState
 from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConfigError
@@ -54,19 +54,6 @@ DEFAULT_PORT = 8000  # vllm/entrypoints/openai/cli_args.py
 _TAIL, _SMI = "@@journal-tail", "@@smi"
 _MIB = 1 << 20
 _MODEL_LINE = re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config: model='([^']*)'")
-
-
-def unit_engine(found: ProbeResult) -> str | None:
-    """Which engine the unit's ExecStart runs ("sglang", "vllm" or None), from what ``systemctl show`` read."""
-    assert found.state is not None
-    for argv in found.state.exec_argvs:
-        try:
-            engine = engine_of(shlex.join(argv))
-        except ConfigError:
-            continue
-        if engine is not None:
-            return engine
-    return None
 
 
 def vllm_args(found: ProbeResult) -> VllmArgs | None:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from remediate.core.engines import VLLM
 from remediate.core.engines.vllm.advice import kv_bytes_refusal
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import DesiredState, UnitEdit
@@ -13,14 +14,13 @@ from remediate.core.unitfile.sources import UnitSources
 from remediate.errors import ConfigError, RefusedError
 from remediate.host.common.options import BudgetOptions, RunOptions
 from remediate.host.common.outcome import must_refuse
-from remediate.host.common.probe import run_read_only
+from remediate.host.common.probe import engine_of, run_read_only
 from remediate.host.plan.budget import HostBudget, auto_desired, plan_budget, plan_document, read_budget_evidence
 from remediate.host.plan.budget_vllm import (
     auto_desired_vllm,
     plan_vllm,
     read_vllm_evidence,
     recipe_warning,
-    unit_engine,
     vllm_plan_document,
 )
 from remediate.models import HostResult
@@ -38,7 +38,7 @@ def plan_host(
     """Read the host's evidence and plan the fraction; changes nothing (outcome ``unchanged``)."""
 
     def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
-        if unit_engine(found) == "vllm":
+        if engine_of(found) is VLLM:
             _plan_vllm(transport, found, options, budget, result)
             return
         planned = plan_budget(read_budget_evidence(transport, found, sources, options), budget, result.host)
@@ -66,7 +66,7 @@ def auto_step(
 ) -> DesiredState:
     """`oom --auto`: plan from this host's evidence; the plan goes into the result, the choice into the edit."""
     assert options.auto is not None
-    if unit_engine(found) == "vllm":
+    if engine_of(found) is VLLM:
         evidence = read_vllm_evidence(transport, found, options)
         budget = plan_vllm(evidence, options.auto, result.host)
         result.plan = vllm_plan_document(budget, evidence)
@@ -91,7 +91,7 @@ def floor_step(
     lowest at which one ``max_model_len`` request still fits would not start (vLLM's
     ``kv_cache_utils.check_enough_kv_cache_memory``), so it is refused before anything is written (--force:
     a warning; --dry-run: says a real run refuses). No model from the evidence: nothing said."""
-    if options.auto is not None or unit_engine(found) != "vllm":
+    if options.auto is not None or engine_of(found) is not VLLM:
         return
     after = plan.after.mem_fraction_static
     if after is None or after == plan.before.mem_fraction_static:
