@@ -54,6 +54,7 @@ class Engine:
     label: str  # "sglang", "vLLM": in messages
     fraction_flag: str  # the memory fraction's flag, without dashes
     prefill_flag: str  # the per-step prefill bound's flag, without dashes
+    context_flag: str  # the longest sequence the server takes (prompt + generated), without dashes
     default_port: int
     resolve_flag: Callable[[str], str | None]  # an argv option (without ``--``) → the canonical flag, or None
     bool_flags: frozenset[str]  # flags that take no value
@@ -82,6 +83,10 @@ class Engine:
     @property
     def prefill_option(self) -> str:
         return f"--{self.prefill_flag}"
+
+    @property
+    def context_option(self) -> str:
+        return f"--{self.context_flag}"
 
     @property
     def fraction_key(self) -> str:

@@ -15,12 +15,14 @@ def _capacity(lines: Sequence[str]) -> int | None:
 
 
 # sglang server_args.py: --mem-fraction-static (no default worth writing: sglang derives it from the GPU),
-# --chunked-prefill-size (-1 disables chunking), --port 30000; /server_info (≥ 0.5.6) or /get_server_info.
+# --chunked-prefill-size (-1 disables chunking), --context-length, --port 30000; /server_info (≥ 0.5.6) or
+# /get_server_info.
 SGLANG = Engine(
     name="sglang",
     label="sglang",
     fraction_flag="mem-fraction-static",
     prefill_flag="chunked-prefill-size",
+    context_flag="context-length",
     default_port=30000,
     resolve_flag=resolve_flag,
     bool_flags=SGLANG_BOOL_FLAGS,

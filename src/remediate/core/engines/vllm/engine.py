@@ -2,7 +2,7 @@
 ``/health``, the ``GPU KV cache size`` line as the pool, and its failures with the direction of each fix.
 
 vllm/engine/arg_utils.py ``EngineArgs``: ``--gpu-memory-utilization`` (default 0.9, vllm/config/cache.py
-``CacheConfig``), ``--max-num-batched-tokens`` (the per-step token budget, the profile run's size);
+``CacheConfig``), ``--max-num-batched-tokens`` (the per-step token budget, the profile run's size), ``--max-model-len``;
 vllm/entrypoints/openai/cli_args.py: ``--port`` 8000. No endpoint reports the pool in tokens (the startup line
 of vllm/v1/core/kv_cache_utils.py is the source), so ``info_paths`` is empty.
 """
@@ -105,6 +105,7 @@ VLLM = Engine(
     label="vLLM",
     fraction_flag="gpu-memory-utilization",
     prefill_flag="max-num-batched-tokens",
+    context_flag="max-model-len",
     default_port=8000,
     resolve_flag=resolve_vllm_flag,
     bool_flags=_BOOL_WORDS,
