@@ -464,3 +464,33 @@ def offline_plan(
     for row in doc["rows"]:
         row["current"] = False  # no server runs: the table is only centred on the target
     return doc
+
+
+class SglangPlan:
+    """sglang's planner (host/plan/planner.py): the journal, ``/server_info`` and the unit's settings; its own
+    floor is in the plan, so a plain recipe's step has nothing more against it here."""
+
+    def plan(
+        self,
+        transport: Transport,
+        found: ProbeResult,
+        sources: UnitSources,
+        options: RunOptions,
+        budget: BudgetOptions,
+        host: str,
+    ) -> tuple[HostBudget, dict[str, Any]]:
+        planned = plan_budget(read_budget_evidence(transport, found, sources, options), budget, host)
+        return planned, plan_document(planned)
+
+    def choose(
+        self, planned: HostBudget, desired: DesiredState, *, allow_raise: bool
+    ) -> tuple[DesiredState, list[str]]:
+        return auto_desired(planned, desired, allow_raise=allow_raise)
+
+    def recipe_refusal(
+        self, transport: Transport, found: ProbeResult, after: str, options: RunOptions, host: str
+    ) -> str | None:
+        return None
+
+
+SGLANG_PLAN = SglangPlan()

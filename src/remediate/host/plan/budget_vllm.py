@@ -40,7 +40,7 @@ from remediate.core.probe import ProbeResult
 from remediate.core.startup import ServerSettings, StartupNumbers
 from remediate.core.unitfile.argv import server_endpoint
 from remediate.core.unitfile.command import find_in_exec
-from remediate.core.unitfile.edit import DesiredState
+from remediate.core.unitfile.edit import DesiredState, UnitSources
 from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConfigError
 from remediate.host.common.facts import fetch_json
@@ -328,3 +328,38 @@ def recipe_warning(budget: HostBudget, evidence: VllmEvidence, utilization: floa
     if budget.model is None:
         return None
     return below_floor(budget.model, utilization, evidence.numbers.max_model_len)
+
+
+class VllmPlan:
+    """vLLM's planner (host/plan/planner.py): its journal, ``/metrics``, ``/v1/models`` and nvidia-smi; a plain
+    recipe's utilization below the lowest at which one ``max_model_len`` request still fits is said (vLLM's
+    ``kv_cache_utils.check_enough_kv_cache_memory`` would refuse to start)."""
+
+    def plan(
+        self,
+        transport: Transport,
+        found: ProbeResult,
+        sources: UnitSources,
+        options: RunOptions,
+        budget: BudgetOptions,
+        host: str,
+    ) -> tuple[HostBudget, dict[str, Any]]:
+        evidence = read_vllm_evidence(transport, found, options)
+        planned = plan_vllm(evidence, budget, host)
+        return planned, vllm_plan_document(planned, evidence)
+
+    def choose(
+        self, planned: HostBudget, desired: DesiredState, *, allow_raise: bool
+    ) -> tuple[DesiredState, list[str]]:
+        return auto_desired_vllm(planned, desired, allow_raise=allow_raise)
+
+    def recipe_refusal(
+        self, transport: Transport, found: ProbeResult, after: str, options: RunOptions, host: str
+    ) -> str | None:
+        evidence = read_vllm_evidence(transport, found, options)
+        if evidence.kv_bytes is not None:  # the start logged it (a --config file's): lowering the utilization is moot
+            raise ConfigError(kv_bytes_refusal(evidence.kv_bytes), source=found.state.unit if found.state else None)
+        return recipe_warning(plan_vllm(evidence, BudgetOptions(), host), evidence, float(after))
+
+
+VLLM_PLAN = VllmPlan()
