@@ -75,6 +75,16 @@ class Engine:
     # from nvidia-smi or None) → what diagnose recommends
     advise: Callable[[Verdict, str | None, int, int | None], Recommendation] | None = None
     abbreviates: Callable[[str], bool] = lambda _name: False  # an option word abbreviating a knob: refused
+    # a --config YAML as the engine merges it into its argv (core/unitfile/config.py): the keys' underscores
+    # dashed (vLLM's FlexibleArgumentParser) or verbatim (sglang); a false boolean flag as --no-KEY (vLLM's
+    # BooleanOptionalAction) or left out; a boolean for a valued flag as its value (sglang: --flag true)
+    config_dashes_keys: bool = False
+    config_negates_false: bool = False
+    config_bool_values: bool = True
+    fraction_column: str = ""  # the plan table's fraction column ("" : the flag's name)
+    # a request's limit follows from the pool (sglang's max_req_input_len); else it is the engine's own
+    # (vLLM's max_model_len), and the plan table shows no such column
+    has_pool_request_limit: bool = True
 
     @property
     def fraction_option(self) -> str:
@@ -83,6 +93,10 @@ class Engine:
     @property
     def prefill_option(self) -> str:
         return f"--{self.prefill_flag}"
+
+    @property
+    def fraction_heading(self) -> str:
+        return self.fraction_column or self.fraction_flag
 
     @property
     def context_option(self) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
-from remediate.core.engines import Engine
+from remediate.core.engines import SGLANG, Engine
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, alloc_value, plan_alloc
 from remediate.core.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
 from remediate.core.unitfile.envfile import EnvAssignment
@@ -74,7 +74,7 @@ class UnitSettings:
     mem_fraction_static: str | None  # the engine's fraction flag (vLLM: --gpu-memory-utilization)
     chunked_prefill_size: str | None  # the engine's prefill bound (vLLM: --max-num-batched-tokens)
     alloc_conf: str | None
-    engine: str = "sglang"
+    engine: str = SGLANG.name
 
 
 @dataclass(frozen=True)

@@ -326,7 +326,7 @@ def _server_config(service: Service) -> ServerConfig | None:
         return ServerConfig(path, None, f"missing on the host ({engine.label} exits at startup)")
     if read.error is not None or read.data is None:
         raise ConfigError(read.error or f"--config {path} was not parsed", source=path)
-    words, notes = config_words(read.data, engine.name, engine.bool_flags, engine.resolve_flag)
+    words, notes = config_words(read.data, engine)
     service.notes.extend(f"--config {path}: {note}" for note in notes)
     return ServerConfig(path, words, notes=notes)
 

@@ -32,7 +32,7 @@ from remediate.core.diagnosis.gpus import (
     process_tree,
     visible_uuids,
 )
-from remediate.core.engines import Verdict
+from remediate.core.engines import SGLANG, Verdict, engine_named
 from remediate.core.engines.sglang.flags import graph_batch_flag
 from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.numbers import as_float
@@ -118,7 +118,7 @@ class DiagnosisEvidence:
     apps: tuple[GpuApp, ...]
     foreign: tuple[GpuApp, ...]
     notes: tuple[str, ...]
-    engine: str = "sglang"
+    engine: str = SGLANG.name
     verdict: Verdict | None = None  # an engine with its own failure reader (vLLM): its reading
 
     @property
@@ -129,14 +129,15 @@ class DiagnosisEvidence:
         """The latest failure's findings, masked (the JSON's ``findings``)."""
         if self.verdict is not None:
             return (_verdict_dict(self.verdict),)
-        if self.engine != "sglang":
+        if engine_named(self.engine).verdict is not None:  # the engine's own reader found nothing
             return ()
         return tuple(_finding_dict(f) for f in self.diagnosis.latest)
 
     def record(self, result: HostResult, state: UnitState, command: str | None) -> None:
         """Put the diagnosis in ``result``: the findings, the recommendation with its ``command``, the GPUs."""
         found = self.findings_json()
-        sglang = self.verdict is None and self.engine == "sglang"
+        # read by core/diagnosis (sglang's pipeline, the engine without a reader of its own): its runs count
+        sglang = self.verdict is None and engine_named(self.engine).verdict is None
         result.engine = self.engine
         result.findings = found
         result.recommendation = {**self.recommendation.to_dict(), "command": command}

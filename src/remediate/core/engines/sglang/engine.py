@@ -31,4 +31,5 @@ SGLANG = Engine(
     process_entry="sglang[.]launch_server|(.*/)?sglang",
     startup_lines_ere=STARTUP_LINES_ERE,
     info_paths=("/server_info", "/get_server_info"),
+    fraction_column="mem-fraction",
 )

@@ -119,4 +119,9 @@ VLLM = Engine(
     verdict=vllm_verdict,
     advise=_advise,
     abbreviates=abbreviates_vllm_knob,
+    config_dashes_keys=True,  # vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args dashes them
+    config_negates_false=True,
+    config_bool_values=False,
+    fraction_column="gpu-memory-util",
+    has_pool_request_limit=False,  # a request's limit is max_model_len, not the pool
 )
