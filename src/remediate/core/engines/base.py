@@ -81,6 +81,11 @@ class Engine:
     config_dashes_keys: bool = False
     config_negates_false: bool = False
     config_bool_values: bool = True
+    # a knob set only in a --config file that was not read refuses an implicit edit (sglang's units have always
+    # been edited on the command line alone)
+    guards_config_knobs: bool = False
+    kv_bytes_flag: str | None = None  # the KV cache sized in bytes: the fraction then sizes nothing
+    kv_bytes_refusal: Callable[[str], str] | None = None  # why the recipe is refused where that flag is set
     fraction_column: str = ""  # the plan table's fraction column ("" : the flag's name)
     # a request's limit follows from the pool (sglang's max_req_input_len); else it is the engine's own
     # (vLLM's max_model_len), and the plan table shows no such column

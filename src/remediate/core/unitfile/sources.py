@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from remediate.core.engines import ENGINES, SGLANG, Engine
+from remediate.core.engines import DEFAULT, ENGINES, Engine
 from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_flags, find_in_exec, shell_var
 from remediate.core.unitfile.command import mentions_engine
 from remediate.core.unitfile.config import ConfigRead, ServerConfig, config_words, named_config
@@ -107,7 +107,7 @@ class Service:
     literal: bool = False  # ExecStart=:… (no variable substitution)
     env_files: dict[str, EnvFile] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    engine: Engine = SGLANG  # the engine the command runs
+    engine: Engine = DEFAULT  # the engine the command runs
     config: ServerConfig | None = None  # the ``--config`` YAML the command line names
 
     def items(self) -> list[ArgItem]:
@@ -244,7 +244,7 @@ def _runner(located: Located) -> tuple[Engine, SglangCommand] | None:
         try:
             command = find_in_exec(located.directive.value, engine.name)
         except ConfigError as exc:
-            if engine is not SGLANG and not _mentions(located.directive.value, engine):
+            if engine is not DEFAULT and not _mentions(located.directive.value, engine):
                 continue
             raise ConfigError(f"ExecStart= at line {located.directive.first_line.number}: {exc.message}",
                               source=located.path) from None  # fmt: skip

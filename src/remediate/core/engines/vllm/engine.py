@@ -93,6 +93,12 @@ def vllm_verdict(lines: Sequence[str]) -> Verdict | None:
                    numbers, tuple(evidence), stale)  # fmt: skip
 
 
+def _kv_bytes_refusal(value: str) -> str:
+    from remediate.core.engines.vllm.advice import kv_bytes_refusal  # loaded when first asked, as _advise is
+
+    return kv_bytes_refusal(value)
+
+
 def _advise(verdict: Verdict, utilization: str | None, foreign: int, total_bytes: int | None = None) -> Recommendation:
     # core/diagnosis reads the unit (core/unitfile), which reads this registry: imported when first asked
     from remediate.core.engines.vllm.advice import vllm_recommendation
@@ -119,6 +125,9 @@ VLLM = Engine(
     verdict=vllm_verdict,
     advise=_advise,
     abbreviates=abbreviates_vllm_knob,
+    guards_config_knobs=True,
+    kv_bytes_flag="kv-cache-memory-bytes",  # vllm/config/cache.py CacheConfig.kv_cache_memory_bytes
+    kv_bytes_refusal=_kv_bytes_refusal,
     config_dashes_keys=True,  # vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args dashes them
     config_negates_false=True,
     config_bool_values=False,
