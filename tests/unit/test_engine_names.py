@@ -41,9 +41,6 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("core/diagnosis/parser.py", "sglang"): (1, "a traceback frame's path searched for sglang's package"),
     ("core/bench/record.py", "sglang"): (1, "the bench record's `backend`, as sglang's bench_serving writes it"),
     ("cli/render/plan.py", "vllm"): (2, "the plan JSON's `vllm` section (its key) and the label of its line"),
-    ("api/journal.py", "vllm"): (1, "`plan --journal --unit-file`: vLLM's argv reader for a local unit file (the "
-                                    "saved-journal plan picks vLLM's planner by its unit or journal, not yet through "
-                                    "host/plan/planner.py)"),
 }  # fmt: skip
 
 
