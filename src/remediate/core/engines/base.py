@@ -2,8 +2,10 @@
 
 An :class:`Engine` is a description, not a framework: the layers above ask it for the engine's own words
 (the fraction flag, the prefill flag, the capacity line, the failure reader) instead of asking ``if engine ==``.
-A new engine is one folder under ``core/engines/`` building one of these, and one line in the registry
-(``core/engines/__init__.py``).
+A new engine is one folder under ``core/engines/`` building one of these, one line in the registry
+(``core/engines/__init__.py``), and its side of each feature that does I/O per engine (host/bench/server.py
+``BenchEngine``, host/plan/planner.py ``PlanEngine``). Nothing outside asks for a name
+(tests/unit/test_engine_names.py).
 """
 
 from __future__ import annotations
