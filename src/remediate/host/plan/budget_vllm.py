@@ -17,6 +17,7 @@ from remediate.core.capacity.headroom import Knobs, Spike, choose
 from remediate.core.capacity.observation import matching
 from remediate.core.capacity.pool import Measured, Unmodelled, calibrate
 from remediate.core.diagnosis.torch_oom import parse_torch_oom
+from remediate.core.engines import VLLM
 from remediate.core.engines.version import parse_log_version
 from remediate.core.engines.vllm.advice import kv_bytes_refusal
 from remediate.core.engines.vllm.argv import VllmArgs, parse_vllm_args
@@ -62,7 +63,6 @@ JOURNAL_LINES = 5000
 VLLM_PLAN_ABSENT = ("systemctl", "metrics", "v1_models", "nvidia-smi")
 """What a live `plan` of a vLLM unit reads besides the journal and the unit: its state, /metrics, /v1/models and
 the GPUs' total memory."""
-DEFAULT_PORT = 8000  # vllm/entrypoints/openai/cli_args.py
 _TAIL, _SMI = "@@journal-tail", "@@smi"
 _MIB = 1 << 20
 _MODEL_LINE = re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config: model='([^']*)'")
@@ -97,7 +97,7 @@ def vllm_endpoint(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
         value = args.value(name) if args else None
         if value is not None:
             argv += [f"--{name}", value]
-    return server_endpoint(argv, options.server_port or DEFAULT_PORT)
+    return server_endpoint(argv, options.server_port or VLLM.default_port)
 
 
 @dataclass(frozen=True)
