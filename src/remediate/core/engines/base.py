@@ -88,6 +88,12 @@ class Engine:
     guards_config_knobs: bool = False
     kv_bytes_flag: str | None = None  # the KV cache sized in bytes: the fraction then sizes nothing
     kv_bytes_refusal: Callable[[str], str] | None = None  # why the recipe is refused where that flag is set
+    # by release (core/engines/version.py): where the server reports it (None: in its info document), its own
+    # default fraction, the decode graph flag it accepts, what it says of the flags a command line writes
+    version_path: str | None = None
+    default_fraction_at: Callable[[tuple[int, ...] | None], float | None] | None = None
+    graph_flag_at: Callable[[tuple[int, ...] | None], str | None] | None = None
+    flag_problems_at: Callable[[list[str], tuple[int, ...] | None, str], list[str]] | None = None
     fraction_column: str = ""  # the plan table's fraction column ("" : the flag's name)
     # a request's limit follows from the pool (sglang's max_req_input_len); else it is the engine's own
     # (vLLM's max_model_len), and the plan table shows no such column

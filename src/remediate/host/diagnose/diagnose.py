@@ -33,8 +33,6 @@ from remediate.core.diagnosis.gpus import (
     visible_uuids,
 )
 from remediate.core.engines import SGLANG, Verdict, engine_named
-from remediate.core.engines.sglang.flags import graph_batch_flag
-from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.numbers import as_float
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import UnitSettings, UnitSources, read_settings
@@ -279,16 +277,16 @@ def read_diagnosis_evidence(
             fraction = read_settings(sources).mem_fraction_static
         except ConfigError:
             fraction = None
-        if fraction is None and version is not None and version.engine == engine.name:
+        if fraction is None and version is not None and version.engine == engine.name and engine.default_fraction_at:
             # a unit that sets none runs at its release's own default (core/engines/vllm/defaults.py)
-            default = default_utilization_at(version.release)
+            default = engine.default_fraction_at(version.release)
             fraction = None if default is None else str(default)
         total = min((g.total_bytes for g in gpus), default=None)  # the card's total: a number for "raise"
         rec = engine.advise(verdict, fraction, len(foreign), total) if verdict is not None else Recommendation()
         return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes), engine.name, verdict)
     settings = unit_settings(sources, server, gpus, foreign)
-    if version is not None and version.engine == "sglang" and version.release:
-        settings = replace(settings, release_graph_flag=graph_batch_flag(version.release))  # flags by release
+    if version is not None and version.engine == engine.name and engine.graph_flag_at and version.release:
+        settings = replace(settings, release_graph_flag=engine.graph_flag_at(version.release))  # flags by release
     rec = advise(diagnosis, settings)
     return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from remediate.core.engines.base import Engine
-from remediate.core.engines.sglang.flags import SGLANG_BOOL_FLAGS, resolve_flag
+from remediate.core.engines.sglang.flags import SGLANG_BOOL_FLAGS, flag_problems, graph_batch_flag, resolve_flag
 from remediate.core.startup import STARTUP_LINES_ERE, parse_capacity_line
 
 
@@ -31,5 +31,7 @@ SGLANG = Engine(
     process_entry="sglang[.]launch_server|(.*/)?sglang",
     startup_lines_ere=STARTUP_LINES_ERE,
     info_paths=("/server_info", "/get_server_info"),
+    graph_flag_at=graph_batch_flag,
+    flag_problems_at=flag_problems,
     fraction_column="mem-fraction",
 )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from remediate.core.engines.base import Engine, Verdict
 from remediate.core.engines.vllm.argv import BOOL_FLAGS, KNOBS, LIST_FLAGS, VALUE_FLAGS, canonical
+from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.engines.vllm.failures import (
     DIRECTIONS,
     INIT_FAILED,
@@ -131,6 +132,8 @@ VLLM = Engine(
     config_dashes_keys=True,  # vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args dashes them
     config_negates_false=True,
     config_bool_values=False,
+    version_path="/version",  # vllm entrypoints/openai/api_server.py show_version (0.8.5 … 0.11.0)
+    default_fraction_at=default_utilization_at,
     fraction_column="gpu-memory-util",
     has_pool_request_limit=False,  # a request's limit is max_model_len, not the pool
 )
