@@ -10,7 +10,7 @@ import yaml
 from remediate.core.engines import Engine
 from remediate.core.probe import SHOW_PROPERTIES, ProbeResult, dropin_order, parse_probe
 from remediate.core.unitfile.argv import server_endpoint
-from remediate.core.unitfile.command import SglangCommand
+from remediate.core.unitfile.command import ServerCommand
 from remediate.core.unitfile.config import ConfigRead
 from remediate.core.unitfile.edit import SourceFile, UnitSources
 from remediate.core.unitfile.engine import EngineRead, read_engine
@@ -212,8 +212,8 @@ def engine_read(found: ProbeResult) -> EngineRead:
     return read_engine(found, sources)
 
 
-def _command(found: ProbeResult) -> SglangCommand | None:
-    """The unit's sglang command as the core reads it, or None where it cannot be read (the plan says why)."""
+def _command(found: ProbeResult) -> ServerCommand | None:
+    """The unit's server command as the core reads it, or None where it cannot be read (the plan says why)."""
     try:
         return load_service(sources_from_probe(found)).command
     except ConfigError:
