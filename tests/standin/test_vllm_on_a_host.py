@@ -11,7 +11,7 @@ import pytest
 
 from remediate.core.engines.vllm.failures import RUNTIME_OOM, diagnose_vllm
 from remediate.core.engines.vllm.startup import parse_vllm_startup
-from remediate.core.unitfile.command import engine_of
+from remediate.core.unitfile.command import engine_in_exec
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def test_the_32k_incident_as_a_unit(sandbox_host) -> None:
     host = sandbox_host
     host.set_standin(time_scale=0.001)
     exec_start = EXEC.format(address=host.address)
-    assert engine_of(exec_start) == "vllm"
+    assert engine_in_exec(exec_start) == "vllm"
     host.install_unit("vllm.service", f"[Unit]\nDescription=vLLM\n[Service]\nExecStart={exec_start}\n")
     _wait(host, lambda: _health(host) == 200)
     main_pid = host.systemctl("show", "-p", "MainPID", "--value", "vllm").stdout.strip()

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from remediate.models import HostResult
 
 if TYPE_CHECKING:
-    from remediate.core.engines.vllm.argv import VllmArgs
-    from remediate.core.unitfile.edit import UnitSettings
+    from remediate.core.unitfile.edit import UnitSettings, UnitSources
     from remediate.fleet.request import DiagnoseRequest, PlanRequest
 
 __all__ = ["MAX_JOURNAL_BYTES", "check_journal_flags", "diagnose_journal", "plan_journal", "read_journal_file"]
@@ -86,27 +85,19 @@ def _unit_settings(unit_file: str | None) -> UnitSettings | None:
         raise ConfigError(f"--unit-file: {exc.message}", source=unit_file) from None
 
 
-def _vllm_unit_args(unit_file: str) -> VllmArgs | None:
-    """The vLLM command line of a local unit file's ExecStart= (None: it runs no vLLM)."""
+def _plan_unit(unit_file: str | None) -> UnitSources | None:
+    """`plan --journal`'s unit file as read (None without one): its engine plans the journal (a file that runs
+    no engine readably is a ConfigError, as its settings say)."""
+    if unit_file is None:
+        return None
     from remediate.controller.localfile import read_unit_file
-    from remediate.core.engines.vllm.argv import parse_vllm_args
-    from remediate.core.unitfile.command import find_in_exec
-    from remediate.core.unitfile.model import parse_unit
+    from remediate.core.unitfile.edit import SourceFile, UnitSources
+    from remediate.core.unitfile.engine import disk_engine
 
-    for directive in parse_unit(read_unit_file(Path(unit_file))).directives_in("Service", "ExecStart"):
-        command = find_in_exec(directive.value, "vllm")
-        if command is not None:
-            return parse_vllm_args([t.text for t in command.args], serve=command.entry.text == "serve")
-    return None
-
-
-def _plan_unit(unit_file: str | None) -> tuple[UnitSettings | None, VllmArgs | None]:
-    """`plan --journal`'s unit: a vLLM unit's command line (its plan reads the argv), else sglang's settings."""
-    if unit_file is not None:
-        args = _vllm_unit_args(unit_file)
-        if args is not None:
-            return None, args
-    return _unit_settings(unit_file), None
+    sources = UnitSources(fragment=SourceFile(path=unit_file, text=read_unit_file(Path(unit_file))), env_files=None)
+    if disk_engine(sources) is None:
+        _unit_settings(unit_file)  # says why (a ConfigError naming the file)
+    return sources
 
 
 def diagnose_journal(request: DiagnoseRequest, *, stdin: BinaryIO | None = None) -> list[HostResult]:
@@ -151,7 +142,7 @@ def plan_journal(request: PlanRequest, *, stdin: BinaryIO | None = None) -> list
     unit = single_unit(request.unit, "plan --journal")
     if not 0 <= margin < 10:
         raise ConfigError(f"--margin {margin} must be between 0 and 10 (a share: 0.10 = 10%)")
-    settings, vllm = _plan_unit(unit_file)
+    sources = _plan_unit(unit_file)
     budget = BudgetOptions(
         target_tokens=request.target_tokens,
         chunked_prefill_size=request.chunked_prefill_size,
@@ -160,7 +151,7 @@ def plan_journal(request: PlanRequest, *, stdin: BinaryIO | None = None) -> list
         observations=read_observations(log_path(request.observations)),
     )
     saved = parse_saved_journal(read_journal_file(journal, stdin))
-    return [plan_saved(saved, journal, budget, unit=settings, unit_file=unit_file, unit_name=unit, vllm=vllm)]
+    return [plan_saved(saved, journal, budget, unit=sources, unit_file=unit_file, unit_name=unit)]
 
 
 def _journal_of(request: DiagnoseRequest | PlanRequest) -> str:

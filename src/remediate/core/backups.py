@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from remediate.core.engines import engine_named
-from remediate.core.unitfile.edit import SourceFile, UnitSettings, UnitSources, find_sglang_exec, read_settings
+from remediate.core.unitfile.edit import SourceFile, UnitSettings, UnitSources, find_server_exec, read_settings
 from remediate.errors import ConfigError, RemediateError, UnsafePathError
 
 # <original>.bak[.<tag>][.<epoch>][.<n>] — the epoch is 9–11 digits (2001…2286).
@@ -138,7 +138,7 @@ def validate_backup(backup: Backup, sources: UnitSources, unit: str) -> UnitSour
     if backup.original == sources.fragment.path and "[Service]" not in backup.text:
         raise ConfigError(f"{backup.path} has no [Service] section: not a service unit")
     try:
-        find_sglang_exec(restored)
+        find_server_exec(restored)
     except RemediateError as exc:
         raise ConfigError(f"{backup.path} would not run sglang: {exc}") from None
     return restored

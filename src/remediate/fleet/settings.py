@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from remediate.core.engines import DEFAULT, ENGINES
 from remediate.core.unitfile.edit import DesiredState, validate_desired
 from remediate.errors import ConfigError
 from remediate.fleet import rollout
@@ -156,17 +157,24 @@ def desired_state(cli_desired: DesiredArgs, settings: dict[str, Any] | None = No
     conf = cli_desired.alloc_conf or s.get("alloc_conf")
     if conf:
         kwargs["alloc_conf"] = str(conf)
-    # Keys named for vLLM apply to vLLM units only, over the neutral ones; the command line beats both.
-    vllm_fraction = s.get("gpu_memory_utilization") if cli_desired.mem_fraction_static is None else None
-    vllm_prefill = s.get("max_num_batched_tokens") if cli_desired.chunked_prefill_size is None else None
-    if "mem_fraction_step" in kwargs:
+    # Keys named for an engine (its own flags' names: vLLM's gpu_memory_utilization, max_num_batched_tokens) apply
+    # to its units only, over the neutral ones (the default engine's names); the command line beats both.
+    has_step = "mem_fraction_step" in kwargs
+    if has_step:
         if cli_desired.mem_fraction_static is not None:
             raise ConfigError("--mem-fraction-static and --mem-fraction-step are mutually exclusive")
         kwargs.pop("mem_fraction_static", None)  # a step on the command line beats an inventory fraction
-        vllm_fraction = None
-    if vllm_fraction is not None or vllm_prefill is not None:
-        as_decimal = None if vllm_fraction is None else Decimal(str(vllm_fraction))
-        kwargs["for_engine"] = (("vllm", as_decimal, None if vllm_prefill is None else int(vllm_prefill)),)
+    named: list[tuple[str, Decimal | None, int | None]] = []
+    for engine in ENGINES.values():
+        if engine is DEFAULT:
+            continue
+        fraction = None if has_step or cli_desired.mem_fraction_static is not None else s.get(engine.fraction_key)
+        prefill = s.get(engine.prefill_key) if cli_desired.chunked_prefill_size is None else None
+        if fraction is not None or prefill is not None:
+            named.append((engine.name, None if fraction is None else Decimal(str(fraction)),
+                          None if prefill is None else int(prefill)))  # fmt: skip
+    if named:
+        kwargs["for_engine"] = tuple(named)
     desired = DesiredState(**kwargs)
     validate_desired(desired)
     return desired

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from remediate.host.bench.bench import BUSY_NOTE, BenchOptions, bench_host
+from remediate.host.bench.bench import BenchOptions, bench_host
+from remediate.host.bench.bench_sglang import BUSY_NOTE
 from tests.support.fake_transport import FakeTransport, Pieces, state_output
 from tests.support.hosts import bench_ready_host
 

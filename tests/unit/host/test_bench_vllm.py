@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from remediate.core.engines import VLLM
 from remediate.errors import RemediationError
 from remediate.host.bench.bench import BenchOptions, bench_host, probe_prefill
 from remediate.host.bench.bench_vllm import NO_RESET_NOTE
@@ -85,11 +86,11 @@ def test_a_400_stops_the_sweep_and_an_error_chunk_is_the_requests_error() -> Non
 def test_the_oom_probe_is_one_prefill_through_v1_completions() -> None:
     t = host().stream("/v1/completions", answer)
     t.on(r"\Adate \+%s", "1764400100\n")
-    summary = probe_prefill(t, "vllm.service", ("127.0.0.1", 8001), 32000, info=None, vllm=True)
+    summary = probe_prefill(t, "vllm.service", ("127.0.0.1", 8001), 32000, info=None, engine=VLLM)
     assert summary.ok is True and summary.prompt_tokens == 32000, summary
     posts = [c for c in t.http_calls if c.method == "POST"]
     assert [c.path for c in posts] == ["/reset_prefix_cache", "/v1/completions"]
     body = json.loads(posts[1].body)
     assert len(body["prompt"]) == 32000 and body["max_tokens"] == 1 and body["model"] == "m"
     with pytest.raises(RemediationError, match="cannot take it"):  # 40960 + 1 generated > max_model_len
-        probe_prefill(t, "vllm.service", ("127.0.0.1", 8001), 40960, info=None, vllm=True)
+        probe_prefill(t, "vllm.service", ("127.0.0.1", 8001), 40960, info=None, engine=VLLM)

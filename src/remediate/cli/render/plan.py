@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from remediate.cli.render.console import format_tokens
+from remediate.core.engines import engine_named
 from remediate.models import HostResult
 
 
@@ -72,7 +73,7 @@ def plan_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
         flags = doc.get("flags") or {}
         alloc = f" PYTORCH_CUDA_ALLOC_CONF={choice['alloc_conf']}" if choice.get("alloc_conf") else ""
         tokens = format_tokens(choice["max_total_num_tokens"], doc.get("target_tokens"))
-        pool = "GPU KV cache size" if vllm else "max_total_num_tokens"
+        pool = engine_named(doc.get("engine")).capacity_name
         lines.append(
             (
                 "choice",
@@ -116,10 +117,11 @@ def plan_table(console: Console, doc: dict[str, Any], *, title: str = "plan") ->
     new_label = "fits " + _knob_text(proposed.get("chunked_prefill_size"), proposed.get("expandable_segments"))
     rows = doc.get("rows", [])
     has_fit = any(r["fits_current"] or r["fits_proposed"] for r in rows)
-    columns = ["mem-fraction", "tokens", "max_req_input_len", "headroom GiB", "usable GiB", now_label, new_label, ""]
-    is_vllm = doc.get("engine") == "vllm"
-    if is_vllm:  # the fraction is --gpu-memory-utilization; a request's limit is max_model_len, not the pool
-        columns = ["gpu-memory-util", "tokens", "headroom GiB", "usable GiB", now_label, new_label, ""]
+    engine = engine_named(doc.get("engine"))  # the fraction's own name; vLLM: a request's limit is not the pool's
+    columns = [engine.fraction_heading, "tokens", "max_req_input_len", "headroom GiB", "usable GiB", now_label,
+               new_label, ""]  # fmt: skip
+    if not engine.has_pool_request_limit:
+        columns.remove("max_req_input_len")
     if not has_fit:  # no diagnosed spike (or no overhead known): nothing to fit
         columns = [c for c in columns if c not in (now_label, new_label)]
     table = Table(title=title)
@@ -143,7 +145,7 @@ def plan_table(console: Console, doc: dict[str, Any], *, title: str = "plan") ->
             _gib(row["headroom_bytes"]),
             _gib(row["usable_bytes"]),
         ]
-        if is_vllm:
+        if not engine.has_pool_request_limit:
             del cells[2]
         if has_fit:
             cells += [_fit_cell(row["fits_current"]), _fit_cell(row["fits_proposed"])]

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from remediate.cli.render.console import format_tokens, safe
 from remediate.cli.render.plan import plan_table
-from remediate.core.engines import engine_named
+from remediate.core.engines import DEFAULT, engine_named
 from remediate.core.unitfile.edit import UnitEdit
 from remediate.core.unitfile.report import display_text, plan_to_dict, summary_lines, unified_diff
 from remediate.models import BackupListing, HostResult, UnitState
@@ -140,9 +140,10 @@ def recap(console: Console, results: Sequence[HostResult]) -> None:
 
 
 def status_table(console: Console, results: Sequence[HostResult]) -> None:
-    # sglang alone: its own words; any other engine: an engine column, the fraction and the prefill bound
-    mixed = any((r.engine or "sglang") != "sglang" for r in results)
-    table = Table(title="server units" if mixed else "sglang units")
+    # the default engine (sglang) alone: its own words; any other engine: an engine column, the fraction and the
+    # prefill bound
+    mixed = any((r.engine or DEFAULT.name) != DEFAULT.name for r in results)
+    table = Table(title="server units" if mixed else f"{DEFAULT.label} units")
     knobs = ("engine", "fraction", "prefill") if mixed else ("mem-fraction", "chunk")
     for column in ("host", "unit", "state", *knobs, "PYTORCH_CUDA_ALLOC_CONF", "tokens", "remediated"):
         table.add_column(column)

@@ -2,9 +2,9 @@
 :class:`~remediate.core.engines.base.Engine`, registered here by name.
 
 sglang's readers still live where they grew (core/unitfile, core/startup.py, core/diagnosis/) and
-``sglang/engine.py`` wraps them; ``vllm/`` holds vLLM's own. Which engine a unit runs is read from its
-``ExecStart=`` (core/unitfile/command.py ``engine_of``); a third engine is a new folder and one line below
-(and its entry point in command.py's ``_ENTRIES``).
+``sglang/engine.py`` wraps them; ``vllm/`` holds vLLM's own. Which engine a unit runs is read from the
+``ExecStart=`` systemd loaded (core/unitfile/engine.py ``read_engine``); a third engine is a new folder and
+one line below (and its entry point in core/unitfile/command.py's ``_ENTRIES``).
 """
 
 from __future__ import annotations

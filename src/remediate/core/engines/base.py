@@ -2,8 +2,10 @@
 
 An :class:`Engine` is a description, not a framework: the layers above ask it for the engine's own words
 (the fraction flag, the prefill flag, the capacity line, the failure reader) instead of asking ``if engine ==``.
-A new engine is one folder under ``core/engines/`` building one of these, and one line in the registry
-(``core/engines/__init__.py``).
+A new engine is one folder under ``core/engines/`` building one of these, one line in the registry
+(``core/engines/__init__.py``), and its side of each feature that does I/O per engine (host/bench/server.py
+``BenchEngine``, host/plan/planner.py ``PlanEngine``). Nothing outside asks for a name
+(tests/unit/test_engine_names.py).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Engine:
     label: str  # "sglang", "vLLM": in messages
     fraction_flag: str  # the memory fraction's flag, without dashes
     prefill_flag: str  # the per-step prefill bound's flag, without dashes
+    context_flag: str  # the longest sequence the server takes (prompt + generated), without dashes
     default_port: int
     resolve_flag: Callable[[str], str | None]  # an argv option (without ``--``) → the canonical flag, or None
     bool_flags: frozenset[str]  # flags that take no value
@@ -74,6 +77,27 @@ class Engine:
     # from nvidia-smi or None) → what diagnose recommends
     advise: Callable[[Verdict, str | None, int, int | None], Recommendation] | None = None
     abbreviates: Callable[[str], bool] = lambda _name: False  # an option word abbreviating a knob: refused
+    # a --config YAML as the engine merges it into its argv (core/unitfile/config.py): the keys' underscores
+    # dashed (vLLM's FlexibleArgumentParser) or verbatim (sglang); a false boolean flag as --no-KEY (vLLM's
+    # BooleanOptionalAction) or left out; a boolean for a valued flag as its value (sglang: --flag true)
+    config_dashes_keys: bool = False
+    config_negates_false: bool = False
+    config_bool_values: bool = True
+    # a knob set only in a --config file that was not read refuses an implicit edit (sglang's units have always
+    # been edited on the command line alone)
+    guards_config_knobs: bool = False
+    kv_bytes_flag: str | None = None  # the KV cache sized in bytes: the fraction then sizes nothing
+    kv_bytes_refusal: Callable[[str], str] | None = None  # why the recipe is refused where that flag is set
+    # by release (core/engines/version.py): where the server reports it (None: in its info document), its own
+    # default fraction, the decode graph flag it accepts, what it says of the flags a command line writes
+    version_path: str | None = None
+    default_fraction_at: Callable[[tuple[int, ...] | None], float | None] | None = None
+    graph_flag_at: Callable[[tuple[int, ...] | None], str | None] | None = None
+    flag_problems_at: Callable[[list[str], tuple[int, ...] | None, str], list[str]] | None = None
+    fraction_column: str = ""  # the plan table's fraction column ("" : the flag's name)
+    # a request's limit follows from the pool (sglang's max_req_input_len); else it is the engine's own
+    # (vLLM's max_model_len), and the plan table shows no such column
+    has_pool_request_limit: bool = True
 
     @property
     def fraction_option(self) -> str:
@@ -82,6 +106,14 @@ class Engine:
     @property
     def prefill_option(self) -> str:
         return f"--{self.prefill_flag}"
+
+    @property
+    def fraction_heading(self) -> str:
+        return self.fraction_column or self.fraction_flag
+
+    @property
+    def context_option(self) -> str:
+        return f"--{self.context_flag}"
 
     @property
     def fraction_key(self) -> str:

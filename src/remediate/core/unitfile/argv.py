@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from remediate.core.engines.sglang.flags import SGLANG_BOOL_FLAGS, SGLANG_FLAGS, resolve_flag
-from remediate.core.unitfile.command import SglangCommand, basename, find_command, find_in_exec
+from remediate.core.unitfile.command import ServerCommand, basename, find_command, find_in_exec
 from remediate.core.unitfile.envfile import EnvAssignment
 from remediate.core.unitfile.execline import Token
 from remediate.core.unitfile.model import MappedText, Span
@@ -16,7 +16,7 @@ _SHELL_VAR = re.compile(r"^\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-
 
 
 __all__ = [
-    "SGLANG_BOOL_FLAGS", "SGLANG_FLAGS", "ArgItem", "FlagHit", "SglangCommand", "basename", "find_command",
+    "SGLANG_BOOL_FLAGS", "SGLANG_FLAGS", "ArgItem", "FlagHit", "ServerCommand", "basename", "find_command",
     "find_flags", "find_in_exec", "resolve_flag", "shell_var",
 ]  # fmt: skip
 

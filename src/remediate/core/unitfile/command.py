@@ -2,7 +2,7 @@
 
 The engine (``sglang`` by default, or ``vllm``) names the entry points looked for: ``python -m
 sglang.launch_server`` (any python) / ``sglang serve``, or ``python -m vllm.entrypoints.openai.api_server`` /
-``vllm serve``; ``engine_of`` says which one a command runs. Handles the launchers of
+``vllm serve``; ``engine_in_exec`` says which one a command runs. Handles the launchers of
 ``launchers.py`` (``numactl``, ``env``, ``sudo``, ``conda run`` …), ``bash -c '…'`` / ``su -c '…'``
 scripts (tokenised with shell rules; their ``export``/``unset`` statements recorded) and
 ``docker``/``podman run`` (``-e`` in every spelling; a shell inside the container too). Along the way
@@ -94,8 +94,8 @@ class ContainerPorts:
 
 
 @dataclass(frozen=True)
-class SglangCommand:
-    """Where the sglang argv sits: ``args`` are its words in the command's own layer."""
+class ServerCommand:
+    """Where the server's argv sits (any engine's): ``args`` are its words in the command's own layer."""
 
     kind: str  # "ExecStart=", "bash -c", "sh -c", "docker", "podman", "su -c"
     entry: Token  # the last word of the entry point (``sglang.launch_server`` or ``serve``)
@@ -118,7 +118,7 @@ def basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def mentions_sglang(words: Sequence[Token], engine: str = "sglang") -> bool:
+def mentions_entry(words: Sequence[Token], engine: str = "sglang") -> bool:
     """True when some word names the engine's entry point (so an unreadable wrapper is worth naming)."""
     if not words:
         return False
@@ -144,7 +144,7 @@ def _until_separator(words: Sequence[Token], shell: bool) -> tuple[Token, ...]:
     return tuple(out)
 
 
-def _python_entry(words: Sequence[Token], shell: bool, kind: str, engine: str) -> SglangCommand | None:
+def _python_entry(words: Sequence[Token], shell: bool, kind: str, engine: str) -> ServerCommand | None:
     index = 1
     while index < len(words) and words[index].text.startswith("-"):
         option = words[index].text
@@ -155,7 +155,7 @@ def _python_entry(words: Sequence[Token], shell: bool, kind: str, engine: str) -
             module = words[module_index].text if option == "-m" else option[2:]
             if module != _ENTRIES[engine].module:
                 return None
-            return SglangCommand(kind, words[module_index], _until_separator(words[module_index + 1 :], shell), shell)
+            return ServerCommand(kind, words[module_index], _until_separator(words[module_index + 1 :], shell), shell)
         if option.startswith("-c"):
             return None
         index += 2 if option in ("-X", "-W", "--check-hash-based-pycs") else 1
@@ -237,7 +237,7 @@ def _container_options(
     return index, ops, entrypoint
 
 
-def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp], engine: str) -> SglangCommand | None:
+def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp], engine: str) -> ServerCommand | None:
     index = 1
     while index < len(words) and words[index].text not in ("run", "container") and words[index].text.startswith("-"):
         index += 2 if words[index].text in _GLOBAL_VALUE_OPTS else 1
@@ -257,12 +257,12 @@ def _container_entry(words: Sequence[Token], kind: str, ops: list[EnvOp], engine
         command = [entrypoint, *command]
     inner = find_command(command, shell=False, kind=kind, ops=[*ops, *env_ops], engine=engine)
     if inner is None:
-        if mentions_sglang(command, engine):
+        if mentions_entry(command, engine):
             raise _unreadable(f"{kind} run", engine)
         return None
     if inner.in_container:
         raise _unreadable(f"{kind} run … {inner.kind} run", engine)
-    return SglangCommand(kind if not inner.shell else inner.kind, inner.entry, inner.args, inner.shell,
+    return ServerCommand(kind if not inner.shell else inner.kind, inner.entry, inner.args, inner.shell,
                          inner.env_ops, run, ports)  # fmt: skip
 
 
@@ -284,7 +284,7 @@ def _script_ops(command: Sequence[Token], kind: str) -> list[EnvOp]:
     return []
 
 
-def shell_script(script: Token, kind: str, ops: Sequence[EnvOp], engine: str = "sglang") -> SglangCommand | None:
+def shell_script(script: Token, kind: str, ops: Sequence[EnvOp], engine: str = "sglang") -> ServerCommand | None:
     """The engine's command in a shell script (a ``-c`` string), with the script's own env changes."""
     tokens = split_shell(script.chars)
     seen = list(ops)
@@ -302,7 +302,7 @@ def shell_script(script: Token, kind: str, ops: Sequence[EnvOp], engine: str = "
     return None
 
 
-def _shell_entry(words: Sequence[Token], kind: str, ops: Sequence[EnvOp], engine: str) -> SglangCommand | None:
+def _shell_entry(words: Sequence[Token], kind: str, ops: Sequence[EnvOp], engine: str) -> ServerCommand | None:
     index = 1
     has_c = False
     while index < len(words) and words[index].text.startswith("-") and not has_c:
@@ -316,7 +316,7 @@ def _shell_entry(words: Sequence[Token], kind: str, ops: Sequence[EnvOp], engine
 
 def find_command(
     words: Sequence[Token], *, shell: bool, kind: str, ops: Sequence[EnvOp] = (), engine: str = "sglang"
-) -> SglangCommand | None:
+) -> ServerCommand | None:
     """The engine's command in one simple command's words (``shell``: they are shell words)."""
     index = 0
     env = list(ops)
@@ -335,12 +335,12 @@ def find_command(
         return None
     program = basename(words[index].text)
     rest = words[index:]
-    result: SglangCommand | None = None
+    result: ServerCommand | None = None
     entry = _ENTRIES[engine]
     if _PYTHON.fullmatch(program):
         result = _python_entry(rest, shell, kind, engine)
     elif program == entry.program and len(rest) > 1 and rest[1].text == entry.subcommand:
-        result = SglangCommand(kind, rest[1], _until_separator(rest[2:], shell), shell)
+        result = ServerCommand(kind, rest[1], _until_separator(rest[2:], shell), shell)
     elif program in _SHELLS:
         return _shell_entry(rest, f"{program} -c", env, engine)
     elif program in _CONTAINER_TOOLS:
@@ -349,21 +349,21 @@ def find_command(
         return _launched(rest, program, shell=shell, kind=kind, env=env, engine=engine)
     if result is None:
         return None
-    return SglangCommand(result.kind, result.entry, result.args, shell, tuple(env))
+    return ServerCommand(result.kind, result.entry, result.args, shell, tuple(env))
 
 
 def _launched(
     words: Sequence[Token], program: str, *, shell: bool, kind: str, env: list[EnvOp], engine: str
-) -> SglangCommand | None:
+) -> ServerCommand | None:
     """The engine's command behind a launcher (``numactl …``); unknown launchers are refused by name."""
     try:
         launch = parse_launcher(words, program)
     except ConfigError:
-        if mentions_sglang(words, engine):
+        if mentions_entry(words, engine):
             raise
         return None
     if launch is None:
-        if mentions_sglang(words[1:], engine):
+        if mentions_entry(words[1:], engine):
             raise _unreadable(program, engine)
         return None
     env = [*env, *launch.ops]
@@ -373,11 +373,11 @@ def _launched(
     if launch.module:
         if not rest or rest[0].text != _ENTRIES[engine].module:
             return None
-        return SglangCommand(kind, rest[0], _until_separator(rest[1:], shell), shell, tuple(env))
+        return ServerCommand(kind, rest[0], _until_separator(rest[1:], shell), shell, tuple(env))
     return find_command(rest, shell=shell, kind=kind, ops=env, engine=engine)
 
 
-def find_in_exec(value: MappedText | str, engine: str = "sglang") -> SglangCommand | None:
+def find_in_exec(value: MappedText | str, engine: str = "sglang") -> ServerCommand | None:
     """The engine's command run by an ``ExecStart=`` value, or None (ConfigError: it cannot be read)."""
     line = parse_exec(value)
     if not line.words:
@@ -388,7 +388,7 @@ def find_in_exec(value: MappedText | str, engine: str = "sglang") -> SglangComma
     return find_command(words, shell=False, kind="ExecStart=", engine=engine)
 
 
-def engine_of(value: MappedText | str) -> str | None:
+def engine_in_exec(value: MappedText | str) -> str | None:
     """Which engine an ``ExecStart=`` value runs: "sglang", "vllm" or None (ConfigError: a wrapper in front
     of that engine cannot be read)."""
     refused: list[tuple[str, ConfigError]] = []

@@ -24,9 +24,10 @@ words.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from remediate.core.engines.base import Engine
 from remediate.errors import ConfigError
 
 
@@ -83,27 +84,28 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
-def config_words(
-    data: Mapping[object, object], engine: str, bool_flags: frozenset[str], known: Callable[[str], str | None]
-) -> tuple[tuple[ConfigWord, ...], tuple[str, ...]]:
-    """The words ``engine`` ("sglang" or "vllm") makes of the file's mapping, and notes on keys it will refuse
-    (``known``: the engine's flag for an option name, or None)."""
+def config_words(data: Mapping[object, object], engine: Engine) -> tuple[tuple[ConfigWord, ...], tuple[str, ...]]:
+    """The words ``engine`` makes of the file's mapping (its ``config_*`` rules: sglang's keys verbatim and
+    ``--flag true``, vLLM's underscores dashed and ``--no-flag``), and notes on keys it will refuse."""
+    known, bool_flags = engine.resolve_flag, engine.bool_flags
     words: list[ConfigWord] = []
     notes: list[str] = []
     for raw_key, value in data.items():
         key = str(raw_key)
         dashed = key.replace("_", "-")
-        if engine == "sglang" and "_" in key and known(key) is None and known(dashed) is not None:
-            notes.append(f"key {key} becomes --{key}, which sglang does not accept (it exits 2): write {dashed}")
-        name = dashed if engine == "vllm" else key
+        if not engine.config_dashes_keys and "_" in key and known(key) is None and known(dashed) is not None:
+            notes.append(
+                f"key {key} becomes --{key}, which {engine.label} does not accept (it exits 2): write {dashed}"
+            )
+        name = dashed if engine.config_dashes_keys else key
         flag = f"--{name}"
         if isinstance(value, bool):
-            if dashed in bool_flags or (engine == "sglang" and known(name) in bool_flags):
+            if dashed in bool_flags or known(name) in bool_flags:
                 if value:
                     words.append(ConfigWord(flag, key))
-                elif engine == "vllm":
+                elif engine.config_negates_false:
                     words.append(ConfigWord(f"--no-{name}", key))
-            elif engine == "sglang":
+            elif engine.config_bool_values:
                 words += [ConfigWord(flag, key), ConfigWord(str(value).lower(), key)]
             elif value:
                 words.append(ConfigWord(flag, key))

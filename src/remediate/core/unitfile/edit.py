@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
-from remediate.core.engines import Engine
+from remediate.core.engines import SGLANG, Engine
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, alloc_value, plan_alloc
-from remediate.core.unitfile.argv import ArgItem, FlagHit, SglangCommand, find_flags
+from remediate.core.unitfile.argv import ArgItem, FlagHit, ServerCommand, find_flags
 from remediate.core.unitfile.envfile import EnvAssignment
 from remediate.core.unitfile.guard import guard_alloc
 from remediate.core.unitfile.knobs import refuse_abbreviations, refuse_config_owned, refuse_kv_bytes
@@ -24,7 +24,7 @@ from remediate.errors import ConfigError, OwnedElsewhereError
 
 __all__ = [
     "Change", "DesiredState", "UnitEdit", "FileEdit", "UnitSettings", "SourceFile", "UnitSources",
-    "find_sglang_exec", "plan_edit", "read_settings", "runs_sglang", "validate_desired",
+    "find_server_exec", "plan_edit", "read_settings", "runs_sglang", "validate_desired",
 ]  # fmt: skip
 
 FRACTION = "--mem-fraction-static"  # sglang's; an engine's own: Engine.fraction_option
@@ -74,7 +74,7 @@ class UnitSettings:
     mem_fraction_static: str | None  # the engine's fraction flag (vLLM: --gpu-memory-utilization)
     chunked_prefill_size: str | None  # the engine's prefill bound (vLLM: --max-num-batched-tokens)
     alloc_conf: str | None
-    engine: str = "sglang"
+    engine: str = SGLANG.name
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def validate_desired(desired: DesiredState) -> None:
         raise ConfigError(f"alloc conf must look like key:value[,key:value], got {desired.alloc_conf!r}")
 
 
-def find_sglang_exec(sources: UnitSources) -> tuple[str, int, SglangCommand]:
+def find_server_exec(sources: UnitSources) -> tuple[str, int, ServerCommand]:
     """(path, line number, command) of the one effective ``ExecStart=`` that runs the server."""
     service = load_service(sources)
     return service.exec_start.path, service.exec_start.directive.first_line.number, service.command
@@ -328,7 +328,7 @@ def _same(text: str, value: Decimal) -> bool:
 
 
 def _append_flag(plan: _Plan, setting: str, value: str) -> None:
-    """Add ``setting value`` after the last word of the sglang argv, on that word's line."""
+    """Add ``setting value`` after the last word of the server's argv, on that word's line."""
     command = plan.service.command
     items = plan.service.items()
     holder = items[-1].holder if items else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from remediate.core.engines import SGLANG
 from remediate.core.unitfile.argv import ArgItem, FlagHit, find_flags
 from remediate.core.unitfile.sources import Service
 from remediate.errors import ConfigError, OwnedElsewhereError
@@ -30,7 +29,7 @@ def refuse_config_owned(service: Service, configs: Sequence[FlagHit], flag: str,
     """``--flag`` is unset on the command line but a ``--config`` file is named: its value there is not known,
     so only an explicit value may be written over it (sglang's --config is read before the command line too,
     but its unit files have always been edited on the command line alone: unchanged)."""
-    if explicit or service.engine is SGLANG:
+    if explicit or not service.engine.guards_config_knobs:
         return
     if service.config is not None and service.config.words is not None:
         return  # the file was read and does not set it: the engine's default holds
@@ -66,12 +65,11 @@ def graph_flag_written(items: Sequence[ArgItem]) -> tuple[str, int | None] | Non
 
 
 def refuse_kv_bytes(service: Service, items: Sequence[ArgItem]) -> None:
-    """A vLLM unit that sizes its KV cache in bytes: its utilization sizes nothing, so the recipe is refused."""
+    """A unit that sizes its KV cache in bytes (vLLM's ``--kv-cache-memory-bytes``): its fraction sizes nothing,
+    so the recipe is refused."""
     engine = service.engine
-    if engine is SGLANG:
+    if engine.kv_bytes_flag is None or engine.kv_bytes_refusal is None:
         return
-    hits = find_flags(items, "kv-cache-memory-bytes", resolve=engine.resolve_flag, bool_flags=engine.bool_flags)
+    hits = find_flags(items, engine.kv_bytes_flag, resolve=engine.resolve_flag, bool_flags=engine.bool_flags)
     if hits and hits[-1].value_text is not None:
-        from remediate.core.engines.vllm.advice import kv_bytes_refusal  # the engines' texts, loaded when needed
-
-        raise ConfigError(kv_bytes_refusal(hits[-1].value_text), source=service.exec_start.path)
+        raise ConfigError(engine.kv_bytes_refusal(hits[-1].value_text), source=service.exec_start.path)

@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from remediate.core.engines import ENGINES, SGLANG, Engine
-from remediate.core.unitfile.argv import ArgItem, SglangCommand, find_flags, find_in_exec, shell_var
+from remediate.core.engines import DEFAULT, ENGINES, Engine
+from remediate.core.unitfile.argv import ArgItem, ServerCommand, find_flags, find_in_exec, shell_var
 from remediate.core.unitfile.command import mentions_engine
 from remediate.core.unitfile.config import ConfigRead, ServerConfig, config_words, named_config
 from remediate.core.unitfile.envfile import EnvAssignment, EnvFile, parse_env_file, parse_environment, words_of
@@ -95,19 +95,19 @@ class VarValue:
 
 @dataclass
 class Service:
-    """The parsed service: effective directives, environment files and the sglang command."""
+    """The parsed service: effective directives, environment files and the server's command (its engine's)."""
 
     sources: UnitSources
     units: dict[str, UnitFile]
     exec_start: Located
-    command: SglangCommand
+    command: ServerCommand
     environment: list[tuple[Located, EnvAssignment]]
     env_file_paths: list[tuple[str, bool]]  # (path, optional)
     unset: list[tuple[Located, str]] = field(default_factory=list)  # UnsetEnvironment= words: NAME or NAME=VALUE
     literal: bool = False  # ExecStart=:… (no variable substitution)
     env_files: dict[str, EnvFile] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    engine: Engine = SGLANG  # the engine the command runs
+    engine: Engine = DEFAULT  # the engine the command runs
     config: ServerConfig | None = None  # the ``--config`` YAML the command line names
 
     def items(self) -> list[ArgItem]:
@@ -237,14 +237,14 @@ def _describe(located: Located) -> str:
     return f"{located.path}:{number}"
 
 
-def _runner(located: Located) -> tuple[Engine, SglangCommand] | None:
+def _runner(located: Located) -> tuple[Engine, ServerCommand] | None:
     """The engine and its command run by one ``ExecStart=`` (sglang first, as before the seam), or None.
     A wrapper that cannot be read in front of an engine is a ConfigError naming the line."""
     for engine in ENGINES.values():
         try:
             command = find_in_exec(located.directive.value, engine.name)
         except ConfigError as exc:
-            if engine is not SGLANG and not _mentions(located.directive.value, engine):
+            if engine is not DEFAULT and not _mentions(located.directive.value, engine):
                 continue
             raise ConfigError(f"ExecStart= at line {located.directive.first_line.number}: {exc.message}",
                               source=located.path) from None  # fmt: skip
@@ -260,7 +260,7 @@ def _mentions(value: MappedText, engine: Engine) -> bool:
 def load_service(sources: UnitSources) -> Service:
     """Parse every source and find the one effective ``ExecStart=`` that runs a server engine."""
     units = {source.path: parse_unit(source.text) for source in sources.unit_files}
-    runners: list[tuple[Located, tuple[Engine, SglangCommand]]] = []
+    runners: list[tuple[Located, tuple[Engine, ServerCommand]]] = []
     for located in _service_directives(units, sources, "ExecStart"):
         found = _runner(located)
         if found is not None:
@@ -326,7 +326,7 @@ def _server_config(service: Service) -> ServerConfig | None:
         return ServerConfig(path, None, f"missing on the host ({engine.label} exits at startup)")
     if read.error is not None or read.data is None:
         raise ConfigError(read.error or f"--config {path} was not parsed", source=path)
-    words, notes = config_words(read.data, engine.name, engine.bool_flags, engine.resolve_flag)
+    words, notes = config_words(read.data, engine)
     service.notes.extend(f"--config {path}: {note}" for note in notes)
     return ServerConfig(path, words, notes=notes)
 

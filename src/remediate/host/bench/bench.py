@@ -1,47 +1,46 @@
 """The long-context sweep of one host, through its SSH connection (read-only on the unit).
 
-For each context length, short to long: ``POST /flush_cache`` (its 400 "requests are running" skips
-the point), then a streamed ``/generate`` of exactly N ``input_ids`` (greedy, ``ignore_eos``,
-``max_new_tokens`` = gen), timed as the bytes arrive. Lengths the server cannot take are skipped with
+For each context length, short to long: the engine's cache flush (sglang's ``POST /flush_cache``: its 400
+"requests are running" skips the point), then one streamed request of exactly N token ids (greedy,
+``ignore_eos``, ``gen`` new tokens; sglang's ``/generate``, vLLM's ``/v1/completions``: host/bench/server.py,
+the engine seam), timed as the bytes arrive. Lengths the server cannot take are skipped with
 the reason; the first failure stops the sweep, and if the server died the result says how (the unit's
 state, the journal's OOM lines) and points to ``remediate diagnose``.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from remediate.core.bench.latency import RequestMetrics
 from remediate.core.bench.sweep import (
     DEFAULT_GEN,
     POOL_MARGIN,
     BenchPoint,
     HostBench,
     check_counts,
-    generate_body,
-    limits_from_info,
     mask_info,
     prompt_ids,
     safe_id_range,
     skip_reason,
 )
 from remediate.core.diagnosis.explain import explain_crash
+from remediate.core.engines import SGLANG, VLLM, Engine
 from remediate.core.probe import ServiceState
 from remediate.errors import RemediateError, RemediationError, UnhealthyError
-from remediate.host.bench.bench_vllm import reset_prefix_cache, send_completion, vllm_limits
-from remediate.host.common.facts import fetch_json, fetch_server_info, journal_since, read_state, read_streamed
+from remediate.host.bench.bench_sglang import SGLANG_BENCH
+from remediate.host.bench.bench_vllm import VLLM_BENCH
+from remediate.host.bench.server import BenchEngine, Server
+from remediate.host.common.facts import journal_since, read_state
 from remediate.host.common.options import RunOptions
-from remediate.host.common.probe import endpoint_of, probe, resolve_unit
-from remediate.host.plan.budget_vllm import unit_engine, vllm_endpoint
+from remediate.host.common.probe import engine_of, probe, resolve_unit
 from remediate.models import ProbeReport
 from remediate.transport.base import Transport
-from remediate.transport.http1 import HttpStream
 
-BUSY_NOTE = "the server is busy: /flush_cache answered 400 (requests are running or queued)"
+# The engine seam's bench side (host/bench/server.py), one per engine registered in core/engines/.
+BENCH_ENGINES: Mapping[str, BenchEngine] = {SGLANG.name: SGLANG_BENCH, VLLM.name: VLLM_BENCH}
 PointFn = Callable[[HostBench, BenchPoint], None]
 RequestFn = Callable[[str, int, int], None]  # (host, requested tokens, run number from 1, warm-ups included)
 
@@ -85,8 +84,9 @@ def bench_host(
     return bench
 
 
-def _get_json(transport: Transport, host: str, port: int, *paths: str) -> dict[str, Any] | None:
-    return fetch_json(transport, host, port, *paths)[0]
+def bench_engine(engine: Engine) -> BenchEngine:
+    """The engine's requests for the sweep and ``--probe``."""
+    return BENCH_ENGINES[engine.name]
 
 
 def _sweep(
@@ -101,15 +101,14 @@ def _sweep(
     state = found.state
     assert state is not None
     unit = bench.unit = state.unit
-    is_vllm = unit_engine(found) == "vllm"
-    run_options = RunOptions(server_port=options.server_port)
-    host, port = vllm_endpoint(found, run_options) if is_vllm else endpoint_of(found, run_options)
+    side = bench_engine(engine_of(found))
+    host, port = side.endpoint(found, RunOptions(server_port=options.server_port))
     bench.endpoint = f"{host}:{port}"
     if state.active_state != "active":
         raise _down(transport, bench, state, found.now, f"{unit} is {state.active_state} ({state.get('SubState')})")
-    server = (
-        _vllm(transport, (host, port), options, bench) if is_vllm else _sglang(transport, (host, port), options, bench)
-    )
+    server = side.server(transport, (host, port), label=bench.host, gen=options.gen, timeout=options.request_timeout)
+    bench.limits = server.limits
+    bench.server_info = mask_info(server.info)
     id_range = safe_id_range(bench.limits.vocab_size)
     sent = 0
     for requested in options.contexts:
@@ -130,55 +129,8 @@ def _sweep(
             raise RemediationError(bench.host, f"{requested:,} tokens failed: {point.note}; the sweep stops here")
 
 
-@dataclass(frozen=True)
-class _Server:
-    """One engine's side of the sweep: the cache flush before each request — ("ok" | "busy" | "failed" | "note",
-    why) — and one streamed request of exact ids."""
-
-    flush: Callable[[], tuple[str, str]]
-    send: Callable[[list[int]], RequestMetrics]
-
-
-def _sglang(transport: Transport, endpoint: tuple[str, int], options: BenchOptions, bench: HostBench) -> _Server:
-    """sglang: ``/server_info`` (+ ``/model_info``) for the limits, ``POST /flush_cache``, a streamed ``/generate``."""
-    host, port = endpoint
-    info, _ = fetch_server_info(transport, host, port)
-    if info is None:
-        raise RemediationError(bench.host, f"the server at {host}:{port} does not answer /server_info; is it up?")
-    model_info = _get_json(transport, host, port, "/model_info", "/get_model_info")
-    bench.limits = limits_from_info(info, model_info)
-    bench.server_info = mask_info(info)
-
-    def flush() -> tuple[str, str]:
-        answer = transport.http_post(host, port, "/flush_cache")
-        if answer.status == 400:
-            return "busy", BUSY_NOTE
-        if answer.status is None:
-            return "failed", f"no answer to POST /flush_cache: {answer.error or 'refused'}"
-        if answer.status != 200:
-            return "note", f"/flush_cache answered {answer.status} (not flushed; unique prompts miss the cache anyway)"
-        return "ok", ""
-
-    def send(ids: list[int]) -> RequestMetrics:
-        body = json.dumps(generate_body(ids, options.gen), separators=(",", ":")).encode()
-        with transport.http_stream(host, port, "/generate", body, timeout=options.request_timeout) as stream:
-            return read_generate(stream)
-
-    return _Server(flush, send)
-
-
-def _vllm(transport: Transport, endpoint: tuple[str, int], options: BenchOptions, bench: HostBench) -> _Server:
-    """vLLM: ``/v1/models`` and ``/metrics`` for the limits, ``POST /reset_prefix_cache``, ``/v1/completions``."""
-    bench.limits, info, model = vllm_limits(transport, *endpoint)
-    bench.server_info = mask_info(info)
-    return _Server(
-        lambda: reset_prefix_cache(transport, *endpoint),
-        lambda ids: send_completion(transport, endpoint, ids, options.gen, model, options.request_timeout),
-    )
-
-
 def _measure(
-    server: _Server,
+    server: Server,
     requested: int,
     options: BenchOptions,
     id_range: tuple[int, int],
@@ -219,11 +171,6 @@ def _measure(
 def _add(notes: list[str], note: str) -> None:
     if note not in notes:
         notes.append(note)
-
-
-def read_generate(stream: HttpStream) -> RequestMetrics:
-    """The metrics of one streamed ``/generate`` answer (or why it has none)."""
-    return read_streamed(stream, "/generate")
 
 
 def _died(
@@ -269,18 +216,15 @@ def probe_prefill(
     seed: int = 0,
     timeout: float = 600.0,
     death_wait: float = 15.0,
-    vllm: bool = False,
+    engine: Engine = SGLANG,
 ) -> ProbeReport:
     """``oom --probe``: one prefill of exactly ``tokens`` tokens (the request that crashed the server) must
     succeed. Its failure is the server's: UnhealthyError with the journal's OOM lines, so the caller
-    treats it like a failed health check (and rolls back). sglang: ``/flush_cache`` then ``/generate``; vLLM:
-    its limits from ``/v1/models`` and ``/metrics``, ``/reset_prefix_cache``, a streamed ``/v1/completions``."""
-    host, port = endpoint
-    model = None
-    if vllm:
-        limits, _, model = vllm_limits(transport, host, port)
-    else:
-        limits = limits_from_info(info or {})
+    treats it like a failed health check (and rolls back). The engine's own requests (host/bench/server.py):
+    sglang's limits from ``info`` (the health wait's), vLLM's from ``/v1/models`` and ``/metrics``."""
+    server = bench_engine(engine).server(transport, endpoint, label=transport.host, gen=1, timeout=timeout,
+                                         info=info or {})  # fmt: skip
+    limits = server.limits
     reason = skip_reason(tokens, 1, limits, margin=0)
     if reason:
         raise RemediationError(transport.host, f"--probe {tokens:,}: the server cannot take it: {reason}")
@@ -288,14 +232,8 @@ def probe_prefill(
     clock = transport.run("date +%s")
     since = float(clock.stdout.strip()) if clock.ok and clock.stdout.strip().isdigit() else None
     ids = prompt_ids(tokens, seed=seed, index=0, id_range=safe_id_range(limits.vocab_size))
-    if vllm:  # a 404 (no VLLM_SERVER_DEV_MODE) is fine, as a busy flush is: the prompt's first id is unique anyway
-        reset_prefix_cache(transport, host, port)
-        metrics = send_completion(transport, endpoint, ids, 1, model, timeout)
-    else:
-        transport.http_post(host, port, "/flush_cache")
-        body = json.dumps(generate_body(ids, 1), separators=(",", ":")).encode()
-        with transport.http_stream(host, port, "/generate", body, timeout=timeout) as stream:
-            metrics = read_generate(stream)
+    server.flush()  # a busy or absent flush (vLLM's 404) is fine: the prompt's first id is unique anyway
+    metrics = server.send(ids)
     summary = ProbeReport(
         tokens=tokens,
         ok=metrics.ok,

@@ -16,9 +16,12 @@ from remediate.core.bench.latency import RequestMetrics
 from remediate.core.bench.openai import as_generate_chunks, completions_body
 from remediate.core.bench.sweep import ServerLimits
 from remediate.core.engines.vllm.capacity import parse_cache_config
+from remediate.core.probe import ProbeResult
 from remediate.errors import RemediationError
+from remediate.host.bench.server import Server
 from remediate.host.common.facts import fetch_json, read_streamed
-from remediate.host.plan.budget_vllm import models_max_len
+from remediate.host.common.options import RunOptions
+from remediate.host.plan.budget_vllm import models_max_len, vllm_endpoint
 from remediate.transport.base import Transport
 from remediate.transport.http1 import HttpStream
 
@@ -29,13 +32,45 @@ NO_RESET_NOTE = (
 )
 
 
-def vllm_limits(transport: Transport, host: str, port: int) -> tuple[ServerLimits, dict[str, Any], str | None]:
+class VllmBench:
+    """vLLM: ``/v1/models`` and ``/metrics`` for the limits, ``POST /reset_prefix_cache``, ``/v1/completions``."""
+
+    def endpoint(self, found: ProbeResult, options: RunOptions) -> tuple[str, int]:
+        return vllm_endpoint(found, options)
+
+    def server(
+        self,
+        transport: Transport,
+        endpoint: tuple[str, int],
+        *,
+        label: str,
+        gen: int,
+        timeout: float,
+        info: dict[str, Any] | None = None,
+    ) -> Server:
+        # ``info`` (sglang's /server_info) does not apply: vLLM's limits are /v1/models' and /metrics'
+        limits, shown, model = vllm_limits(transport, *endpoint, label=label)
+        return Server(
+            limits,
+            shown,
+            lambda: reset_prefix_cache(transport, *endpoint),
+            lambda ids: send_completion(transport, endpoint, ids, gen, model, timeout),
+        )
+
+    def running_context(self, transport: Transport, endpoint: tuple[str, int]) -> tuple[int | None, str]:
+        longest = models_max_len(fetch_json(transport, *endpoint, "/v1/models")[0])
+        return (longest, "the running server's /v1/models") if longest else (None, "")
+
+
+def vllm_limits(
+    transport: Transport, host: str, port: int, *, label: str | None = None
+) -> tuple[ServerLimits, dict[str, Any], str | None]:
     """What the server accepts: ``max_model_len`` (``/v1/models``) and its pool (``/metrics``); the info the
     sweep's result shows, and the served model's name."""
     models, _ = fetch_json(transport, host, port, "/v1/models")
     if models is None:
         raise RemediationError(
-            transport.host, f"the vLLM server at {host}:{port} does not answer /v1/models; is it up?"
+            label or transport.host, f"the vLLM server at {host}:{port} does not answer /v1/models; is it up?"
         )
     data = models.get("data")
     card = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
@@ -79,3 +114,6 @@ def send_completion(
 def read_completion(stream: HttpStream) -> RequestMetrics:
     """The metrics of one streamed ``/v1/completions`` answer (or why it has none)."""
     return read_streamed(stream, "/v1/completions", as_generate_chunks)
+
+
+VLLM_BENCH = VllmBench()

@@ -17,11 +17,10 @@ from remediate.core.probe import ServiceState
 from remediate.core.unitfile.edit import UnitSources
 from remediate.core.unitfile.sources import server_args
 from remediate.errors import ConfigError, RemediationError
-from remediate.host.bench.bench import probe_prefill
-from remediate.host.common.facts import fetch_json, fetch_server_info, read_state
+from remediate.host.bench.bench import bench_engine, probe_prefill
+from remediate.host.common.facts import read_state
 from remediate.host.common.options import RunOptions
 from remediate.host.common.outcome import Timer
-from remediate.host.plan.budget_vllm import models_max_len
 from remediate.models import HostResult, ProbeReport
 from remediate.transport.base import Transport
 
@@ -39,25 +38,17 @@ def _flag_int(args: list[str], flag: str) -> int | None:
 def context_length(
     transport: Transport, sources: UnitSources, endpoint: tuple[str, int], engine: Engine = SGLANG
 ) -> tuple[int | None, str]:
-    """The longest sequence the server takes: the unit's ``--context-length`` (sglang's ServerArgs; vLLM's
-    ``--max-model-len``), else the running server's ``context_length`` from its info document (vLLM: the
-    ``max_model_len`` of ``/v1/models``); (None, "") where neither is known."""
-    name = "--max-model-len" if engine.name == "vllm" else "--context-length"
+    """The longest sequence the server takes: the unit's ``engine.context_option`` (sglang's ``--context-length``,
+    vLLM's ``--max-model-len``), else what the running server says (sglang: its info document's
+    ``context_length``; vLLM: the ``max_model_len`` of ``/v1/models``); (None, "") where neither is known."""
+    name = engine.context_option
     try:
         flag = _flag_int(server_args(sources), name)
     except ConfigError:
         flag = None
     if flag:
         return flag, f"the unit's {name}"
-    if engine.name == "vllm":
-        longest = models_max_len(fetch_json(transport, *endpoint, "/v1/models")[0])
-        return (longest, "the running server's /v1/models") if longest else (None, "")
-    info, _ = fetch_server_info(transport, *endpoint)
-    for key in ("context_length", "max_context_length", "context_len"):
-        value = (info or {}).get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, "the running server's /server_info"
-    return None, ""
+    return bench_engine(engine).running_context(transport, endpoint)
 
 
 def check_probe(
@@ -107,7 +98,7 @@ def run_probe(
         try:
             result.probe = probe_prefill(
                 transport, unit, endpoint, tokens, info=info, seed=int(now()), timeout=options.timeout,
-                vllm=engine.name == "vllm",
+                engine=engine,
             )  # fmt: skip
         except RemediationError as exc:
             after, _ = read_state(transport, unit, newest_line=False)

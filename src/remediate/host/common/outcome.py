@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 from remediate.core.probe import ProbeResult, ServiceState, daemonless_note
 from remediate.core.unitfile.edit import UnitSettings, UnitSources
+from remediate.core.unitfile.engine import read_engine
 from remediate.core.unitfile.report import env_values, flag_values
 from remediate.core.unitfile.sources import config_notes
 from remediate.errors import RemediateError, SeveralUnitsError, TransportError, UnhealthyError
@@ -27,7 +28,8 @@ def record_unit(result: HostResult, found: ProbeResult, sources: UnitSources | N
     result.unit, result.unit_path = state.unit, state.fragment_path
     if found.daemonless and (note := daemonless_note(found.daemonless)) not in result.notes:
         result.notes.append(note)
-    for note in config_notes(sources) if sources is not None else ():
+    engine_note = read_engine(found, sources).note  # the loaded unit and the disk disagree: which one is read
+    for note in [*(config_notes(sources) if sources is not None else ()), *([engine_note] if engine_note else [])]:
         if note not in result.notes:
             result.notes.append(note)
     return state

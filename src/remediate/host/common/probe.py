@@ -7,12 +7,13 @@ from collections.abc import Callable
 
 import yaml
 
-from remediate.core.engines import SGLANG, Engine
+from remediate.core.engines import Engine
 from remediate.core.probe import SHOW_PROPERTIES, ProbeResult, dropin_order, parse_probe
 from remediate.core.unitfile.argv import server_endpoint
-from remediate.core.unitfile.command import SglangCommand
+from remediate.core.unitfile.command import ServerCommand
 from remediate.core.unitfile.config import ConfigRead
 from remediate.core.unitfile.edit import SourceFile, UnitSources
+from remediate.core.unitfile.engine import EngineRead, read_engine
 from remediate.core.unitfile.ports import host_endpoint
 from remediate.core.unitfile.sources import load_service, server_args
 from remediate.errors import ConfigError, SeveralUnitsError, TransportError
@@ -175,7 +176,7 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
     server's port to (``--network host``: the same port); a container the host cannot reach is a ConfigError.
     """
     assert found.state is not None
-    engine = engine_of_probe(found)
+    engine = engine_of(found)
     fallback = options.server_port or engine.default_port
     if "ExecStart" not in found.state.properties and (command := _command(found)) is not None:
         # A daemonless systemctl shows no ExecStart= (systemd always does): the unit's own command line.
@@ -196,16 +197,23 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
     return server_endpoint((), fallback)  # no server ExecStart: the engine's own defaults
 
 
-def engine_of_probe(found: ProbeResult) -> Engine:
-    """The engine the unit on disk runs (sglang where it cannot be read: the plan says why)."""
+def engine_of(found: ProbeResult) -> Engine:
+    """The engine the unit runs — every step's one answer: what systemd loaded, the disk's where a
+    daemon-reload is pending (core/unitfile/engine.py; :func:`engine_read` carries the note saying so)."""
+    return engine_read(found).engine
+
+
+def engine_read(found: ProbeResult) -> EngineRead:
+    """:func:`engine_of` with its note (where the loaded unit and the disk disagree)."""
     try:
-        return load_service(sources_from_probe(found)).engine
+        sources: UnitSources | None = sources_from_probe(found)
     except ConfigError:
-        return SGLANG
+        sources = None
+    return read_engine(found, sources)
 
 
-def _command(found: ProbeResult) -> SglangCommand | None:
-    """The unit's sglang command as the core reads it, or None where it cannot be read (the plan says why)."""
+def _command(found: ProbeResult) -> ServerCommand | None:
+    """The unit's server command as the core reads it, or None where it cannot be read (the plan says why)."""
     try:
         return load_service(sources_from_probe(found)).command
     except ConfigError:

@@ -12,8 +12,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from remediate.core.engines import SGLANG, Engine
-from remediate.core.engines.sglang.flags import flag_problems
+from remediate.core.engines import Engine, engine_named
 from remediate.core.engines.version import (
     EngineVersion,
     first_known,
@@ -21,17 +20,14 @@ from remediate.core.engines.version import (
     parse_log_version,
     parse_server_version,
 )
-from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import DesiredState, UnitSources
 from remediate.core.unitfile.sources import server_args
 from remediate.errors import ConfigError
-from remediate.host.common.facts import fetch_json, fetch_server_info
+from remediate.host.common.facts import fetch_json
 from remediate.host.common.options import RunOptions
-from remediate.host.common.probe import endpoint_of, engine_of_probe
+from remediate.host.common.probe import endpoint_of, engine_of
 from remediate.transport.base import Transport
-
-VLLM_VERSION_PATH = "/version"  # vllm entrypoints/openai/api_server.py show_version (0.8.5 … 0.11.0)
 
 
 def package_version(found: ProbeResult, engine: Engine) -> EngineVersion | None:
@@ -46,12 +42,12 @@ def server_version(
     state = found.state
     if state is None or state.active_state != "active":
         return None
-    engine = engine_of_probe(found)
-    if engine is SGLANG:
+    engine = engine_of(found)
+    if engine.version_path is None:  # its info document carries the version (sglang's server info)
         if info is None:
-            info, _ = fetch_server_info(transport, *endpoint_of(found, options))
+            info, _ = fetch_json(transport, *endpoint_of(found, options), *engine.info_paths)
         return parse_server_version(engine.name, info)
-    document, _ = fetch_json(transport, *endpoint_of(found, options), VLLM_VERSION_PATH)
+    document, _ = fetch_json(transport, *endpoint_of(found, options), engine.version_path)
     return parse_server_version(engine.name, document)
 
 
@@ -64,7 +60,7 @@ def read_engine_version(
     journal: Iterable[str] = (),
 ) -> EngineVersion | None:
     """The best version there is: the server's, else the journal's (vLLM), else the package's."""
-    engine = engine_of_probe(found)
+    engine = engine_of(found)
     return first_known(
         server_version(transport, found, options, info),
         parse_log_version(engine.name, journal),
@@ -75,19 +71,21 @@ def read_engine_version(
 def with_version_default(desired: DesiredState, version: EngineVersion | None) -> DesiredState:
     """``desired`` with the running version's own default fraction (vLLM's --gpu-memory-utilization) for a unit
     that sets none (None: the engine's table default stands)."""
-    if version is None or version.engine != "vllm":
+    default_at = engine_named(version.engine).default_fraction_at if version is not None else None
+    if version is None or default_at is None:
         return desired
-    default = default_utilization_at(version.release)
+    default = default_at(version.release)
     return desired if default is None else desired.with_fraction_default(Decimal(str(default)))
 
 
 def version_notes(sources: UnitSources, version: EngineVersion | None) -> list[str]:
     """What the detected sglang release says of the flags the unit writes (refused at the next start,
     deprecated): core/engines/sglang/flags.py ``flag_problems``; nothing for an unknown release."""
-    if version is None or version.engine != "sglang":
+    engine = engine_named(version.engine) if version is not None else None
+    if version is None or engine is None or engine.flag_problems_at is None:
         return []
     try:
         words = server_args(sources)
     except ConfigError:
         return []  # the plan says why the unit cannot be read
-    return flag_problems(list(words), version.release or None, f"sglang {version.version}")
+    return engine.flag_problems_at(list(words), version.release or None, f"{engine.label} {version.version}")

@@ -32,9 +32,7 @@ from remediate.core.diagnosis.gpus import (
     process_tree,
     visible_uuids,
 )
-from remediate.core.engines import SGLANG, Engine, Verdict
-from remediate.core.engines.sglang.flags import graph_batch_flag
-from remediate.core.engines.vllm.defaults import default_utilization_at
+from remediate.core.engines import SGLANG, Verdict, engine_named
 from remediate.core.numbers import as_float
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import UnitSettings, UnitSources, read_settings
@@ -44,7 +42,7 @@ from remediate.core.unitfile.sources import load_service
 from remediate.errors import ConfigError
 from remediate.host.common.options import SMI_TIMEOUT_S, RunOptions
 from remediate.host.common.outcome import host_outcome, new_result, record_unit
-from remediate.host.common.probe import read_unit
+from remediate.host.common.probe import engine_of, read_unit
 from remediate.host.common.version import read_engine_version, version_notes
 from remediate.models import DiagnosisReport, EngineVersion, HostResult, JsonObject, UnitState
 from remediate.transport.base import Transport
@@ -118,7 +116,7 @@ class DiagnosisEvidence:
     apps: tuple[GpuApp, ...]
     foreign: tuple[GpuApp, ...]
     notes: tuple[str, ...]
-    engine: str = "sglang"
+    engine: str = SGLANG.name
     verdict: Verdict | None = None  # an engine with its own failure reader (vLLM): its reading
 
     @property
@@ -129,14 +127,15 @@ class DiagnosisEvidence:
         """The latest failure's findings, masked (the JSON's ``findings``)."""
         if self.verdict is not None:
             return (_verdict_dict(self.verdict),)
-        if self.engine != "sglang":
+        if engine_named(self.engine).verdict is not None:  # the engine's own reader found nothing
             return ()
         return tuple(_finding_dict(f) for f in self.diagnosis.latest)
 
     def record(self, result: HostResult, state: UnitState, command: str | None) -> None:
         """Put the diagnosis in ``result``: the findings, the recommendation with its ``command``, the GPUs."""
         found = self.findings_json()
-        sglang = self.verdict is None and self.engine == "sglang"
+        # read by core/diagnosis (sglang's pipeline, the engine without a reader of its own): its runs count
+        sglang = self.verdict is None and engine_named(self.engine).verdict is None
         result.engine = self.engine
         result.findings = found
         result.recommendation = {**self.recommendation.to_dict(), "command": command}
@@ -222,14 +221,6 @@ def recipe_command(target: str, unit: str | None, rec: Recommendation) -> str | 
     return shlex.join(["remediate", "oom", target, *(["--unit", unit] if unit else [])])
 
 
-def engine_of_sources(sources: UnitSources) -> Engine:
-    """The engine the unit runs (sglang where the unit cannot be read: its diagnosis says why)."""
-    try:
-        return load_service(sources).engine
-    except ConfigError:
-        return SGLANG
-
-
 def visible_devices(sources: UnitSources) -> str | None:
     """The unit's ``CUDA_VISIBLE_DEVICES`` (None: unset, or not known here)."""
     try:
@@ -278,7 +269,7 @@ def read_diagnosis_evidence(
     foreign = foreign_apps(apps, server, visible_uuids(visible_devices(sources), gpus))
     for app in foreign:
         notes.append(f"GPU process {app.pid} ({app.used_bytes >> 20} MiB) is not part of {state.unit}")
-    engine = engine_of_sources(sources)
+    engine = engine_of(found)
     if engine.verdict is not None and engine.advise is not None:
         # An engine with its own failure reader (vLLM): its verdict, read past its wrappers, and its advice.
         verdict = engine.verdict(lines)
@@ -286,16 +277,16 @@ def read_diagnosis_evidence(
             fraction = read_settings(sources).mem_fraction_static
         except ConfigError:
             fraction = None
-        if fraction is None and version is not None and version.engine == engine.name:
+        if fraction is None and version is not None and version.engine == engine.name and engine.default_fraction_at:
             # a unit that sets none runs at its release's own default (core/engines/vllm/defaults.py)
-            default = default_utilization_at(version.release)
+            default = engine.default_fraction_at(version.release)
             fraction = None if default is None else str(default)
         total = min((g.total_bytes for g in gpus), default=None)  # the card's total: a number for "raise"
         rec = engine.advise(verdict, fraction, len(foreign), total) if verdict is not None else Recommendation()
         return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes), engine.name, verdict)
     settings = unit_settings(sources, server, gpus, foreign)
-    if version is not None and version.engine == "sglang" and version.release:
-        settings = replace(settings, release_graph_flag=graph_batch_flag(version.release))  # flags by release
+    if version is not None and version.engine == engine.name and engine.graph_flag_at and version.release:
+        settings = replace(settings, release_graph_flag=engine.graph_flag_at(version.release))  # flags by release
     rec = advise(diagnosis, settings)
     return DiagnosisEvidence(diagnosis, rec, gpus, apps, foreign, tuple(notes))
 

@@ -16,31 +16,21 @@ from collections.abc import Callable
 from remediate.core.diagnosis import Diagnosis, Recommendation, advise, oom_command
 from remediate.core.engines import ENGINES, engine_named
 from remediate.core.engines.version import parse_log_version
-from remediate.core.engines.vllm.argv import VllmArgs
-from remediate.core.engines.vllm.capacity import CacheConfig
 from remediate.core.engines.vllm.defaults import default_utilization_at
-from remediate.core.engines.vllm.startup import parse_vllm_startup
 from remediate.core.journal import SavedJournal
-from remediate.core.startup import parse_startup
-from remediate.core.unitfile.edit import UnitSettings
+from remediate.core.unitfile.edit import UnitSettings, UnitSources
+from remediate.core.unitfile.engine import disk_engine
 from remediate.core.unitfile.report import mask_secrets
 from remediate.host.common.options import BudgetOptions
 from remediate.host.common.outcome import host_outcome, new_result
 from remediate.host.diagnose.diagnose import DiagnosisEvidence, advisor_input, journal_diagnosis, recipe_command
-from remediate.host.plan.budget import evidence_from, plan_budget, plan_document
-from remediate.host.plan.budget_vllm import JOURNAL_LINES as VLLM_JOURNAL_LINES
-from remediate.host.plan.budget_vllm import evidence_from as vllm_evidence_from
-from remediate.host.plan.budget_vllm import plan_vllm, vllm_plan_document
+from remediate.host.plan.budget import settings_note
 from remediate.host.plan.plan import put_plan
+from remediate.host.plan.planner import journal_engine, plan_engine
 from remediate.models import HostResult, JsonObject, UnitState
 
 DIAGNOSE_ABSENT = ("systemctl", "nvidia-smi", "ps")
 """What a live `diagnose` reads besides the journal: the unit's state and restarts, the GPUs, the process tree."""
-PLAN_ABSENT = ("systemctl", "server_info")
-"""What a live `plan` reads besides the journal and the unit: the unit's state, the server's /server_info."""
-VLLM_PLAN_ABSENT = ("systemctl", "metrics", "v1_models", "nvidia-smi")
-"""What a live `plan` of a vLLM unit reads besides the journal and the unit: its state, /metrics, /v1/models and
-the GPUs' total memory."""
 
 
 def journal_label(saved: SavedJournal, path: str) -> str:
@@ -72,14 +62,6 @@ def source_document(
         "settings": settings,
         "absent": list(absent),
     }
-
-
-def _settings_note(unit: UnitSettings | None, has_server_args: bool, unit_file: str | None) -> tuple[str | None, str]:
-    if unit is not None:
-        return "unit_file", f"settings from {unit_file}"
-    if has_server_args:
-        return "journal", "no --unit-file: the settings are those the server logged (server_args)"
-    return None, "no --unit-file and no server_args in the journal: the unit's settings are unknown"
 
 
 def _common_notes(saved: SavedJournal, path: str, absent: tuple[str, ...]) -> list[str]:
@@ -114,7 +96,7 @@ def diagnose_journal(
         rec = evidence.recommendation
         result.unit = journal_unit(saved, unit_file, unit_name)
         result.unit_path = unit_file
-        settings, said = _settings_note(unit, any(r.mem_fraction_static is not None for r in diagnosis.runs), unit_file)
+        settings, said = settings_note(unit, any(r.mem_fraction_static is not None for r in diagnosis.runs), unit_file)
         result.outcome = "unchanged"  # read-only: nothing was changed
         result.engine_version = parse_log_version(evidence.engine, read)  # vLLM's startup line (sglang logs none)
         result.notes = [*_common_notes(saved, path, DIAGNOSE_ABSENT), said, *evidence.notes]
@@ -153,65 +135,22 @@ def plan_journal(
     path: str,
     budget: BudgetOptions,
     *,
-    unit: UnitSettings | None = None,
+    unit: UnitSources | None = None,
     unit_file: str | None = None,
     unit_name: str | None = None,
-    vllm: VllmArgs | None = None,
     now: Callable[[], float] = time.time,
 ) -> HostResult:
-    """`plan --journal`: the live plan of the saved messages, without ``/server_info`` (no server to ask); a
-    vLLM unit's (``vllm``: its command line, or a journal of vLLM's startup lines and no sglang's) as
-    host/plan/budget_vllm.py plans it live, without ``/metrics`` and nvidia-smi."""
+    """`plan --journal`: the live plan of the saved messages, without the server to ask: the engine of the
+    ``--unit-file`` (``unit``, as read), else the one whose startup lines the journal holds, plans them
+    (host/plan/planner.py ``plan_saved``); what a live host would add is named as absent."""
     result = new_result(journal_label(saved, path), now)
     messages = [mask_secrets(m) for m in saved.messages if m.strip()]
-    if vllm is not None or (unit is None and _is_vllm_journal(messages)):
-        return _plan_vllm_journal(saved, path, budget, result, messages, vllm, unit_file, unit_name, now)
+    engine = (disk_engine(unit) if unit is not None else None) or journal_engine(messages)
     with host_outcome(result, now):
-        startup, tail = saved.plan_lines()
-        evidence = evidence_from(
-            [mask_secrets(m) for m in tail],
-            None,
-            unit or UnitSettings(None, None, None),
-            startup_lines=[mask_secrets(m) for m in startup],
-        )
-        planned = plan_budget(evidence, budget, result.host)
-        settings, said = _settings_note(unit, bool(evidence.startup.server_args), unit_file)
+        plan = plan_engine(engine).plan_saved(saved, messages, unit, budget, result.host)
         result.unit = journal_unit(saved, unit_file, unit_name)
         result.unit_path = unit_file
-        put_plan(result, planned, plan_document(planned), budget, [*_common_notes(saved, path, PLAN_ABSENT), said])
-        result.source = source_document(saved, path, unit_file, PLAN_ABSENT, settings)
-    return result
-
-
-def _is_vllm_journal(messages: list[str]) -> bool:
-    return parse_vllm_startup(messages).is_complete and not parse_startup(messages).server_args
-
-
-def _plan_vllm_journal(
-    saved: SavedJournal,
-    path: str,
-    budget: BudgetOptions,
-    result: HostResult,
-    messages: list[str],
-    args: VllmArgs | None,
-    unit_file: str | None,
-    unit_name: str | None,
-    now: Callable[[], float],
-) -> HostResult:
-    with host_outcome(result, now):
-        tail = messages[-VLLM_JOURNAL_LINES:]
-        evidence = vllm_evidence_from(args, messages, tail, [], CacheConfig(), None)
-        planned = plan_vllm(evidence, budget, result.host)
-        settings = "unit_file" if args is not None else None
-        said = (
-            f"settings from {unit_file}"
-            if args is not None
-            else "no --unit-file: vLLM's defaults (--gpu-memory-utilization: the logged release's, else 0.9) and its "
-            "log; pass the unit file"
-        )
-        result.unit = journal_unit(saved, unit_file, unit_name)
-        result.unit_path = unit_file
-        document = vllm_plan_document(planned, evidence)
-        put_plan(result, planned, document, budget, [*_common_notes(saved, path, VLLM_PLAN_ABSENT), said])
-        result.source = source_document(saved, path, unit_file, VLLM_PLAN_ABSENT, settings)
+        notes = [*_common_notes(saved, path, plan.absent), plan.said]
+        put_plan(result, plan.planned, plan.document, budget, notes)
+        result.source = source_document(saved, path, unit_file, plan.absent, plan.settings)
     return result

@@ -25,7 +25,7 @@ from remediate.host.common.health import Healthy, wait_healthy
 from remediate.host.common.lock import Held, run_locked
 from remediate.host.common.options import RunOptions
 from remediate.host.common.outcome import Timer, must_refuse, record_unit
-from remediate.host.common.probe import endpoint_of, engine_of_probe, read_unit
+from remediate.host.common.probe import endpoint_of, engine_of, read_unit
 from remediate.host.common.transaction import Change, transact
 from remediate.host.common.verify import (
     env_problems,
@@ -66,7 +66,7 @@ def _already_healthy(
     if state.active_state not in ("active", "activating") or found.needs_daemon_reload:
         return None, []
     endpoint = endpoint_of(found, options)
-    engine = engine_of_probe(found)
+    engine = engine_of(found)
     info, _ = fetch_json(transport, *endpoint, *engine.info_paths) if engine.info_paths else (None, "")
     if not engine.info_paths:
         # No document holds the pool (vLLM): /health, then the current start's capacity line in the journal, else
@@ -155,7 +155,7 @@ def _remediate_locked(
             transport, held.unit, held.found, journal_lines=GATE_LINES, smi_timeout=options.smi_timeout
         )
         unit = record_unit(result, found, sources).unit
-        engine = engine_of_probe(found)
+        engine = engine_of(found)
         result.engine = engine.name
         _check_evidence(found, sources, options, result)
     with timer.phase("plan"):

@@ -28,6 +28,7 @@ from remediate.core.capacity.pool import (
 from remediate.core.capacity.pool import model_from_server as _model_from_server
 from remediate.core.diagnosis import Diagnosis, parse_journal
 from remediate.core.engines.sglang.resolved import AITER_FACTOR, POST_CAPTURE_RULE, is_post_capture, resolve_fraction
+from remediate.core.journal import SavedJournal
 from remediate.core.numbers import as_int
 from remediate.core.probe import ProbeResult
 from remediate.core.startup import STARTUP_LINES_ERE as _STARTUP_LINES
@@ -65,6 +66,10 @@ class BudgetEvidence:
     is_post_capture: bool = False
     scale: Decimal | None = None  # the aiter factor, where the server shows it applied to the unit's fraction
     resolution_note: str | None = None  # … and that rule, named
+
+
+PLAN_ABSENT = ("systemctl", "server_info")
+"""What a live `plan` reads besides the journal and the unit: the unit's state, the server's /server_info."""
 
 
 @dataclass(frozen=True)
@@ -464,3 +469,73 @@ def offline_plan(
     for row in doc["rows"]:
         row["current"] = False  # no server runs: the table is only centred on the target
     return doc
+
+
+class SglangPlan:
+    """sglang's planner (host/plan/planner.py): the journal, ``/server_info`` and the unit's settings; its own
+    floor is in the plan, so a plain recipe's step has nothing more against it here."""
+
+    def plan(
+        self,
+        transport: Transport,
+        found: ProbeResult,
+        sources: UnitSources,
+        options: RunOptions,
+        budget: BudgetOptions,
+        host: str,
+    ) -> tuple[HostBudget, dict[str, Any]]:
+        planned = plan_budget(read_budget_evidence(transport, found, sources, options), budget, host)
+        return planned, plan_document(planned)
+
+    def choose(
+        self, planned: HostBudget, desired: DesiredState, *, allow_raise: bool
+    ) -> tuple[DesiredState, list[str]]:
+        return auto_desired(planned, desired, allow_raise=allow_raise)
+
+    def recipe_refusal(
+        self, transport: Transport, found: ProbeResult, after: str, options: RunOptions, host: str
+    ) -> str | None:
+        return None
+
+    def owns_journal(self, messages: list[str]) -> bool:
+        return bool(parse_startup(messages).server_args)
+
+    def plan_saved(
+        self, saved: SavedJournal, messages: list[str], unit: UnitSources | None, budget: BudgetOptions, host: str
+    ) -> SavedPlan:
+        settings = read_settings(unit) if unit is not None else None
+        startup, tail = saved.plan_lines()
+        evidence = evidence_from(
+            [mask_secrets(m) for m in tail],
+            None,
+            settings or UnitSettings(None, None, None),
+            startup_lines=[mask_secrets(m) for m in startup],
+        )
+        planned = plan_budget(evidence, budget, host)
+        where = unit.fragment.path if unit is not None else None
+        label, said = settings_note(settings, bool(evidence.startup.server_args), where)
+        return SavedPlan(planned, plan_document(planned), label, said, PLAN_ABSENT)
+
+
+SGLANG_PLAN = SglangPlan()
+
+
+@dataclass(frozen=True)
+class SavedPlan:
+    """A saved journal's plan (``plan --journal``): the plan and its document, where the settings came from
+    (``unit_file``, ``journal`` or None), the note that says so, and what a live host would have added."""
+
+    planned: HostBudget
+    document: dict[str, Any]
+    settings: str | None
+    said: str
+    absent: tuple[str, ...]
+
+
+def settings_note(unit: UnitSettings | None, has_server_args: bool, unit_file: str | None) -> tuple[str | None, str]:
+    """Where a saved journal's settings came from (``source.settings``) and the note that says so."""
+    if unit is not None:
+        return "unit_file", f"settings from {unit_file}"
+    if has_server_args:
+        return "journal", "no --unit-file: the settings are those the server logged (server_args)"
+    return None, "no --unit-file and no server_args in the journal: the unit's settings are unknown"

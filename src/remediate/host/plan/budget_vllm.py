@@ -17,6 +17,7 @@ from remediate.core.capacity.headroom import Knobs, Spike, choose
 from remediate.core.capacity.observation import matching
 from remediate.core.capacity.pool import Measured, Unmodelled, calibrate
 from remediate.core.diagnosis.torch_oom import parse_torch_oom
+from remediate.core.engines import VLLM
 from remediate.core.engines.version import parse_log_version
 from remediate.core.engines.vllm.advice import kv_bytes_refusal
 from remediate.core.engines.vllm.argv import VllmArgs, parse_vllm_args
@@ -36,37 +37,35 @@ from remediate.core.engines.vllm.capacity import hold_floor as _hold_floor
 from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.engines.vllm.failures import RUNTIME_OOM, diagnose_vllm
 from remediate.core.engines.vllm.startup import STARTUP_LINES_ERE, parse_vllm_startup
+from remediate.core.journal import SavedJournal
 from remediate.core.probe import ProbeResult
-from remediate.core.startup import ServerSettings, StartupNumbers
+from remediate.core.startup import ServerSettings, StartupNumbers, parse_startup
 from remediate.core.unitfile.argv import server_endpoint
-from remediate.core.unitfile.command import engine_of, find_in_exec
-from remediate.core.unitfile.edit import DesiredState
+from remediate.core.unitfile.command import find_in_exec
+from remediate.core.unitfile.edit import DesiredState, UnitSources
+from remediate.core.unitfile.model import parse_unit
 from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConfigError
 from remediate.host.common.facts import fetch_json
 from remediate.host.common.options import BudgetOptions, RunOptions
 from remediate.host.common.probe import load_config
-from remediate.host.plan.budget import EXPANDABLE, BudgetEvidence, HostBudget, plan_document, proposed_knobs
+from remediate.host.plan.budget import (
+    EXPANDABLE,
+    BudgetEvidence,
+    HostBudget,
+    SavedPlan,
+    plan_document,
+    proposed_knobs,
+)
 from remediate.transport.base import Transport
 
 JOURNAL_LINES = 5000
-DEFAULT_PORT = 8000  # vllm/entrypoints/openai/cli_args.py
+VLLM_PLAN_ABSENT = ("systemctl", "metrics", "v1_models", "nvidia-smi")
+"""What a live `plan` of a vLLM unit reads besides the journal and the unit: its state, /metrics, /v1/models and
+the GPUs' total memory."""
 _TAIL, _SMI = "@@journal-tail", "@@smi"
 _MIB = 1 << 20
 _MODEL_LINE = re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config: model='([^']*)'")
-
-
-def unit_engine(found: ProbeResult) -> str | None:
-    """Which engine the unit's ExecStart runs ("sglang", "vllm" or None), from what ``systemctl show`` read."""
-    assert found.state is not None
-    for argv in found.state.exec_argvs:
-        try:
-            engine = engine_of(shlex.join(argv))
-        except ConfigError:
-            continue
-        if engine is not None:
-            return engine
-    return None
 
 
 def vllm_args(found: ProbeResult) -> VllmArgs | None:
@@ -98,7 +97,7 @@ def vllm_endpoint(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
         value = args.value(name) if args else None
         if value is not None:
             argv += [f"--{name}", value]
-    return server_endpoint(argv, options.server_port or DEFAULT_PORT)
+    return server_endpoint(argv, options.server_port or VLLM.default_port)
 
 
 @dataclass(frozen=True)
@@ -341,3 +340,68 @@ def recipe_warning(budget: HostBudget, evidence: VllmEvidence, utilization: floa
     if budget.model is None:
         return None
     return below_floor(budget.model, utilization, evidence.numbers.max_model_len)
+
+
+class VllmPlan:
+    """vLLM's planner (host/plan/planner.py): its journal, ``/metrics``, ``/v1/models`` and nvidia-smi; a plain
+    recipe's utilization below the lowest at which one ``max_model_len`` request still fits is said (vLLM's
+    ``kv_cache_utils.check_enough_kv_cache_memory`` would refuse to start)."""
+
+    def plan(
+        self,
+        transport: Transport,
+        found: ProbeResult,
+        sources: UnitSources,
+        options: RunOptions,
+        budget: BudgetOptions,
+        host: str,
+    ) -> tuple[HostBudget, dict[str, Any]]:
+        evidence = read_vllm_evidence(transport, found, options)
+        planned = plan_vllm(evidence, budget, host)
+        return planned, vllm_plan_document(planned, evidence)
+
+    def choose(
+        self, planned: HostBudget, desired: DesiredState, *, allow_raise: bool
+    ) -> tuple[DesiredState, list[str]]:
+        return auto_desired_vllm(planned, desired, allow_raise=allow_raise)
+
+    def recipe_refusal(
+        self, transport: Transport, found: ProbeResult, after: str, options: RunOptions, host: str
+    ) -> str | None:
+        evidence = read_vllm_evidence(transport, found, options)
+        if evidence.kv_bytes is not None:  # the start logged it (a --config file's): lowering the utilization is moot
+            raise ConfigError(kv_bytes_refusal(evidence.kv_bytes), source=found.state.unit if found.state else None)
+        return recipe_warning(plan_vllm(evidence, BudgetOptions(), host), evidence, float(after))
+
+    def owns_journal(self, messages: list[str]) -> bool:
+        """vLLM's startup lines and no sglang's (sglang's reader, the default, has the journal otherwise)."""
+        return parse_vllm_startup(messages).is_complete and not parse_startup(messages).server_args
+
+    def plan_saved(
+        self, saved: SavedJournal, messages: list[str], unit: UnitSources | None, budget: BudgetOptions, host: str
+    ) -> SavedPlan:
+        """The live plan without ``/metrics`` and nvidia-smi: the unit file's command line, else vLLM's defaults."""
+        args = unit_vllm_args(unit) if unit is not None else None
+        evidence = evidence_from(args, messages, messages[-JOURNAL_LINES:], [], CacheConfig(), None)
+        planned = plan_vllm(evidence, budget, host)
+        if args is not None and unit is not None:
+            label, said = "unit_file", f"settings from {unit.fragment.path}"
+        else:
+            label, said = (
+                None,
+                "no --unit-file: vLLM's defaults (--gpu-memory-utilization: the logged release's, else 0.9) and its "
+                "log; pass the unit file",
+            )
+        return SavedPlan(planned, vllm_plan_document(planned, evidence), label, said, VLLM_PLAN_ABSENT)
+
+
+def unit_vllm_args(unit: UnitSources) -> VllmArgs | None:
+    """The vLLM command line of a local unit file's ExecStart= (None: it runs no vLLM)."""
+    for directive in parse_unit(unit.fragment.text).directives_in("Service", "ExecStart"):
+        command = find_in_exec(directive.value, "vllm")
+        if command is not None:
+            return parse_vllm_args([t.text for t in command.args], serve=command.entry.text == "serve")
+    return None
+
+
+VLLM_PLAN = VllmPlan()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from remediate.core.capacity.observation import Observation, observation_from
+from remediate.core.engines import VLLM
 from remediate.core.engines.vllm.startup import parse_vllm_startup
 from remediate.core.numbers import as_float
 from remediate.core.startup import parse_startup
@@ -74,5 +75,5 @@ def vllm_observation(result: HostResult, lines: list[str], tokens: int, *, comma
         kv_gib=startup.available_kv_gib,
         command=command,
         at=at,
-        engine="vllm",
+        engine=VLLM.name,
     )

@@ -6,23 +6,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from remediate.core.engines.vllm.advice import kv_bytes_refusal
 from remediate.core.probe import ProbeResult
 from remediate.core.unitfile.edit import DesiredState, UnitEdit
 from remediate.core.unitfile.sources import UnitSources
-from remediate.errors import ConfigError, RefusedError
+from remediate.errors import RefusedError
 from remediate.host.common.options import BudgetOptions, RunOptions
 from remediate.host.common.outcome import must_refuse
-from remediate.host.common.probe import run_read_only
-from remediate.host.plan.budget import HostBudget, auto_desired, plan_budget, plan_document, read_budget_evidence
-from remediate.host.plan.budget_vllm import (
-    auto_desired_vllm,
-    plan_vllm,
-    read_vllm_evidence,
-    recipe_warning,
-    unit_engine,
-    vllm_plan_document,
-)
+from remediate.host.common.probe import engine_of, run_read_only
+from remediate.host.plan.budget import HostBudget
+from remediate.host.plan.planner import plan_engine
 from remediate.models import HostResult
 from remediate.transport.base import Transport
 
@@ -38,11 +30,8 @@ def plan_host(
     """Read the host's evidence and plan the fraction; changes nothing (outcome ``unchanged``)."""
 
     def body(found: ProbeResult, sources: UnitSources, result: HostResult) -> None:
-        if unit_engine(found) == "vllm":
-            _plan_vllm(transport, found, options, budget, result)
-            return
-        planned = plan_budget(read_budget_evidence(transport, found, sources, options), budget, result.host)
-        put_plan(result, planned, plan_document(planned), budget)
+        planned, document = plan_engine(engine_of(found)).plan(transport, found, sources, options, budget, result.host)
+        put_plan(result, planned, document, budget)
 
     return run_read_only(transport, options, body, label=label, now=now)
 
@@ -66,18 +55,10 @@ def auto_step(
 ) -> DesiredState:
     """`oom --auto`: plan from this host's evidence; the plan goes into the result, the choice into the edit."""
     assert options.auto is not None
-    if unit_engine(found) == "vllm":
-        evidence = read_vllm_evidence(transport, found, options)
-        budget = plan_vllm(evidence, options.auto, result.host)
-        result.plan = vllm_plan_document(budget, evidence)
-        desired, notes = auto_desired_vllm(budget, options.desired, allow_raise=options.auto.allow_raise)
-        result.notes.extend(notes)
-        if budget.plan is not None:
-            result.warnings.extend(budget.plan.warnings)
-        return desired
-    planned = plan_budget(read_budget_evidence(transport, found, sources, options), options.auto, result.host)
-    result.plan = plan_document(planned)
-    desired, notes = auto_desired(planned, options.desired, allow_raise=options.auto.allow_raise)
+    engine = plan_engine(engine_of(found))
+    planned, document = engine.plan(transport, found, sources, options, options.auto, result.host)
+    result.plan = document
+    desired, notes = engine.choose(planned, options.desired, allow_raise=options.auto.allow_raise)
     result.notes.extend(notes)
     if planned.plan is not None:
         result.warnings.extend(planned.plan.warnings)
@@ -87,29 +68,16 @@ def auto_step(
 def floor_step(
     transport: Transport, found: ProbeResult, plan: UnitEdit, options: RunOptions, result: HostResult
 ) -> None:
-    """`oom` on a vLLM unit without --auto: a utilization (the recipe's step, or one given by hand) below the
-    lowest at which one ``max_model_len`` request still fits would not start (vLLM's
-    ``kv_cache_utils.check_enough_kv_cache_memory``), so it is refused before anything is written (--force:
-    a warning; --dry-run: says a real run refuses). No model from the evidence: nothing said."""
-    if options.auto is not None or unit_engine(found) != "vllm":
+    """`oom` without --auto: a fraction (the recipe's step, or one given by hand) the engine says would not
+    start (vLLM: below the lowest at which one ``max_model_len`` request still fits) is refused before anything
+    is written (--force: a warning; --dry-run: says a real run refuses). Nothing known against it: nothing said."""
+    if options.auto is not None:
         return
     after = plan.after.mem_fraction_static
     if after is None or after == plan.before.mem_fraction_static:
         return
-    evidence = read_vllm_evidence(transport, found, options)
-    if evidence.kv_bytes is not None:  # the start logged it (a --config file's): lowering the utilization is moot
-        raise ConfigError(kv_bytes_refusal(evidence.kv_bytes), source=found.state.unit if found.state else None)
-    reason = recipe_warning(plan_vllm(evidence, BudgetOptions(), result.host), evidence, float(after))
+    reason = plan_engine(engine_of(found)).recipe_refusal(transport, found, after, options, result.host)
     if reason is None:
         return
     if must_refuse(result, reason, force=options.force, dry_run=options.dry_run):
         raise RefusedError(result.host, f"refusing the OOM recipe: {reason}; nothing was changed (--force)")
-
-
-def _plan_vllm(
-    transport: Transport, found: ProbeResult, options: RunOptions, budget: BudgetOptions, result: HostResult
-) -> None:
-    """`plan` on a vLLM unit: the same model and choice from vLLM's own evidence (host/plan/budget_vllm.py)."""
-    evidence = read_vllm_evidence(transport, found, options)
-    planned = plan_vllm(evidence, budget, result.host)
-    put_plan(result, planned, vllm_plan_document(planned, evidence), budget)

@@ -38,7 +38,7 @@ from remediate.host.common.health import Healthy
 from remediate.host.common.lock import LOCK_DIR, LOCK_HELD_EXIT, Held, run_locked
 from remediate.host.common.options import RunOptions
 from remediate.host.common.outcome import Timer, record_settings, record_unit
-from remediate.host.common.probe import endpoint_of, engine_of_probe, read_unit, run_read_only
+from remediate.host.common.probe import endpoint_of, engine_of, read_unit, run_read_only
 from remediate.host.common.transaction import Change, transact
 from remediate.host.instances.instances import planned_roll, roll_instances
 from remediate.models import BackupListing, BackupRow, HostResult, ProgressFn
@@ -200,7 +200,7 @@ def _rollback_locked(
         epoch = int(now())
         result.steps = planned_steps(
             unit, writes, epoch, restart=True, lock_wait=options.lock_wait,
-            capacity=engine_of_probe(found).capacity_name,
+            capacity=engine_of(found).capacity_name,
         )  # fmt: skip
     if not writes:
         result.outcome = "unchanged"
@@ -226,7 +226,7 @@ def _rollback_locked(
         verify=record,
         success="restored",
         undo_note=undo,
-        engine=engine_of_probe(found),
+        engine=engine_of(found),
     )
     if options.all_instances and shared_with_instances(unit, [w.path for w in writes]):
         roll_instances(transport, change, found, result, timer, lambda *_: None)  # a restore checks the tokens only

@@ -15,7 +15,7 @@ from remediate.core.unitfile.edit import UnitEdit, UnitSources
 from remediate.errors import RemediationError
 from remediate.host.common.facts import fetch_metrics_info, fetch_server_info, fetch_tokens, startup_lines
 from remediate.host.common.options import RunOptions
-from remediate.host.common.probe import endpoint_of, engine_of_probe, run_read_only
+from remediate.host.common.probe import endpoint_of, engine_of, run_read_only
 from remediate.host.common.verify import (
     env_problems,
     fill_plan,
@@ -80,7 +80,7 @@ def status_host(
         state = found.state
         assert state is not None
         # a unit that sets no fraction: the default of the release its restart runs (the package the probe listed)
-        desired = with_version_default(options.desired, package_version(found, engine_of_probe(found)))
+        desired = with_version_default(options.desired, package_version(found, engine_of(found)))
         plan = plan_instance_edit(sources, desired, now=datetime.fromtimestamp(now(), tz=UTC))
         fill_plan(result, plan)
         result.outcome = "unchanged"  # read-only: nothing was changed
@@ -94,7 +94,7 @@ def status_host(
         elif found.unloaded_dropins:
             listed = ", ".join(found.unloaded_dropins)
             result.warnings.append(f"drop-in not loaded yet ({listed}): the running server does not use it")
-        engine = engine_of_probe(found)
+        engine = engine_of(found)
         result.engine = engine.name
         read_info: dict[str, Any] | None = None
         if state.active_state == "active" and not engine.info_paths:

@@ -18,7 +18,7 @@ from remediate.core.probe import parse_show
 from remediate.core.watch.detect import JOURNAL_MARK, Poll, parse_poll, poll_command
 from remediate.errors import RemediateError, TransportError
 from remediate.host.common.options import RunOptions
-from remediate.host.common.probe import endpoint_of, engine_of_probe, probe
+from remediate.host.common.probe import endpoint_of, engine_of, probe
 from remediate.transport.base import Transport
 
 POLL_TIMEOUT_S = 15.0  # one poll's round trip, output included
@@ -89,7 +89,7 @@ def server_silent(transport: Transport, unit: str, server_port: int | None, boun
         if found.state is None:
             return None
         endpoint = endpoint_of(found, RunOptions(unit=unit, server_port=server_port))
-        path = engine_of_probe(found).health_path
+        path = engine_of(found).health_path
         answer = transport.http_get(*endpoint, path, timeout=bound)
     except RemediateError:
         return None

@@ -34,7 +34,7 @@ def _words(text: str, engine: str = "sglang") -> list[str]:
     eng = SGLANG if engine == "sglang" else VLLM
     data = load_config(text, "/c.yaml").data
     assert data is not None
-    words, _ = config_words(data, engine, eng.bool_flags, eng.resolve_flag)
+    words, _ = config_words(data, eng)
     return [w.text for w in words]
 
 

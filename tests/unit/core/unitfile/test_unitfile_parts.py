@@ -12,7 +12,7 @@ from remediate.core.unitfile.edit import (
     DesiredState,
     SourceFile,
     UnitSources,
-    find_sglang_exec,
+    find_server_exec,
     plan_edit,
     read_settings,
     runs_sglang,
@@ -201,7 +201,7 @@ def test_marker_elsewhere_is_moved() -> None:
 def test_helpers_and_reports() -> None:
     sources = _unit("python3 -m sglang.launch_server --mem-fraction-static 0.9", "Environment=HF_TOKEN=abc\n")
     assert runs_sglang(sources.fragment.text) and not runs_sglang("[Service]\nExecStart=/bin/true\n")
-    path, number, command = find_sglang_exec(sources)
+    path, number, command = find_server_exec(sources)
     assert (path, number, command.kind) == ("/u.service", 3, "ExecStart=")
     plan = plan_edit(sources, DesiredState(), now=NOW)
     assert summary_lines(plan)[0] == "--mem-fraction-static 0.9 → 0.89 (ExecStart=)"

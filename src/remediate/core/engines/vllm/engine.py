@@ -2,7 +2,7 @@
 ``/health``, the ``GPU KV cache size`` line as the pool, and its failures with the direction of each fix.
 
 vllm/engine/arg_utils.py ``EngineArgs``: ``--gpu-memory-utilization`` (default 0.9, vllm/config/cache.py
-``CacheConfig``), ``--max-num-batched-tokens`` (the per-step token budget, the profile run's size);
+``CacheConfig``), ``--max-num-batched-tokens`` (the per-step token budget, the profile run's size), ``--max-model-len``;
 vllm/entrypoints/openai/cli_args.py: ``--port`` 8000. No endpoint reports the pool in tokens (the startup line
 of vllm/v1/core/kv_cache_utils.py is the source), so ``info_paths`` is empty.
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from remediate.core.engines.base import Engine, Verdict
 from remediate.core.engines.vllm.argv import BOOL_FLAGS, KNOBS, LIST_FLAGS, VALUE_FLAGS, canonical
+from remediate.core.engines.vllm.defaults import default_utilization_at
 from remediate.core.engines.vllm.failures import (
     DIRECTIONS,
     INIT_FAILED,
@@ -93,6 +94,12 @@ def vllm_verdict(lines: Sequence[str]) -> Verdict | None:
                    numbers, tuple(evidence), stale)  # fmt: skip
 
 
+def _kv_bytes_refusal(value: str) -> str:
+    from remediate.core.engines.vllm.advice import kv_bytes_refusal  # loaded when first asked, as _advise is
+
+    return kv_bytes_refusal(value)
+
+
 def _advise(verdict: Verdict, utilization: str | None, foreign: int, total_bytes: int | None = None) -> Recommendation:
     # core/diagnosis reads the unit (core/unitfile), which reads this registry: imported when first asked
     from remediate.core.engines.vllm.advice import vllm_recommendation
@@ -105,6 +112,7 @@ VLLM = Engine(
     label="vLLM",
     fraction_flag="gpu-memory-utilization",
     prefill_flag="max-num-batched-tokens",
+    context_flag="max-model-len",
     default_port=8000,
     resolve_flag=resolve_vllm_flag,
     bool_flags=_BOOL_WORDS,
@@ -118,4 +126,14 @@ VLLM = Engine(
     verdict=vllm_verdict,
     advise=_advise,
     abbreviates=abbreviates_vllm_knob,
+    guards_config_knobs=True,
+    kv_bytes_flag="kv-cache-memory-bytes",  # vllm/config/cache.py CacheConfig.kv_cache_memory_bytes
+    kv_bytes_refusal=_kv_bytes_refusal,
+    config_dashes_keys=True,  # vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args dashes them
+    config_negates_false=True,
+    config_bool_values=False,
+    version_path="/version",  # vllm entrypoints/openai/api_server.py show_version (0.8.5 … 0.11.0)
+    default_fraction_at=default_utilization_at,
+    fraction_column="gpu-memory-util",
+    has_pool_request_limit=False,  # a request's limit is max_model_len, not the pool
 )

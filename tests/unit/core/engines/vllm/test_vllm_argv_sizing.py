@@ -1,4 +1,4 @@
-"""The vLLM argv reader, engine_of, and the sizing model (core.engines.vllm, core.unitfile.command)."""
+"""The vLLM argv reader, engine_in_exec, and the sizing model (core.engines.vllm, core.unitfile.command)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from remediate.core.engines.vllm.argv import canonical, parse_vllm_args
 from remediate.core.engines.vllm.sizing import VllmSizing
-from remediate.core.unitfile.command import engine_of, find_in_exec
+from remediate.core.unitfile.command import engine_in_exec, find_in_exec
 from remediate.errors import ConfigError
 
 
@@ -92,7 +92,7 @@ def test_canonical() -> None:
     ],
 )
 def test_engine_of(exec_start: str, engine: str | None) -> None:
-    assert engine_of(exec_start) == engine
+    assert engine_in_exec(exec_start) == engine
 
 
 def test_vllm_command_words_and_unreadable_wrappers() -> None:
@@ -100,13 +100,13 @@ def test_vllm_command_words_and_unreadable_wrappers() -> None:
     assert found is not None and [t.text for t in found.args] == ["M", "--max-model-len", "8192"]
     assert find_in_exec("/usr/bin/vllm serve M", "sglang") is None
     with pytest.raises(ConfigError, match="runs vllm through `mywrap`"):
-        engine_of("/usr/bin/mywrap vllm serve M")
+        engine_in_exec("/usr/bin/mywrap vllm serve M")
     with pytest.raises(ConfigError, match="runs vllm through `docker run --frob`"):
-        engine_of("/usr/bin/docker run --frob x img vllm serve M")
+        engine_in_exec("/usr/bin/docker run --frob x img vllm serve M")
     with pytest.raises(ConfigError, match="runs sglang through `docker run --frob`"):
-        engine_of("/usr/bin/docker run --frob x img other")  # as find_in_exec has always said
+        engine_in_exec("/usr/bin/docker run --frob x img other")  # as find_in_exec has always said
     with pytest.raises(ConfigError, match="runs sglang through `mywrap`"):
-        engine_of("/usr/bin/mywrap python -m sglang.launch_server")
+        engine_in_exec("/usr/bin/mywrap python -m sglang.launch_server")
 
 
 # A GPU of 80 GiB at 0.90 logged 50.00 GiB and 400,000 tokens: 1.25e-4 GiB a token.
