@@ -4,7 +4,8 @@ core plans from, and the vLLM command line the plan and the health wait read."""
 from __future__ import annotations
 
 from remediate.core.probe import ProbeResult, parse_probe
-from remediate.host.common.probe import sources_from_probe
+from remediate.host.common.options import RunOptions
+from remediate.host.common.probe import endpoint_of, sources_from_probe
 from remediate.host.plan.budget_vllm import vllm_args
 from tests.support.fake_transport import exec_start_value, probe_output
 
@@ -39,3 +40,13 @@ def test_vllm_args_take_the_yaml_under_the_command_line() -> None:
     assert args.value("port") == "8001"  # the command line wins
     missing = vllm_args(_found(("/usr/bin/vllm", "serve", "m", "--config", YAML), None))
     assert missing is not None and missing.owner("gpu-memory-utilization") == f"--config {YAML} (not read)"
+
+
+def test_the_endpoint_is_the_yamls_port_unless_the_command_line_names_one() -> None:
+    """oom's health wait, status and --probe ask where the server listens: a port set only in the YAML is it."""
+    yaml_port = _found(("/usr/bin/vllm", "serve", "m", "--config", YAML), "port: 8011\n")
+    assert endpoint_of(yaml_port, RunOptions()) == ("127.0.0.1", 8011)
+    both = _found(("/usr/bin/vllm", "serve", "m", "--config", YAML, "--port", "8001"), "port: 8011\n")
+    assert endpoint_of(both, RunOptions()) == ("127.0.0.1", 8001)
+    unread = _found(("/usr/bin/vllm", "serve", "m", "--config", YAML), None)
+    assert endpoint_of(unread, RunOptions()) == ("127.0.0.1", 8000)  # no file: vLLM's default port

@@ -188,7 +188,10 @@ def endpoint_of(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
             if command is not None and command.ports is not None:
                 host, port = server_endpoint(server_args(sources_from_probe(found)), fallback)
                 return host_endpoint(command.ports, host, port)
-            if any("$" in word for word in argv):
+            if any("$" in word for word in argv) or "--config" in argv:
+                # $VAR: expanded as systemd does; --config FILE: its words come first and the command line's win
+                # (sglang ConfigArgumentMerger.merge_config_with_args, vLLM FlexibleArgumentParser
+                # ._pull_args_from_config): a port only the YAML sets is where the server listens
                 try:
                     argv = tuple(server_args(sources_from_probe(found)))
                 except ConfigError:
