@@ -50,6 +50,7 @@ def test_exact_token_ids_through_v1_completions_reset_first() -> None:
     t = host().stream("/v1/completions", answer)
     bench = bench_host(t, BenchOptions(contexts=(1024, 8192, 40960), gen=4, runs=2))
     assert bench.ok and bench.endpoint == "127.0.0.1:8001", bench.to_dict()
+    assert bench.backend == "vllm"  # its records say so (bench_serving's --backend)
     posts = [c for c in t.http_calls if c.method == "POST"]
     assert [c.path for c in posts] == ["/reset_prefix_cache", "/v1/completions"] * 4
     bodies = [json.loads(c.body) for c in posts if c.path == "/v1/completions"]

@@ -56,7 +56,7 @@ def point_record(bench: HostBench, point: BenchPoint, args: RunArgs, *, date: st
         "tool": "remediate bench",
         "version": version,
         "date": date,
-        "backend": "sglang",
+        "backend": bench.backend or "sglang",  # a host that failed before its unit was read: the default
         "host": bench.host,
         "unit": bench.unit,
         "endpoint": bench.endpoint,

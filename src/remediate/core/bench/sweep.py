@@ -233,6 +233,7 @@ class HostBench:
     host: str
     unit: str | None = None
     endpoint: str | None = None
+    backend: str | None = None  # the unit's engine (bench_serving's ``--backend``: "sglang", "vllm")
     limits: ServerLimits = field(default_factory=ServerLimits)
     server_info: dict[str, Any] = field(default_factory=dict)
     points: list[BenchPoint] = field(default_factory=list)

@@ -101,7 +101,9 @@ def _sweep(
     state = found.state
     assert state is not None
     unit = bench.unit = state.unit
-    side = bench_engine(engine_of(found))
+    engine = engine_of(found)
+    bench.backend = engine.name
+    side = bench_engine(engine)
     host, port = side.endpoint(found, RunOptions(server_port=options.server_port))
     bench.endpoint = f"{host}:{port}"
     if state.active_state != "active":

@@ -144,6 +144,11 @@ def test_point_medians_and_records() -> None:
     assert record["completed"] == 3 and record["total_output_tokens"] == 72
     assert record["server_info"]["api_key"] == "***"
     assert record["median_itl_ms"] == 100.0
+    assert record["backend"] == "sglang"  # a sweep whose unit was not read: the default
+    bench.backend = "vllm"  # the unit's engine, as bench_serving's --backend names it
+    assert (
+        point_record(bench, point, RunArgs((1024,), 24), date="2026-12-01T09:00:00Z", version="0")["backend"] == "vllm"
+    )
     json.dumps(record)
     rows = csv_rows([bench])
     assert [tuple(r) for r in rows] == [CSV_COLUMNS, CSV_COLUMNS]
