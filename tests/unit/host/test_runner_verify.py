@@ -86,6 +86,21 @@ def test_the_unscaled_value_where_the_factor_must_apply_names_what_sglang_resolv
         verify_server_args("gpu-01", info, PLAN, env={}, version=(0, 5, 23))
 
 
+@pytest.mark.parametrize(
+    ("version", "reported", "fails"),
+    [("0.5.23", 0.93, True), ("0.5.23", 0.7905, False), ("0.5.3", 0.7905, True), ("0.5.3", 0.93, False)],
+)
+def test_the_servers_own_version_decides_whether_the_factor_applies(version: str, reported: float, fails: bool) -> None:
+    """No version passed: the server-info document's own "version" (http_server.py get_server_info) decides;
+    sglang 0.5.3 has no aiter factor, 0.5.23 has it."""
+    info = {**AITER, "mem_fraction_static": reported, "context_length": 131072, "version": version}
+    if fails:
+        with pytest.raises(RemediationError, match=f"the server reports mem_fraction_static={reported}"):
+            verify_server_args("gpu-01", info, PLAN, env={})
+    else:
+        assert verify_server_args("gpu-01", info, PLAN, env={})["mem_fraction_static"] == "0.93"
+
+
 def test_unit_env_reads_the_units_sglang_switches_and_notes_name_them() -> None:
     from remediate.core.startup import parse_startup
     from remediate.host.common.verify import resolution_notes, unit_env

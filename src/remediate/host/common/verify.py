@@ -19,6 +19,7 @@ from remediate.core.engines.sglang.resolved import (
     pool_mismatch,
     resolve_fraction,
 )
+from remediate.core.engines.version import parse_server_version
 from remediate.core.numbers import as_int
 from remediate.core.startup import STARTUP_LINES_ERE, StartupNumbers, parse_startup, tokens_from_info
 from remediate.core.unitfile.alloc import ALLOC, ALLOC_NEW, missing_options
@@ -99,6 +100,8 @@ def _verify_fraction(
 ) -> None:
     """sglang's resolved ``mem_fraction_static`` against the value the unit's written one resolves to."""
     context = context_len if context_len is not None else as_int(info.get("context_length"), text=True)
+    if version is None and (own := parse_server_version(SGLANG.name, info)) is not None:
+        version = own.release  # the server's own report (http_server.py get_server_info: "version": __version__)
     resolved = resolve_fraction(
         want, attention_backend=info_text(info, "attention_backend"), context_len=context, env=env, version=version
     )
