@@ -21,7 +21,8 @@ from remediate.errors import RemediationError
 from remediate.host.bench.server import Server
 from remediate.host.common.facts import fetch_json, read_streamed
 from remediate.host.common.options import RunOptions
-from remediate.host.plan.budget_vllm import models_max_len, vllm_endpoint
+from remediate.host.common.probe import endpoint_of
+from remediate.host.plan.budget_vllm import models_max_len
 from remediate.transport.base import Transport
 from remediate.transport.http1 import HttpStream
 
@@ -36,7 +37,7 @@ class VllmBench:
     """vLLM: ``/v1/models`` and ``/metrics`` for the limits, ``POST /reset_prefix_cache``, ``/v1/completions``."""
 
     def endpoint(self, found: ProbeResult, options: RunOptions) -> tuple[str, int]:
-        return vllm_endpoint(found, options)
+        return endpoint_of(found, options)
 
     def server(
         self,

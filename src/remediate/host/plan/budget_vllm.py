@@ -17,7 +17,6 @@ from remediate.core.capacity.headroom import Knobs, Spike, choose
 from remediate.core.capacity.observation import matching
 from remediate.core.capacity.pool import Measured, Unmodelled, calibrate
 from remediate.core.diagnosis.torch_oom import parse_torch_oom
-from remediate.core.engines import VLLM
 from remediate.core.engines.version import parse_log_version
 from remediate.core.engines.vllm.advice import kv_bytes_refusal
 from remediate.core.engines.vllm.argv import VllmArgs, parse_vllm_args
@@ -40,7 +39,6 @@ from remediate.core.engines.vllm.startup import STARTUP_LINES_ERE, parse_vllm_st
 from remediate.core.journal import SavedJournal
 from remediate.core.probe import ProbeResult
 from remediate.core.startup import ServerSettings, StartupNumbers, parse_startup
-from remediate.core.unitfile.argv import server_endpoint
 from remediate.core.unitfile.command import find_in_exec
 from remediate.core.unitfile.edit import DesiredState, UnitSources
 from remediate.core.unitfile.model import parse_unit
@@ -48,7 +46,7 @@ from remediate.core.unitfile.report import mask_secrets
 from remediate.errors import ConfigError
 from remediate.host.common.facts import fetch_json
 from remediate.host.common.options import BudgetOptions, RunOptions
-from remediate.host.common.probe import load_config
+from remediate.host.common.probe import endpoint_of, load_config
 from remediate.host.plan.budget import (
     EXPANDABLE,
     BudgetEvidence,
@@ -86,18 +84,6 @@ def vllm_args(found: ProbeResult) -> VllmArgs | None:
                 return parse_vllm_args(words, serve=serve, config={str(k): v for k, v in read.data.items()})
             return args
     return None
-
-
-def vllm_endpoint(found: ProbeResult, options: RunOptions) -> tuple[str, int]:
-    """Where the vLLM server listens as seen from the host: its ``--host``/``--port`` (8000 by default; the
-    host's ``server_port`` setting only when the command line names no port)."""
-    args = vllm_args(found)
-    argv: list[str] = []
-    for name in ("host", "port"):
-        value = args.value(name) if args else None
-        if value is not None:
-            argv += [f"--{name}", value]
-    return server_endpoint(argv, options.server_port or VLLM.default_port)
 
 
 @dataclass(frozen=True)
@@ -161,7 +147,7 @@ def read_vllm_evidence(transport: Transport, found: ProbeResult, options: RunOpt
     startup_lines, tail, smi = read_vllm_journal(transport, state.unit)
     cache, max_model_len = CacheConfig(), None
     if state.active_state == "active":
-        host, port = vllm_endpoint(found, options)
+        host, port = endpoint_of(found, options)
         metrics = transport.http_get(host, port, "/metrics")
         if metrics.status == 200:
             cache = parse_cache_config(metrics.body.decode("utf-8", "replace"))
