@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,3 +30,19 @@ def txlog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     controller.mkdir()
     monkeypatch.setenv("REMEDIATE_STATE_DIR", str(controller))
     return controller / "transactions.jsonl"
+
+
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler (KeyboardInterrupt in the main thread) for a test that presses Ctrl-C: a test run
+    earlier in the same worker may have left another (a library that installs its own and keeps it); the one found
+    is named on stderr (shown if the test fails) and put back after the test."""
+    found = signal.getsignal(signal.SIGINT)
+    if found is not signal.default_int_handler:
+        print(f"SIGINT handler in this worker was {found!r}: Python's default put in for the test", file=sys.stderr)
+    assert threading.current_thread() is threading.main_thread()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, found)

@@ -148,6 +148,7 @@ def test_custom_stop_policy() -> None:
     assert rollout.halted == "b looked bad"
 
 
+@pytest.mark.usefixtures("default_sigint")
 def test_ctrl_c_lets_in_flight_hosts_finish_and_starts_no_new_ones() -> None:
     main = threading.main_thread().ident
     assert main is not None

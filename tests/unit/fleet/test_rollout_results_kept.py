@@ -145,6 +145,7 @@ def test_a_raising_on_event_keeps_every_result_gathered() -> None:
     assert rollout.halted and "ValueError" in rollout.halted
 
 
+@pytest.mark.usefixtures("default_sigint")
 def test_a_second_ctrl_c_while_results_are_collected_keeps_every_result() -> None:
     """Ctrl-C, then Ctrl-C again while the in-flight host is waited for: the finished host's result is kept,
     the in-flight one is reported as such (before: the second KeyboardInterrupt lost every result)."""
@@ -177,6 +178,7 @@ def test_a_second_ctrl_c_while_results_are_collected_keeps_every_result() -> Non
     assert rollout.interrupted and rollout.given_up
 
 
+@pytest.mark.usefixtures("default_sigint")
 def test_the_cli_keeps_every_result_after_a_second_ctrl_c(inventory: Path, mocker: MockerFixture) -> None:
     """Through the CLI: the second host's commit is where Ctrl-C comes, twice. The first host's result is
     printed, the in-flight one is reported as such, the third not attempted; no traceback."""
