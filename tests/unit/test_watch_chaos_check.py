@@ -87,6 +87,9 @@ def test_a_restarted_watcher_counts_afresh_unless_the_window_is_kept() -> None:
     assert any("tripped at 3.0" in v for v in violations), "--breaker-model process: the kept window is refused"
 
 
+OPEN = "breaker_open"
+
+
 def _timed(host: str, round_at: float, *crashes: tuple[str, float], verdict: str = "report") -> list[dict[str, Any]]:
     """A crash as the watcher logs it now: its ``detected`` record lists the crashes (key, own time)."""
     events = _crash(host, round_at, f"i-{host}-{round_at:g}", verdict)
@@ -112,6 +115,29 @@ def test_the_breaker_must_trip_at_the_crossing_by_crash_times() -> None:
     wrong = [{**trip[0], "crossed_at": 2.5}]
     _breaker(_chaos(0), crashes + wrong, "3 hosts", violations, "crash_time")
     assert violations == ["the breaker says it was crossed at 2.5, the crash times at 3.0"]
+
+
+def test_a_trip_decided_before_the_rest_of_its_round_was_polled_says_what_it_knew() -> None:
+    """CI's chaos run (seed 22): in one round the hosts whose journal spoke (b at 0.308, c) tripped the breaker
+    before d, polled after them, showed an earlier crash (0.2955): crossed_at 0.308 is right by the window it
+    names; a window that names a crash no detection gave, or too few hosts, is not."""
+    events = (
+        _timed("a", 0.1, ("a1", 0.1))
+        + _timed("b", 1, ("b1", 0.308), verdict=OPEN)
+        + _timed("c", 1, ("c1", 0.2), verdict=OPEN)
+    )
+    known = [{"host": "a", "at": 0.1}, {"host": "c", "at": 0.2}, {"host": "b", "at": 0.308}]
+    events += [{"event": "breaker", "at": 1, "round_at": 1, "crossed_at": 0.308, "window": known}]
+    events += _timed("d", 1, ("d1", 0.2955), verdict=OPEN)
+    violations: list[str] = []
+    out = _breaker(_chaos(0), events, "3 hosts", violations, "crash_time")
+    assert out["by_time"]["at"] == 0.2955 and violations == []
+    for window in ([{"host": "a", "at": 0.1}, {"host": "b", "at": 0.308}],
+                   [{"host": "a", "at": 0.1}, {"host": "c", "at": 0.25}, {"host": "b", "at": 0.308}]):  # fmt: skip
+        wrong = [e if e["event"] != "breaker" else {**e, "window": window} for e in events]
+        _breaker(_chaos(0), wrong, "3 hosts", violations, "crash_time")
+        assert violations == ["the breaker says it was crossed at 0.308, the crash times at 0.2955"], window
+        violations.clear()
 
 
 def test_a_crash_seen_again_is_not_counted_again() -> None:

@@ -55,6 +55,7 @@ def test_a_restarted_watcher_still_counts_the_crashes_inside_the_window(tmp_path
     assert _verdicts(tmp_path)[-1] == ("h2", "breaker_open")
     (trip,) = [e for e in read_events(tmp_path) if e["event"] == "breaker"]
     assert trip["round_at"] == NOW + 60 and abs(trip["crossed_at"] - (NOW + 50)) < 0.01
+    assert sorted(c["host"] for c in trip["window"]) == ["h1", "h2"], "the crashes that crossed it, named"
     second.close()
     second.state.close()
 

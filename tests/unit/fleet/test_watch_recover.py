@@ -158,3 +158,66 @@ def test_a_failed_fix_with_a_known_end_is_closed_failed(tmp_path: Path, txlog: P
     watcher = _watcher(tmp_path, [], "unchanged")
     watcher._finish(watcher._hosts["h2 sglang.service"], "inc1", NOW + 1, HostResult(host="h2", outcome="failed"))
     assert watcher.state.incidents()[0]["outcome"] == "failed"
+
+
+def test_an_undo_that_loses_the_host_is_tried_again_not_closed_failed(tmp_path: Path, txlog: Path) -> None:
+    """The chaos run (seed 22): the recovery's re-check fails (the fixed server never starts), its undo's
+    connection is cut before the restore; closing ``failed`` then left the new bytes crash-looping for good.
+    The incident stays ``remediating`` (acting ``undo``), the host waits out the backoff, and the next
+    recovery puts the backup back — without a second re-check."""
+    _left_remediating(tmp_path)
+    backup = "/etc/systemd/system/sglang.service.bak.oom.1"
+    txlog.write_text(json.dumps({"time": "2027-01-15T08:00:00Z", "host": "h2", "event": "committed",
+                                 "backups": [backup]}) + "\n")  # fmt: skip
+    fixes: list[str] = []
+    answers = [
+        HostResult(host="h2", outcome="failed", error="h2: connection lost (EOF from the server)", exit_code=3),
+        HostResult(host="h2", outcome="unchanged"),  # the first undo got as far as the bytes: undone all the same
+    ]
+    undone: list[str] = []
+
+    def undo(entry: HostEntry, path: str) -> HostResult:
+        undone.append(path)
+        return answers.pop(0)
+
+    watcher = _watcher(tmp_path, fixes, "failed")
+    watcher.undo = undo
+    watcher._recover(NOW + 5)
+    assert fixes == ["h2"] and undone == [backup]
+    assert watcher.state.incidents()[0]["outcome"] == "remediating" and watcher.state.acting("inc1") == "undo"
+    h = watcher._hosts["h2 sglang.service"]
+    watcher._recover(h.retry_at - 0.1)  # inside the backoff: the host is not tried
+    assert undone == [backup]
+    watcher._recover(h.retry_at)
+    assert fixes == ["h2"], "no second re-check: straight to the undo"
+    assert undone == [backup, backup]
+    events = read_events(tmp_path)
+    assert [(e["event"], e.get("step") or e.get("next") or e.get("outcome")) for e in events] == [
+        ("recovered", "recheck"),
+        ("undo", None),
+        ("unreachable", "undo"),
+        ("recovered", "undo"),
+        ("undo", None),
+        ("outcome", "rolled_back"),
+    ]
+    assert watcher.state.incidents()[0]["outcome"] == "rolled_back"
+    assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1
+
+
+def test_a_recheck_that_loses_the_host_is_rechecked_later(tmp_path: Path, txlog: Path) -> None:
+    _left_remediating(tmp_path)
+    _log(txlog, "committed")
+    fixes: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "unreachable")
+    watcher._recover(NOW + 5)
+    assert watcher.state.acting("inc1") == "cut" and watcher.state.incidents()[0]["outcome"] == "remediating"
+    h = watcher._hosts["h2 sglang.service"]
+
+    def healthy(entry: HostEntry) -> HostResult:
+        fixes.append(entry.name)
+        return HostResult(host=entry.name, outcome="unchanged")
+
+    watcher.fix = healthy
+    watcher._recover(h.retry_at)
+    assert fixes == ["h2", "h2"] and watcher.state.incidents()[0]["outcome"] == "remediated"
+    assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1

@@ -113,6 +113,10 @@ _RECHECKED = {
     "rolled_back_by_person": "rolled_back_by_person",
 }
 ROLLED_BACK_BY_PERSON = "rolled_back_by_person"
+# The ``acting`` mark of an incident whose recovery decided to put the killed fix's backup back and lost the
+# host on the way (the undo's connection cut, or its end unknown): the next recovery goes straight to the undo,
+# never to a second re-check whose transaction log would read ``failed`` and close it on the new bytes.
+UNDO_PENDING = "undo"
 _RESTORED = "restored"  # a `rollback` transaction's success (host/restore.py): a person undid the change
 
 
@@ -120,16 +124,19 @@ def recovery(acting: str | None, me: str, logged: tuple[str, ...]) -> str:
     """How to resolve an incident left ``remediating``: ``"none"`` (this watcher instance is acting on it),
     ``"rolled_back_by_person"`` (a `rollback` of the unit was logged after the fix started: a person undid it,
     and it is never made again behind their back), ``"rolled_back"`` / ``"failed"`` (the attempt's transaction
-    logged that end: taken as it is), or ``"recheck"`` (committed, succeeded, unknown or never logged: run the
-    same one-host `oom` transaction again, which is idempotent — a finished healthy change is ``unchanged``, a
-    changed unit whose server was not restarted is ``drift`` and is restarted and verified, a server that
-    does not come up is undone). ``acting`` is the instance id the fix's watcher wrote with it (``me``: this
+    logged that end: taken as it is), ``"undo"`` (an earlier recovery's undo lost the host: put the backup back
+    again), or ``"recheck"`` (committed, succeeded, unknown or never logged: run the same one-host `oom`
+    transaction again, which is idempotent — a finished healthy change is ``unchanged``, a changed unit whose
+    server was not restarted is ``drift`` and is restarted and verified, a server that does not come up is
+    undone). ``acting`` is the instance id the fix's watcher wrote with it (``me``: this
     watcher's, random per start: a PID is no identity, every watcher of a container is PID 1); ``logged`` is
     the unit's transaction events since the fix started, oldest first."""
     if acting == me:
         return "none"
     if _RESTORED in logged:
         return ROLLED_BACK_BY_PERSON
+    if acting == UNDO_PENDING:
+        return UNDO_PENDING
     return _FINAL.get(logged[-1], "recheck") if logged else "recheck"
 
 

@@ -12,7 +12,7 @@ from concurrent.futures import wait as futures_wait
 from remediate.controller.transactions import read_transactions
 from remediate.controller.watch_audit import fix_change
 from remediate.core.watch.incident import note_fix, recovered_outcome
-from remediate.errors import RemediateError
+from remediate.errors import EXIT_UNREACHABLE, RemediateError
 from remediate.fleet.watch.host import WatchedHost, WatcherView
 from remediate.models import HostResult
 
@@ -74,7 +74,7 @@ def finish(
     """The incident's outcome event and close; ``recheck``: what a recovery's re-run found. A fix whose
     connection was cut before its commit, or after it for good (the host's state unknown), stays
     ``remediating`` (acting ``CUT``): the next round's recovery runs the same fix again, counted once."""
-    if recheck is None and (result.outcome == "unreachable" or is_state_unknown(result)):
+    if recheck is None and host_lost(result):
         with w.state.transaction():
             w.state.set_acting(incident_id, CUT)
         h.previous = None
@@ -95,6 +95,13 @@ def finish(
     w._close(incident_id, h.entry.name, h.unit, outcome)
     h.state = "cooling_down" if outcome == "remediated" else "crashed"
     h.previous = None  # the fix restarted the unit: the next poll starts afresh
+
+
+def host_lost(result: HostResult) -> bool:
+    """Whether a fix (or a recovery's re-check or undo) ended because the host was lost: unreachable, a
+    connection that died (exit 3), or lost after the commit for good (its state unknown). What the host holds
+    is then resolved by the next recovery, never closed ``failed``."""
+    return result.outcome == "unreachable" or result.exit_code == EXIT_UNREACHABLE or is_state_unknown(result)
 
 
 def is_state_unknown(result: HostResult) -> bool:

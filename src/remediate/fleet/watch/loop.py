@@ -172,11 +172,16 @@ class Watcher:
             for h in crashed:
                 new = self.state.note_crashes(h.entry.name, h.unit, h.crashes, now, self.policy.breaker_keep_s)
                 h.counted = [c.audit(is_new) for c, is_new in zip(h.crashes, new, strict=True)]
-            crossed = None if self.state.breaker_reason() else breaker_crossing(self.fleet_view(now), self.policy)
+            view = self.fleet_view(now)
+            crossed = None if self.state.breaker_reason() else breaker_crossing(view, self.policy)
             if crossed is not None:
                 self.state.trip_breaker(crossed[1])
         if crossed is not None:
-            self.event("breaker", now, reason=f"breaker tripped: {crossed[1]}", crossed_at=crossed[0])
+            # The crashes inside the window that crossed the line, as the rails knew them then: hosts polled
+            # later in the same round (the ones whose journal did not speak) may hold an earlier crash.
+            since = crossed[0] - self.policy.breaker_window_s
+            window = [{"host": host, "at": at} for host, at in view.crashes if since <= at <= crossed[0]]
+            self.event("breaker", now, reason=f"breaker tripped: {crossed[1]}", crossed_at=crossed[0], window=window)
 
     def fleet_view(self, now: float) -> FleetView:
         """The fleet as the rails see it at ``now``: the breaker's crashes read back from watch.db."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from remediate.controller.transactions import read_transactions
 from remediate.core.watch.incident import (
     ROLLED_BACK_BY_PERSON,
+    UNDO_PENDING,
     backup_to_restore,
     committed_backups,
     note_fix,
@@ -16,7 +17,8 @@ from remediate.core.watch.incident import (
     undone_on_host,
 )
 from remediate.errors import RemediateError
-from remediate.fleet.watch.units import host_key
+from remediate.fleet.watch.fixes import CUT, host_lost
+from remediate.fleet.watch.units import MAX_BACKOFF_S, host_key
 from remediate.host.common.commit import path_states
 from remediate.models import HostResult
 
@@ -38,7 +40,7 @@ def recover(w: Watcher, now: float) -> None:
         if row["outcome"] != "remediating" or row["closed"]:
             continue
         h = w._hosts.get(host_key(str(row["host"]), str(row["unit"])))
-        if h is None:  # not among this watcher's targets: left for the watcher that has it
+        if h is None or now < h.retry_at:  # not this watcher's target (left for the one that has it), or lost
             continue
         incident_id = str(row["id"])
         acting = w.state.acting(incident_id)
@@ -54,18 +56,28 @@ def recover(w: Watcher, now: float) -> None:
             step = ROLLED_BACK_BY_PERSON  # a `rollback` from another controller: its bytes say so, not our log
         w.event("recovered", now, host=h.entry.name, unit=h.unit, incident=incident_id, acting=acting,
                logged=list(logged), step=step)  # fmt: skip
-        if step == "recheck":
+        if step in ("recheck", UNDO_PENDING):
             h.state = "remediating"
-            if acting is None:  # died between decided and acted: its fix was never counted; this one is
-                with w.state.transaction():
-                    w.state.save_history(h.entry.name, note_fix(w.state.history(h.entry.name), now))
-            result = w._run_fix(h)
-            recheck = result.outcome
-            backup = backup_to_restore(result.outcome, made)
+            if step == "recheck":
+                if acting is None:  # died between decided and acted: its fix was never counted; this one is
+                    with w.state.transaction():
+                        w.state.save_history(h.entry.name, note_fix(w.state.history(h.entry.name), now))
+                result = w._run_fix(h)
+                if host_lost(result):  # cut again: the next round's recovery re-checks, counted once
+                    _retry_later(w, h, incident_id, CUT, now)
+                    continue
+                recheck = result.outcome
+                backup = backup_to_restore(result.outcome, made)
+            else:
+                recheck, backup = "failed", backup_to_restore("failed", made)
+                result = HostResult(host=h.entry.name, outcome="failed", error="no backup of the fix to put back")
             if backup is not None and w.undo is not None:
                 w.event("undo", now, host=h.entry.name, unit=h.unit, incident=incident_id, backup=backup,
-                       recheck=result.outcome, error=result.error)  # fmt: skip
+                       recheck=recheck, error=result.error)  # fmt: skip
                 result = _run_undo(w, h, backup)
+                if host_lost(result):  # the undo lost the host: never closed `failed` on the new bytes
+                    _retry_later(w, h, incident_id, UNDO_PENDING, now)
+                    continue
         elif step == ROLLED_BACK_BY_PERSON:
             result = HostResult(
                 host=h.entry.name, outcome=step, error="a person rolled the unit back since: not redone"
@@ -75,6 +87,18 @@ def recover(w: Watcher, now: float) -> None:
             result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")
             recheck = "none"
         w._finish(h, incident_id, now, result, recheck)
+
+
+def _retry_later(w: Watcher, h: _Host, incident_id: str, mark: str, now: float) -> None:
+    """The recovery lost the host: the incident stays ``remediating`` under ``mark`` (what the next recovery
+    does), and the host is tried again after the poll's backoff, not every round."""
+    with w.state.transaction():
+        w.state.set_acting(incident_id, mark)
+    h.failures += 1
+    h.retry_at = now + min(MAX_BACKOFF_S, 2.0**h.failures)
+    h.previous = None
+    w.event("unreachable", now, host=h.entry.name, unit=h.unit, incident=incident_id, next=mark,
+            retry_in=h.retry_at - now)  # fmt: skip
 
 
 def _undone_on_host(w: Watcher, h: _Host, pairs: dict[str, str]) -> bool:
@@ -98,4 +122,6 @@ def _run_undo(w: Watcher, h: _Host, backup: str) -> HostResult:
         result = w.undo(h.entry, backup)
     except RemediateError as exc:
         return HostResult(host=h.entry.name, outcome="failed", error=str(exc))
-    return replace(result, outcome="rolled_back") if result.outcome == "restored" else result
+    # ``unchanged``: the unit already holds the backup's bytes (an earlier undo got that far before the host was
+    # lost): undone all the same.
+    return replace(result, outcome="rolled_back") if result.outcome in ("restored", "unchanged") else result
