@@ -76,7 +76,7 @@ def sandbox_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]
 
 
 # The order files run in (make test: `--dist loadfile --no-loadscope-reorder` hands them out in this order): the
-# sandbox/end-to-end files first, the thousands of short unit tests last, so that both workers end together. Left
+# sandbox/end-to-end files first, the thousands of short unit tests last, so that the workers end together. Left
 # to itself xdist hands out the files with the most tests first, and the few long one-test e2e files last, one
 # worker finishing them alone.
 _FIRST = ("slow", "e2e", "integration")
