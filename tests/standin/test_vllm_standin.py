@@ -146,3 +146,20 @@ def test_metrics_give_the_pool_where_the_capacity_line_never_reached_the_journal
     tokens = parse_vllm_startup(logged.output().splitlines()).kv_tokens
     reported = vllm_metrics_info(silent.get("/metrics")[1].decode())
     assert tokens and reported == {"max_total_num_tokens": tokens, "gpu_memory_utilization": 0.94}
+
+
+def test_a_unit_without_a_utilization_runs_at_its_releases_default(start) -> None:
+    """CacheConfig.gpu_memory_utilization: 0.9 up to 0.19, 0.92 from 0.20 (and 0.34's resolved default without
+    the extensible KV cache): the pool and /metrics follow the release, as plan's default_utilization_at reads it."""
+    from remediate.core.engines.vllm.defaults import default_utilization_at
+    from remediate.core.engines.vllm.engine import vllm_metrics_info
+
+    pools = {}
+    for version in ("0.11.0", "0.20.0", "0.34.0"):
+        srv = start(FIX[:2], {"vllm_version": version}, module=CLI)
+        srv.wait_healthy()
+        info = vllm_metrics_info(srv.get("/metrics")[1].decode())
+        release = tuple(int(x) for x in version.split("."))
+        assert info["gpu_memory_utilization"] == default_utilization_at(release), version
+        pools[version] = parse_vllm_startup(srv.output().splitlines()).kv_tokens
+    assert pools["0.11.0"] < pools["0.20.0"] == pools["0.34.0"]

@@ -112,7 +112,7 @@ class Handler(BaseHTTPRequestHandler):
                 "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
                 "# TYPE vllm:cache_config_info gauge\n"
                 f'vllm:cache_config_info{{block_size="{s["block"]}",engine="0",gpu_memory_utilization='
-                f'"{s["opts"].get("--gpu-memory-utilization", "0.9")}",num_gpu_blocks="{sz.blocks}"}} 1.0\n'
+                f'"{s["util"]}",num_gpu_blocks="{sz.blocks}"}} 1.0\n'
             )
             self._send(200, text, "text/plain; version=0.0.4; charset=utf-8")
         else:

@@ -70,6 +70,14 @@ def log_version(version: str, model: str) -> None:
             LOG("INFO", "startup.py:43", line)
 
 
+def default_utilization(version: str) -> float:
+    """The utilization a unit that sets none runs at, by release (``CacheConfig.gpu_memory_utilization``):
+    0.9 up to 0.19 (0.8.5 vllm/config.py, 0.11.0 vllm/config/cache.py), ``Field(default=0.92)`` from 0.20.0,
+    and from 0.34.0 ``None`` resolved by ``CacheConfig.resolved_gpu_memory_utilization`` to
+    ``DEFAULT_GPU_MEMORY_UTILIZATION = 0.92`` (the stand-in has no extensible KV cache, whose 1.0 it would be)."""
+    return 0.92 if version_tuple(version) >= (0, 20) else 0.9
+
+
 def version_of(knobs: dict[str, object]) -> str:
     """The vLLM version the stand-in claims: the ``vllm_version`` knob (``$VLLM_STANDIN_VERSION`` wins), 0.11.0."""
     return str(knobs.get("vllm_version") or VERSION)
@@ -179,7 +187,7 @@ def main(argv: list[str], serve: bool) -> int:
     version = version_of(knobs)
     opts = parse_args(argv, serve, version)
     p = _profile(knobs)
-    util = float(str(opts.get("--gpu-memory-utilization", "0.9")))
+    util = float(str(opts.get("--gpu-memory-utilization", default_utilization(version))))
     batched = int(
         str(opts.get("--max-num-batched-tokens", memory.default_batched_tokens(p.total_gib, str(knobs["gpu_name"]))))
     )
@@ -259,6 +267,7 @@ def main(argv: list[str], serve: bool) -> int:
         "batched": batched,
         "mml": mml,
         "block": block,
+        "util": util,
         "expandable": expandable,
         "knobs": knobs,
         "dead": False,
