@@ -8,8 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from tests.support.watch_chaos import ChaosConfig, Lifetime
-from tests.support.watch_chaos_check import _breaker, _steps
+from tests.support.watch_chaos import ChaosConfig, Injection, Lifetime
+from tests.support.watch_chaos_check import _breaker, _crash_time_crossing, _steps
 
 
 def _crash(host: str, at: float, incident: str | None, verdict: str = "report") -> list[dict[str, Any]]:
@@ -177,3 +177,18 @@ def test_a_restart_repeat_left_by_a_stopped_watcher_is_no_lost_crash() -> None:
     assert steps["repeat_left_by_a_stop"] == 1 and violations == []
     _steps(repeat, [], violations, stops=(6.0,))
     assert violations, "an NRestarts detection with no crash decided before it is a lost crash"
+
+
+def test_a_crash_injected_right_after_a_planned_restart_is_that_crash() -> None:
+    """Seed 2: a stop+start on a ended at 11.0, the 32k prefill crashed it at 11.66 (injected at 11.67): the crash
+    the audit counts is the injected one; the same crash time with no injected crash behind it is the restart's."""
+    chaos = _chaos(0)
+    planned = Injection(11.0, "planned", "a", "stop+start", started=10.3)
+    events = _timed("a", 12, ("a1", 11.66))
+    violations: list[str] = []
+    chaos.injections = [planned, Injection(11.67, "crash", "a", "crashed")]
+    _crash_time_crossing(chaos, events, violations)
+    assert violations == []
+    chaos.injections = [planned]
+    _crash_time_crossing(chaos, events, violations)
+    assert violations == ["a: crash a1 at 11.660 during a planned injection (10.300-11.000)"]
