@@ -111,7 +111,11 @@ def _steps(
                     continue
                 undecided += 1
                 violations.append(f"{host}: detected at {evs[i]['at']:.3f} then {kinds[i + 1 : i + 3]}")
-            if kind in ("decided", "folded") and kinds[max(0, i - 2) : i] != ["detected", "diagnosed"]:
+            # A decision taken again (a `wait` whose slot came free, an approval answered) follows its first one.
+            again = evs[i].get("redecided_from") and any(
+                e["event"] == "decided" and e.get("incident") == evs[i].get("incident") for e in evs[:i]
+            )
+            if kind in ("decided", "folded") and not again and kinds[max(0, i - 2) : i] != ["detected", "diagnosed"]:
                 violations.append(f"{host}: {kind} at {evs[i]['at']:.3f} without detected → diagnosed before it")
     per: dict[str, Counter[str]] = {}
     last_outcome: dict[str, str] = {}

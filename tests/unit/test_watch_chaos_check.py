@@ -192,3 +192,17 @@ def test_a_crash_injected_right_after_a_planned_restart_is_that_crash() -> None:
     chaos.injections = [planned]
     _crash_time_crossing(chaos, events, violations)
     assert violations == ["a: crash a1 at 11.660 during a planned injection (10.300-11.000)"]
+
+
+def test_a_decision_taken_again_follows_its_first_one() -> None:
+    """Seed 10: a crash decided `wait` (a fix in flight elsewhere) is decided again, `act`, once the slot came
+    free: no detected → diagnosed of its own; a decision taken again for an incident never decided is caught."""
+    events = _crash("a", 1, "i1", "wait") + [
+        {"event": "decided", "host": "a", "incident": "i1", "verdict": "act", "redecided_from": "wait", "at": 2},
+    ]
+    violations: list[str] = []
+    _steps(events, [{"id": "i1", "host": "a", "outcome": "remediating"}], violations)
+    assert violations == []
+    orphan = [{**events[-1], "incident": "i2"}]
+    _steps(events[:-1] + orphan, [{"id": "i1", "host": "a", "outcome": "remediating"}], violations)
+    assert violations == ["a: decided at 2.000 without detected → diagnosed before it"]
