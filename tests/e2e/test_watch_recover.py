@@ -196,6 +196,37 @@ def test_sigkill_while_the_new_server_cannot_start(incident: Node, tmp_path: Pat
     assert [str(r["backups"][0]).split(".bak.")[1].split(".")[0] for r in committed] == ["oom", "rollback"]  # type: ignore[index]
 
 
+def test_sigkill_while_the_fix_rolls_itself_back(incident: Node, tmp_path: Path) -> None:
+    """The fixed server cannot start, the fix's own rollback has put the old bytes back and waits for the old
+    server, and the watcher is SIGKILLed there (the chaos run, seed 18): the next watcher finds the old bytes
+    after the log's written-ahead ``rolling_back`` — the fix's own undo, closed ``rolled_back``, never
+    ``rolled_back_by_person``, and nothing run again."""
+    node, state = incident, tmp_path / "watch-state"
+    original = node.bytes(UNIT_PATH)
+    assert _watch(node, state).returncode == 0
+    _crash(node)
+    node.host.set_standin(time_scale=0.01, failure="exit_at_once", failure_match="--chunked-prefill-size 4096")
+    argv = node.argv("watch", "--once", "--state-dir", str(state), "--wait-timeout", "60")
+    proc = subprocess.Popen(argv, cwd=node.tmp_path, env=node.env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+    node.children.append(proc)
+    poll(lambda: [r for r in _transactions(node) if r["event"] == "rolling_back"], deadline=120, what="the undo")
+    poll(lambda: node.bytes(UNIT_PATH) == original, deadline=60, what="the old bytes back on the host")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert "rolled_back" not in [r["event"] for r in _transactions(node)], "killed before its end was logged"
+    run = _watch(node, state)
+    assert run.returncode == 0, run
+    events = _events(state)
+    recovered = [e for e in events if e["event"] == "recovered"]
+    assert [e["step"] for e in recovered] == ["rolled_back"], events
+    outcome = [e for e in events if e["event"] == "outcome"][0]
+    assert outcome["outcome"] == "rolled_back", outcome
+    assert len([e for e in events if e["event"] == "acted"]) == 1 and "undo" not in [e["event"] for e in events]
+    assert node.bytes(UNIT_PATH) == original
+    node.wait_healthy()
+
+
 def test_cooldown_then_cap(incident: Node, tmp_path: Path) -> None:
     node, state = incident, tmp_path / "watch-state"
     policy = tmp_path / "policy.yaml"

@@ -134,7 +134,7 @@ def test_a_transport_error_during_the_wait_ends_in_the_rollback_path(_state_dir:
     result = run(host)
     assert result.outcome == "rolled_back" and result.exit_code == 1, (result.exit_code, result.error)
     assert "administratively prohibited" in (result.error or "")
-    assert [r["event"] for r in records(_state_dir)] == ["committing", "committed", "rolled_back"]
+    assert [r["event"] for r in records(_state_dir)] == ["committing", "committed", "rolling_back", "rolled_back"]
 
 
 def test_the_lock_taken_back_after_a_reconnect_must_say_locked() -> None:
@@ -197,4 +197,4 @@ def test_a_cut_during_the_probe_ends_in_a_record_and_the_rollback_path_not_exit_
     assert result.outcome == "rolled_back" and result.exit_code == 1, (result.outcome, result.exit_code, result.error)
     assert "connection lost during the probe's request" in (result.error or ""), result.error
     assert host.reconnects == 1 and len(host.scripts("# remediate commit")) == 2  # the change, then the undo
-    assert [r["event"] for r in records(_state_dir)] == ["committing", "committed", "rolled_back"]
+    assert [r["event"] for r in records(_state_dir)] == ["committing", "committed", "rolling_back", "rolled_back"]

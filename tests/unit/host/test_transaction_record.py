@@ -102,7 +102,7 @@ def test_rolled_back_run_is_recorded(_state_dir: Path) -> None:
     result = hosts.run_oom(host)
     assert result.outcome == "rolled_back", result.error
     events = [r["event"] for r in _records(_state_dir)]
-    assert events == ["committing", "committed", "rolled_back"]
+    assert events == ["committing", "committed", "rolling_back", "rolled_back"]
     _, undo = host.scripts("# remediate commit")
     assert "remediate undo sglang.service" in undo
 

@@ -117,6 +117,9 @@ ROLLED_BACK_BY_PERSON = "rolled_back_by_person"
 # host on the way (the undo's connection cut, or its end unknown): the next recovery goes straight to the undo,
 # never to a second re-check whose transaction log would read ``failed`` and close it on the new bytes.
 UNDO_PENDING = "undo"
+# Written ahead of a failed change's own undo (host/common/transaction.py): old bytes found back on the host
+# after it are that undo's, which the dead watcher did not see end — not a person's rollback.
+ROLLING_BACK = "rolling_back"
 _RESTORED = "restored"  # a `rollback` transaction's success (host/restore.py): a person undid the change
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from remediate.controller.transactions import read_transactions
 from remediate.core.watch.incident import (
     ROLLED_BACK_BY_PERSON,
+    ROLLING_BACK,
     UNDO_PENDING,
     backup_to_restore,
     committed_backups,
@@ -53,7 +54,9 @@ def recover(w: Watcher, now: float) -> None:
         made = tuple((str(r.get("event")), tuple(map(str, r.get("backups") or ()))) for r in records)
         files = tuple(str(f) for r in records for f in r.get("files") or ())
         if step == "recheck" and _undone_on_host(w, h, committed_backups(made, files)):
-            step = ROLLED_BACK_BY_PERSON  # a `rollback` from another controller: its bytes say so, not our log
+            # The old bytes are back: the fix's own rollback, begun (logged ahead) before its watcher died, else
+            # a `rollback` from another controller (its bytes say so, not our log).
+            step = "rolled_back" if ROLLING_BACK in logged else ROLLED_BACK_BY_PERSON
         w.event("recovered", now, host=h.entry.name, unit=h.unit, incident=incident_id, acting=acting,
                logged=list(logged), step=step)  # fmt: skip
         if step in ("recheck", UNDO_PENDING):
@@ -82,6 +85,11 @@ def recover(w: Watcher, now: float) -> None:
             result = HostResult(
                 host=h.entry.name, outcome=step, error="a person rolled the unit back since: not redone"
             )  # the transaction log's `restored`, or the unit's bytes equal to the fix's backup again
+            recheck = "none"
+        elif step == "rolled_back" and logged[-1:] != ("rolled_back",):
+            result = HostResult(
+                host=h.entry.name, outcome=step, error="the fix's own rollback, begun before its watcher died"
+            )  # the log's `rolling_back`, and the unit's bytes equal to the fix's backup again
             recheck = "none"
         else:
             result = HostResult(host=h.entry.name, outcome=step, error="as the transaction log recorded it")

@@ -161,6 +161,10 @@ def _roll_back(
         record_change(result, change, "failed", changes, error=str(exc))
         raise exc
     result.error = str(exc)
+    # Written ahead of the undo, as ``committing`` is of the commit: a controller killed while the host puts the
+    # old bytes back leaves a line saying the change's own rollback began (a watcher's recovery then reads the
+    # old bytes on the host as that rollback, not as a person's).
+    record_change(result, change, "rolling_back", changes, error=str(exc))
     try:
         with timer.phase("rollback"):
             _undo(transport, change, result, timer)
