@@ -45,6 +45,14 @@ def _log(path: Path, *events: str) -> None:
     path.write_text("".join(json.dumps({"time": stamp, "host": "h2", "event": e}) + "\n" for e in events))
 
 
+def _log_backups(path: Path, *events: tuple[str, str]) -> None:
+    """Transaction records at NOW, each (event, the backup it names)."""
+    stamp = "2027-01-15T08:00:00Z"
+    path.write_text(
+        "".join(json.dumps({"time": stamp, "host": "h2", "event": e, "backups": [b]}) + "\n" for e, b in events)
+    )
+
+
 @pytest.mark.parametrize(("recheck", "outcome"), [("unchanged", "remediated"), ("rolled_back", "rolled_back")])
 def test_a_committed_fix_is_rechecked_once(tmp_path: Path, txlog: Path, recheck: str, outcome: str) -> None:
     _left_remediating(tmp_path)
@@ -101,8 +109,7 @@ def test_a_watcher_dead_before_acting_has_its_fix_counted_once(tmp_path: Path, t
 def test_a_failed_recheck_puts_the_killed_fixs_backup_back(tmp_path: Path, txlog: Path) -> None:
     _left_remediating(tmp_path)
     backup = "/etc/systemd/system/sglang.service.bak.oom.1"
-    txlog.write_text(json.dumps({"time": "2027-01-15T08:00:00Z", "host": "h2", "event": "committed",
-                                 "backups": [backup]}) + "\n")  # fmt: skip
+    _log_backups(txlog, ("committed", backup))
     fixes: list[str] = []
     undone: list[str] = []
     watcher = _watcher(tmp_path, fixes, "failed")
@@ -167,8 +174,7 @@ def test_an_undo_that_loses_the_host_is_tried_again_not_closed_failed(tmp_path: 
     recovery puts the backup back — without a second re-check."""
     _left_remediating(tmp_path)
     backup = "/etc/systemd/system/sglang.service.bak.oom.1"
-    txlog.write_text(json.dumps({"time": "2027-01-15T08:00:00Z", "host": "h2", "event": "committed",
-                                 "backups": [backup]}) + "\n")  # fmt: skip
+    _log_backups(txlog, ("committed", backup))
     fixes: list[str] = []
     answers = [
         HostResult(host="h2", outcome="failed", error="h2: connection lost (EOF from the server)", exit_code=3),
@@ -221,3 +227,32 @@ def test_a_recheck_that_loses_the_host_is_rechecked_later(tmp_path: Path, txlog:
     watcher._recover(h.retry_at)
     assert fixes == ["h2", "h2"] and watcher.state.incidents()[0]["outcome"] == "remediated"
     assert counted_fixes(watcher.state.history("h2"), NOW + 6) == 1
+
+
+def test_a_fix_whose_own_undo_lost_the_host_has_its_undo_finished(tmp_path: Path, txlog: Path) -> None:
+    """The fixed server failed, the transaction began its own rollback (``rolling_back``) and the connection
+    died there (exit 3, logged ``failed``): not closed ``failed`` on the new bytes; the next recovery puts the
+    fix's backup back, with no second re-check."""
+    _left_remediating(tmp_path)
+    backup = "/etc/systemd/system/sglang.service.bak.oom.1"
+    _log_backups(txlog, *((e, backup) for e in ("committing", "committed", "rolling_back", "failed")))
+    fixes: list[str] = []
+    undone: list[str] = []
+    watcher = _watcher(tmp_path, fixes, "unchanged")
+
+    def undo(entry: HostEntry, path: str) -> HostResult:
+        undone.append(path)
+        return HostResult(host=entry.name, outcome="restored")
+
+    watcher.undo = undo
+    lost = HostResult(host="h2", outcome="failed", error="h2: connection lost (EOF from the server)", exit_code=3)
+    watcher._finish(watcher._hosts["h2 sglang.service"], "inc1", NOW + 1, lost)
+    assert watcher.state.acting("inc1") == "cut" and not read_events(tmp_path)
+    watcher._recover(NOW + 5)
+    assert fixes == [] and undone == [backup]
+    events = read_events(tmp_path)
+    assert [(e["event"], e.get("step") or e.get("outcome")) for e in events] == [
+        ("recovered", "undo"),
+        ("undo", None),
+        ("outcome", "rolled_back"),
+    ]

@@ -117,6 +117,7 @@ ROLLED_BACK_BY_PERSON = "rolled_back_by_person"
 # host on the way (the undo's connection cut, or its end unknown): the next recovery goes straight to the undo,
 # never to a second re-check whose transaction log would read ``failed`` and close it on the new bytes.
 UNDO_PENDING = "undo"
+CUT = "cut"  # the ``acting`` mark of a fix that lost its host (before its commit, or for good after it)
 # Written ahead of a failed change's own undo (host/common/transaction.py): old bytes found back on the host
 # after it are that undo's, which the dead watcher did not see end — not a person's rollback.
 ROLLING_BACK = "rolling_back"
@@ -127,8 +128,8 @@ def recovery(acting: str | None, me: str, logged: tuple[str, ...]) -> str:
     """How to resolve an incident left ``remediating``: ``"none"`` (this watcher instance is acting on it),
     ``"rolled_back_by_person"`` (a `rollback` of the unit was logged after the fix started: a person undid it,
     and it is never made again behind their back), ``"rolled_back"`` / ``"failed"`` (the attempt's transaction
-    logged that end: taken as it is), ``"undo"`` (an earlier recovery's undo lost the host: put the backup back
-    again), or ``"recheck"`` (committed, succeeded, unknown or never logged: run the same one-host `oom`
+    logged that end: taken as it is), ``"undo"`` (an undo lost the host — an earlier recovery's, or the change's
+    own under ``cut``: put the backup back again), or ``"recheck"`` (committed, succeeded, unknown or never logged: run the same one-host `oom`
     transaction again, which is idempotent — a finished healthy change is ``unchanged``, a changed unit whose
     server was not restarted is ``drift`` and is restarted and verified, a server that does not come up is
     undone). ``acting`` is the instance id the fix's watcher wrote with it (``me``: this
@@ -140,6 +141,8 @@ def recovery(acting: str | None, me: str, logged: tuple[str, ...]) -> str:
         return ROLLED_BACK_BY_PERSON
     if acting == UNDO_PENDING:
         return UNDO_PENDING
+    if acting == CUT and ROLLING_BACK in logged and logged[-1] != "rolled_back":
+        return UNDO_PENDING  # the change's own undo began and lost the host: its end is ours to finish
     return _FINAL.get(logged[-1], "recheck") if logged else "recheck"
 
 

@@ -11,12 +11,10 @@ from concurrent.futures import wait as futures_wait
 
 from remediate.controller.transactions import read_transactions
 from remediate.controller.watch_audit import fix_change
-from remediate.core.watch.incident import note_fix, recovered_outcome
+from remediate.core.watch.incident import CUT, note_fix, recovered_outcome
 from remediate.errors import EXIT_UNREACHABLE, RemediateError
 from remediate.fleet.watch.host import WatchedHost, WatcherView
 from remediate.models import HostResult
-
-CUT = "cut"  # the `acting` instance of a fix whose connection was cut before its commit: the recovery re-runs it
 
 
 def act(w: WatcherView, h: WatchedHost, incident_id: str, now: float, approved_by: str | None) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from remediate.controller.transactions import read_transactions
 from remediate.core.watch.incident import (
+    CUT,
     ROLLED_BACK_BY_PERSON,
     ROLLING_BACK,
     UNDO_PENDING,
@@ -18,7 +19,7 @@ from remediate.core.watch.incident import (
     undone_on_host,
 )
 from remediate.errors import RemediateError
-from remediate.fleet.watch.fixes import CUT, host_lost
+from remediate.fleet.watch.fixes import host_lost
 from remediate.fleet.watch.units import MAX_BACKOFF_S, host_key
 from remediate.host.common.commit import path_states
 from remediate.models import HostResult
