@@ -74,7 +74,8 @@ def recover(w: Watcher, now: float) -> None:
                 backup = backup_to_restore(result.outcome, made)
             else:
                 recheck, backup = "failed", backup_to_restore("failed", made)
-                result = HostResult(host=h.entry.name, outcome="failed", error="no backup of the fix to put back")
+                lost = "an undo of the fix lost the host" if backup else "no backup of the fix to put back"
+                result = HostResult(host=h.entry.name, outcome="failed", error=lost)
             if backup is not None and w.undo is not None:
                 w.event("undo", now, host=h.entry.name, unit=h.unit, incident=incident_id, backup=backup,
                        recheck=recheck, error=result.error)  # fmt: skip
