@@ -129,12 +129,12 @@ def recovery(acting: str | None, me: str, logged: tuple[str, ...]) -> str:
     ``"rolled_back_by_person"`` (a `rollback` of the unit was logged after the fix started: a person undid it,
     and it is never made again behind their back), ``"rolled_back"`` / ``"failed"`` (the attempt's transaction
     logged that end: taken as it is), ``"undo"`` (an undo lost the host — an earlier recovery's, or the change's
-    own under ``cut``: put the backup back again), or ``"recheck"`` (committed, succeeded, unknown or never logged: run the same one-host `oom`
-    transaction again, which is idempotent — a finished healthy change is ``unchanged``, a changed unit whose
-    server was not restarted is ``drift`` and is restarted and verified, a server that does not come up is
-    undone). ``acting`` is the instance id the fix's watcher wrote with it (``me``: this
-    watcher's, random per start: a PID is no identity, every watcher of a container is PID 1); ``logged`` is
-    the unit's transaction events since the fix started, oldest first."""
+    own under ``cut``: put the backup back again), or ``"recheck"`` (committed, succeeded, unknown or never
+    logged: run the same one-host `oom` transaction again, which is idempotent — a finished healthy change is
+    ``unchanged``, a changed unit whose server was not restarted is ``drift`` and is restarted and verified, a
+    server that does not come up is undone). ``acting`` is the instance id the fix's watcher wrote with it
+    (``me``: this watcher's, random per start: a PID is no identity, every watcher of a container is PID 1);
+    ``logged`` is the unit's transaction events since the fix started, oldest first."""
     if acting == me:
         return "none"
     if _RESTORED in logged:
